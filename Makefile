@@ -1,0 +1,53 @@
+# kueuelog — every target installs what it needs, caching downloads outside the clone.
+SHELL := /bin/bash
+PY ?= python3
+export KUEUELOG_CACHE ?= $(HOME)/.cache/kueuelog
+export PIP_CACHE_DIR ?= $(KUEUELOG_CACHE)/pip
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: install run demo test unit lint conformance integration bench kafka cluster clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@rm -f $(VENV)/.installed-*; touch $@
+
+run: demo
+demo: install
+	$(BIN)/kueuelog demo
+
+lint: install
+	$(BIN)/ruff check events services tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: install
+	$(BIN)/pytest -q -m "not integration" tests
+
+conformance: install
+	@out=$$($(BIN)/python ../shared/conformance/run.py); echo "$$out"; \
+	  echo "$$out" | tail -n1 | grep -Eq '^[0-9]+ passed, 0 failed$$'
+
+integration: install
+	$(BIN)/pytest -q -m integration tests
+
+test: install lint
+	$(BIN)/pytest -q tests
+	@$(MAKE) --no-print-directory conformance
+
+bench: install
+	$(BIN)/python -m bench
+
+kafka: install
+	$(BIN)/python -m tests.infra.kafka run
+
+cluster: install
+	$(BIN)/python -m tests.infra.kube run
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,690 @@
+"""Kubernetes manifests in, internal objects out — or a precise error.
+
+This is the one place a batch admin's YAML is read. Each document is decoded
+into the wire Structs of ``events.api`` (unknown fields and wrong types are
+refused with their path) and then checked the way Kueue's webhooks and CRD rules
+check it, before it is normalised into ``events.objects``. Every refusal is a
+:class:`ManifestError` naming the file, the document, the object and the field.
+
+Things Kueue accepts but cannot use (a ClusterQueue naming a missing flavor, a
+LocalQueue pointing nowhere) are *not* errors here: the scheduler reports them
+as inactive or pending, as Kueue does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import msgspec
+import yaml
+
+from events import api
+from events import objects as o
+from events.jobs import job_to_workload
+from events.podspec import ObjectError, pod_set_from_template, selector_from_api
+from events.quantity import QuantityError, to_amount
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta1", "v1beta2")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+MAX_RESOURCE_GROUPS = 16
+MAX_FLAVORS_PER_GROUP = 64
+MAX_RESOURCES_PER_GROUP = 64
+MAX_POD_SETS = 8
+
+
+class ManifestError(ValueError):
+    """A manifest Kueue (or Kubernetes) would refuse, located precisely."""
+
+    def __init__(self, file: str, document: int, obj: str, field: str, message: str) -> None:
+        self.file, self.document, self.obj, self.field, self.message = file, document, obj, field, message
+        where = f"{file}: document {document}"
+        if obj:
+            where += f" ({obj})"
+        super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class Document:
+    file: str
+    index: int  # 1-based position in its file
+    body: Any
+
+
+class _NoTimestampLoader(yaml.SafeLoader):
+    """Safe YAML without implicit timestamps: times stay strings, parsed by us (RFC 3339)."""
+
+
+_NoTimestampLoader.yaml_implicit_resolvers = {
+    ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def read_documents(file: str, text: str) -> list[Document]:
+    """Split a multi-document YAML stream; empty documents are skipped but keep their number."""
+    try:
+        bodies = list(yaml.load_all(text, Loader=_NoTimestampLoader))  # noqa: S506 - safe loader subclass
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ManifestError(file, 0, "", "", f"invalid YAML{line}: {getattr(e, 'problem', e)}") from e
+    docs: list[Document] = []
+    for i, body in enumerate(bodies, start=1):
+        if body is None:
+            continue
+        if isinstance(body, dict) and body.get("kind") == "List" and isinstance(body.get("items"), list):
+            docs.extend(Document(file, i, item) for item in body["items"])
+            continue
+        docs.append(Document(file, i, body))
+    return docs
+
+
+def parse_time(value: str) -> o.Millis:
+    """RFC 3339 time to milliseconds since the epoch."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    dt = datetime.fromisoformat(text)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return o.Millis(int(dt.timestamp() * 1000))
+
+
+def format_time(ms: int) -> str:
+    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    if ms % 1000:
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+T = TypeVar("T")
+
+
+class _Ctx:
+    """Where we are, so that every error can say so."""
+
+    def __init__(self, doc: Document, kind: str, name: str) -> None:
+        self.doc, self.kind, self.name = doc, kind, name
+
+    def error(self, field: str, message: str) -> ManifestError:
+        return ManifestError(self.doc.file, self.doc.index, f"{self.kind} {self.name}".strip(), field, message)
+
+    def convert(self, value: Any, typ: type[T], field: str) -> T:
+        try:
+            return msgspec.convert(value, typ)
+        except msgspec.ValidationError as e:
+            text = str(e)
+            path = ""
+            m = re.search(r" - at `\$(.*)`$", text)
+            if m:
+                text = text[: m.start()]
+                path = m.group(1)
+            m2 = re.match(r"Object contains unknown field `(.+)`", text)
+            if m2:
+                path += "." + m2.group(1)
+                text = "unknown field"
+            elif text.startswith("Object missing required field"):
+                req = re.search(r"`(.+)`", text)
+                if req:
+                    path += "." + req.group(1)
+                text = "required field is missing"
+            raise self.error(field + path, text) from None
+
+    def amount(self, resource: str, value: object, field: str) -> int:
+        try:
+            amount = to_amount(resource, value)
+        except QuantityError as e:
+            raise self.error(field, str(e)) from None
+        if amount < 0:
+            raise self.error(field, f"must be greater than or equal to 0, got {value!r}")
+        return amount
+
+
+def _meta(doc: Document) -> tuple[str, str, api.ObjectMeta]:
+    body = doc.body
+    if not isinstance(body, dict):
+        raise ManifestError(doc.file, doc.index, "", "", f"expected a Kubernetes object, got {type(body).__name__}")
+    kind = body.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise ManifestError(doc.file, doc.index, "", "kind", "required field is missing")
+    if not isinstance(body.get("apiVersion"), str):
+        raise ManifestError(doc.file, doc.index, kind, "apiVersion", "required field is missing")
+    ctx = _Ctx(doc, kind, "")
+    meta = ctx.convert(body.get("metadata") or {}, api.ObjectMeta, "metadata")
+    return kind, str(body["apiVersion"]), meta
+
+
+def _check_name(ctx: _Ctx, name: str | None, field: str, *, label: bool = False) -> str:
+    if not name:
+        raise ctx.error(field, "required field is missing")
+    pattern, what, limit = (_DNS_LABEL, "RFC 1123 label", 63) if label else (_DNS_SUBDOMAIN, "RFC 1123 subdomain", 253)
+    if len(name) > limit or not pattern.match(name):
+        raise ctx.error(
+            field,
+            f"invalid value {name!r}: a lowercase {what} must consist of lower case alphanumeric "
+            f"characters, '-' or '.', and must start and end with an alphanumeric character "
+            f"(at most {limit} characters)",
+        )
+    return name
+
+
+def _sorted_pairs(d: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((d or {}).items()))
+
+
+def _check_resource_name(ctx: _Ctx, name: str, field: str) -> None:
+    prefix, _, local = name.rpartition("/")
+    if not _QUALIFIED_NAME.match(local) or len(local) > 63 or (prefix and not _DNS_SUBDOMAIN.match(prefix)):
+        raise ctx.error(field, f"invalid resource name {name!r}")
+
+
+def _resource_groups(
+    ctx: _Ctx, groups: list[api.ResourceGroup] | None, *, has_parent: bool, owner: str
+) -> tuple[o.ResourceGroup, ...]:
+    """Kueue's ClusterQueue/Cohort resourceGroups rules (CRD markers + webhook)."""
+    groups = groups or []
+    if len(groups) > MAX_RESOURCE_GROUPS:
+        raise ctx.error("spec.resourceGroups", f"must have at most {MAX_RESOURCE_GROUPS} items")
+    seen_resources: dict[str, int] = {}
+    seen_flavors: dict[str, int] = {}
+    out: list[o.ResourceGroup] = []
+    for gi, group in enumerate(groups):
+        gpath = f"spec.resourceGroups[{gi}]"
+        if not group.covered_resources:
+            raise ctx.error(f"{gpath}.coveredResources", "must have at least 1 item")
+        if len(group.covered_resources) > MAX_RESOURCES_PER_GROUP:
+            raise ctx.error(f"{gpath}.coveredResources", f"must have at most {MAX_RESOURCES_PER_GROUP} items")
+        if not group.flavors:
+            raise ctx.error(f"{gpath}.flavors", "must have at least 1 item")
+        if len(group.flavors) > MAX_FLAVORS_PER_GROUP:
+            raise ctx.error(f"{gpath}.flavors", f"must have at most {MAX_FLAVORS_PER_GROUP} items")
+        for ri, res in enumerate(group.covered_resources):
+            _check_resource_name(ctx, res, f"{gpath}.coveredResources[{ri}]")
+            if res in seen_resources:
+                raise ctx.error(
+                    f"{gpath}.coveredResources[{ri}]",
+                    f"duplicate value {res!r}: a resource can be covered by only one resource group "
+                    f"(already in spec.resourceGroups[{seen_resources[res]}])",
+                )
+            seen_resources[res] = gi
+        flavors: list[o.FlavorQuotas] = []
+        for fi, fq in enumerate(group.flavors):
+            fpath = f"{gpath}.flavors[{fi}]"
+            _check_name(ctx, fq.name, f"{fpath}.name")
+            if fq.name in seen_flavors:
+                raise ctx.error(
+                    f"{fpath}.name",
+                    f"duplicate value {fq.name!r}: a flavor can appear in only one resource group "
+                    f"(already in spec.resourceGroups[{seen_flavors[fq.name]}])",
+                )
+            seen_flavors[fq.name] = gi
+            if [r.name for r in fq.resources] != list(group.covered_resources):
+                raise ctx.error(
+                    f"{fpath}.resources",
+                    f"must list exactly the coveredResources {list(group.covered_resources)} in the same "
+                    f"order, got {[r.name for r in fq.resources]}",
+                )
+            quotas: list[tuple[str, o.Quota]] = []
+            for qi, rq in enumerate(fq.resources):
+                qpath = f"{fpath}.resources[{qi}]"
+                nominal = ctx.amount(rq.name, rq.nominal_quota, f"{qpath}.nominalQuota")
+                borrowing = lending = None
+                if rq.borrowing_limit is not None:
+                    if not has_parent:
+                        raise ctx.error(f"{qpath}.borrowingLimit", f"must be nil when {owner} is empty")
+                    borrowing = ctx.amount(rq.name, rq.borrowing_limit, f"{qpath}.borrowingLimit")
+                if rq.lending_limit is not None:
+                    if not has_parent:
+                        raise ctx.error(f"{qpath}.lendingLimit", f"must be nil when {owner} is empty")
+                    lending = ctx.amount(rq.name, rq.lending_limit, f"{qpath}.lendingLimit")
+                    if lending > nominal:
+                        raise ctx.error(
+                            f"{qpath}.lendingLimit",
+                            f"must be less than or equal to the nominalQuota ({rq.lending_limit} > "
+                            f"{rq.nominal_quota})",
+                        )
+                quotas.append((rq.name, o.Quota(nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)))
+            flavors.append(o.FlavorQuotas(name=fq.name, resources=tuple(quotas)))
+        out.append(o.ResourceGroup(covered_resources=tuple(group.covered_resources), flavors=tuple(flavors)))
+    return tuple(out)
+
+
+def _enum(ctx: _Ctx, enum: type[T], value: str | None, default: T, field: str, aliases: Mapping[str, str] = {}) -> T:  # noqa: B006
+    if value is None or value == "":
+        return default
+    value = aliases.get(value, value)
+    try:
+        return enum(value)  # type: ignore[call-arg]
+    except ValueError:
+        allowed = ", ".join(repr(str(m)) for m in enum.__members__.values())  # type: ignore[attr-defined]
+        extra = ", ".join(repr(a) for a in aliases)
+        raise ctx.error(
+            field, f"unsupported value {value!r}: supported values: {allowed}{', ' + extra if extra else ''}"
+        ) from None
+
+
+def _weight(ctx: _Ctx, fs: api.FairSharing | None, field: str) -> int:
+    if fs is None or fs.weight is None:
+        return 1000
+    return ctx.amount("cpu", fs.weight, f"{field}.weight")  # milli-units, like a cpu quantity
+
+
+def _spec(ctx: _Ctx, body: Mapping[str, Any], typ: type[T]) -> T:
+    spec = body.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise ctx.error("spec", f"expected an object, got {type(spec).__name__}")
+    return ctx.convert(spec, typ, "spec")
+
+
+def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.ClusterQueue:
+    spec = _spec(ctx, body, api.ClusterQueueSpec)
+    if version == "v1beta1" and spec.cohort_name is not None:
+        raise ctx.error("spec.cohortName", "unknown field (v1beta1 uses spec.cohort)")
+    if version == "v1beta2" and spec.cohort is not None:
+        raise ctx.error("spec.cohort", "unknown field (v1beta2 uses spec.cohortName)")
+    cohort = spec.cohort or spec.cohort_name or ""
+    if cohort:
+        _check_name(ctx, cohort, "spec.cohort" if spec.cohort else "spec.cohortName")
+    groups = _resource_groups(ctx, spec.resource_groups, has_parent=bool(cohort), owner="cohort")
+    selector = o.LabelSelector(matches_nothing=True)
+    if spec.namespace_selector is not None:
+        selector = selector_from_api(ctx, spec.namespace_selector, "spec.namespaceSelector")
+    preemption = o.PreemptionPolicy()
+    if spec.preemption is not None:
+        p = spec.preemption
+        bwc = p.borrow_within_cohort or api.BorrowWithinCohort()
+        preemption = o.PreemptionPolicy(
+            within_cluster_queue=_enum(
+                ctx, o.WithinClusterQueue, p.within_cluster_queue, o.WithinClusterQueue.NEVER,
+                "spec.preemption.withinClusterQueue",
+            ),
+            reclaim_within_cohort=_enum(
+                ctx, o.ReclaimWithinCohort, p.reclaim_within_cohort, o.ReclaimWithinCohort.NEVER,
+                "spec.preemption.reclaimWithinCohort",
+            ),
+            borrow_within_cohort=_enum(
+                ctx, o.BorrowWithinCohortPolicy, bwc.policy, o.BorrowWithinCohortPolicy.NEVER,
+                "spec.preemption.borrowWithinCohort.policy",
+            ),
+            borrow_max_priority_threshold=bwc.max_priority_threshold,
+        )
+        if (
+            preemption.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER
+            and preemption.borrow_within_cohort != o.BorrowWithinCohortPolicy.NEVER
+        ):
+            raise ctx.error(
+                "spec.preemption",
+                "reclaimWithinCohort=Never and borrowWithinCohort.policy!=Never: borrowWithinCohort "
+                "requires reclaimWithinCohort to be enabled",
+            )
+    fungibility = o.FlavorFungibility()
+    if spec.flavor_fungibility is not None:
+        ff = spec.flavor_fungibility
+        fungibility = o.FlavorFungibility(
+            when_can_borrow=_enum(
+                ctx, o.WhenCanBorrow, ff.when_can_borrow, o.WhenCanBorrow.MAY_STOP_SEARCH,
+                "spec.flavorFungibility.whenCanBorrow", {"Borrow": "MayStopSearch"},
+            ),
+            when_can_preempt=_enum(
+                ctx, o.WhenCanPreempt, ff.when_can_preempt, o.WhenCanPreempt.TRY_NEXT_FLAVOR,
+                "spec.flavorFungibility.whenCanPreempt", {"Preempt": "MayStopSearch"},
+            ),
+            preference=(
+                None
+                if ff.preference is None
+                else _enum(
+                    ctx, o.FungibilityPreference, ff.preference, o.FungibilityPreference.BORROWING_OVER_PREEMPTION,
+                    "spec.flavorFungibility.preference",
+                )
+            ),
+        )
+    if spec.admission_checks and spec.admission_checks_strategy:
+        raise ctx.error("spec.admissionChecksStrategy", "admissionChecks and admissionChecksStrategy are mutually exclusive")
+    checks = list(spec.admission_checks or [])
+    if spec.admission_checks_strategy and spec.admission_checks_strategy.admission_checks:
+        checks = [r.name for r in spec.admission_checks_strategy.admission_checks]
+    return o.ClusterQueue(
+        name=ctx.name,
+        cohort=cohort,
+        resource_groups=groups,
+        namespace_selector=selector,
+        queueing_strategy=_enum(
+            ctx, o.QueueingStrategy, spec.queueing_strategy, o.QueueingStrategy.BEST_EFFORT_FIFO,
+            "spec.queueingStrategy",
+        ),
+        preemption=preemption,
+        flavor_fungibility=fungibility,
+        stop_policy=_enum(ctx, o.StopPolicy, spec.stop_policy, o.StopPolicy.NONE, "spec.stopPolicy"),
+        admission_checks=tuple(checks),
+        fair_sharing_weight=_weight(ctx, spec.fair_sharing, "spec.fairSharing"),
+    )
+
+
+def _cohort(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cohort:
+    spec = _spec(ctx, body, api.CohortSpec)
+    parent = spec.parent_name or spec.parent or ""
+    if version == "v1alpha1" and spec.parent_name is not None and spec.parent is None:
+        parent = spec.parent_name
+    field = "spec.parentName" if spec.parent_name else "spec.parent"
+    if parent:
+        _check_name(ctx, parent, field)
+        if parent == ctx.name:
+            raise ctx.error(field, "a Cohort cannot be its own parent")
+    groups = _resource_groups(ctx, spec.resource_groups, has_parent=bool(parent), owner="parent")
+    return o.Cohort(
+        name=ctx.name, parent=parent, resource_groups=groups,
+        fair_sharing_weight=_weight(ctx, spec.fair_sharing, "spec.fairSharing"),
+    )
+
+
+def _resource_flavor(ctx: _Ctx, body: Mapping[str, Any]) -> o.ResourceFlavor:
+    spec = _spec(ctx, body, api.ResourceFlavorSpec)
+    taints: list[o.Taint] = []
+    for i, t in enumerate(spec.node_taints or []):
+        if t.effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise ctx.error(
+                f"spec.nodeTaints[{i}].effect",
+                f"unsupported value {t.effect!r}: supported values: 'NoSchedule', 'PreferNoSchedule', 'NoExecute'",
+            )
+        taints.append(o.Taint(key=t.key, value=t.value or "", effect=t.effect))
+    if len(spec.node_labels or {}) > 8:
+        raise ctx.error("spec.nodeLabels", "must have at most 8 items")
+    return o.ResourceFlavor(
+        name=ctx.name,
+        node_labels=_sorted_pairs(spec.node_labels),
+        node_taints=tuple(taints),
+        tolerations=tuple(
+            o.Toleration(key=t.key or "", operator=t.operator or "Equal", value=t.value or "", effect=t.effect or "")
+            for t in spec.tolerations or []
+        ),
+    )
+
+
+def _local_queue(ctx: _Ctx, body: Mapping[str, Any], namespace: str) -> o.LocalQueue:
+    spec = _spec(ctx, body, api.LocalQueueSpec)
+    cq = _check_name(ctx, spec.cluster_queue, "spec.clusterQueue")
+    return o.LocalQueue(
+        namespace=namespace, name=ctx.name, cluster_queue=cq,
+        stop_policy=_enum(ctx, o.StopPolicy, spec.stop_policy, o.StopPolicy.NONE, "spec.stopPolicy"),
+    )
+
+
+def _int_field(ctx: _Ctx, body: Mapping[str, Any], key: str, *, required: bool) -> int | None:
+    value = body.get(key)
+    if value is None:
+        if required:
+            raise ctx.error(key, "required field is missing")
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ctx.error(key, f"expected an integer, got {value!r}")
+    if not -(2**31) <= value < 2**31:
+        raise ctx.error(key, f"must fit in a 32-bit integer, got {value}")
+    return value
+
+
+def _admission(ctx: _Ctx, status: api.WorkloadStatus | None, pod_sets: tuple[o.PodSet, ...]) -> o.Admission | None:
+    """A Workload that arrives holding quota (status.admission + QuotaReserved=True) counts as usage."""
+    if status is None or status.admission is None:
+        return None
+    reserved = any(c.type == "QuotaReserved" and c.status == "True" for c in status.conditions or [])
+    if not reserved:
+        return None
+    adm = status.admission
+    _check_name(ctx, adm.cluster_queue, "status.admission.clusterQueue")
+    by_name = {ps.name: ps for ps in pod_sets}
+    out: list[o.PodSetAssignment] = []
+    for i, psa in enumerate(adm.pod_set_assignments):
+        path = f"status.admission.podSetAssignments[{i}]"
+        ps = by_name.get(psa.name)
+        if ps is None:
+            raise ctx.error(f"{path}.name", f"no podSet named {psa.name!r} in spec.podSets")
+        count = psa.count if psa.count is not None else ps.count
+        if psa.resource_usage:
+            usage = tuple(
+                sorted((r, ctx.amount(r, v, f"{path}.resourceUsage.{r}")) for r, v in psa.resource_usage.items())
+            )
+        else:
+            usage = tuple((r, v * count) for r, v in ps.requests)
+        out.append(
+            o.PodSetAssignment(name=psa.name, flavors=_sorted_pairs(psa.flavors), resource_usage=usage, count=count)
+        )
+    return o.Admission(cluster_queue=adm.cluster_queue, pod_set_assignments=tuple(out))
+
+
+def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str) -> o.Workload:
+    spec = _spec(ctx, body, api.WorkloadSpec)
+    if not spec.pod_sets:
+        raise ctx.error("spec.podSets", "must have at least 1 item")
+    if len(spec.pod_sets) > MAX_POD_SETS:
+        raise ctx.error("spec.podSets", f"must have at most {MAX_POD_SETS} items")
+    pod_sets: list[o.PodSet] = []
+    names: set[str] = set()
+    min_counts = 0
+    for i, ps in enumerate(spec.pod_sets):
+        path = f"spec.podSets[{i}]"
+        _check_name(ctx, ps.name, f"{path}.name", label=True)
+        if ps.name in names:
+            raise ctx.error(f"{path}.name", f"duplicate value {ps.name!r}")
+        names.add(ps.name)
+        if ps.count < 0:
+            raise ctx.error(f"{path}.count", f"must be greater than or equal to 0, got {ps.count}")
+        if ps.min_count is not None:
+            min_counts += 1
+            if ps.min_count < 1 or ps.min_count > ps.count:
+                raise ctx.error(f"{path}.minCount", f"must be between 1 and count ({ps.count}), got {ps.min_count}")
+        try:
+            pod_sets.append(pod_set_from_template(ctx, ps.name, ps.count, ps.min_count, ps.template, f"{path}.template"))
+        except ObjectError as e:
+            raise ctx.error(e.field, e.message) from None
+    if min_counts > 1:
+        raise ctx.error("spec.podSets", "at most one podSet can use minCount (partial admission)")
+    queue = spec.queue_name or ""
+    if queue:
+        _check_name(ctx, queue, "spec.queueName")
+    status = None
+    if body.get("status") is not None:
+        status = ctx.convert(body["status"], api.WorkloadStatus, "status")
+    priority_ref = None
+    if spec.priority_class_ref is not None:
+        ref = spec.priority_class_ref
+        source = (
+            o.WORKLOAD_PRIORITY_CLASS_SOURCE
+            if (ref.group or KUEUE_GROUP) == KUEUE_GROUP and (ref.kind or "WorkloadPriorityClass") == "WorkloadPriorityClass"
+            else o.POD_PRIORITY_CLASS_SOURCE
+        )
+        priority_ref = o.PriorityRef(source=source, name=ref.name)
+    elif spec.priority_class_name:
+        source = spec.priority_class_source or o.POD_PRIORITY_CLASS_SOURCE
+        if source not in (o.WORKLOAD_PRIORITY_CLASS_SOURCE, o.POD_PRIORITY_CLASS_SOURCE):
+            raise ctx.error("spec.priorityClassSource", f"unsupported value {source!r}")
+        priority_ref = o.PriorityRef(source=source, name=spec.priority_class_name)
+    owner = None
+    for ref in meta.owner_references or []:
+        if ref.controller or owner is None:
+            owner = o.OwnerReference(api_version=ref.api_version, kind=ref.kind, name=ref.name, uid=ref.uid)
+    pod_sets_t = tuple(pod_sets)
+    return o.Workload(
+        namespace=namespace,
+        name=ctx.name,
+        uid=meta.uid or _uid(namespace, ctx.name),
+        queue_name=queue,
+        pod_sets=pod_sets_t,
+        creation_time=_creation(ctx, meta),
+        priority=spec.priority,
+        priority_ref=priority_ref,
+        owner=owner,
+        active=spec.active is not False,
+        admission=_admission(ctx, status, pod_sets_t),
+        labels=_sorted_pairs(meta.labels),
+        annotations=_sorted_pairs(meta.annotations),
+    )
+
+
+def _creation(ctx: _Ctx, meta: api.ObjectMeta) -> int | None:
+    if meta.creation_timestamp is None:
+        return None
+    try:
+        return parse_time(meta.creation_timestamp)
+    except ValueError:
+        raise ctx.error(
+            "metadata.creationTimestamp", f"invalid RFC 3339 time {meta.creation_timestamp!r}"
+        ) from None
+
+
+def _uid(namespace: str, name: str) -> str:
+    """A stable stand-in uid for objects written without one (manifests usually are)."""
+    return hashlib.sha1(f"{namespace}/{name}".encode(), usedforsecurity=False).hexdigest()[:32]
+
+
+def _configuration(ctx: _Ctx, body: Mapping[str, Any]) -> o.Configuration:
+    rest = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")}
+    cfg = ctx.convert(rest, api.ConfigurationBody, "")
+    out = o.Configuration()
+    if cfg.fair_sharing is not None:
+        strategies = tuple(cfg.fair_sharing.preemption_strategies or out.fair_sharing_strategies)
+        allowed = {"LessThanOrEqualToFinalShare", "LessThanInitialShare"}
+        for i, s in enumerate(strategies):
+            if s not in allowed:
+                raise ctx.error(f"fairSharing.preemptionStrategies[{i}]", f"unsupported value {s!r}: supported values: "
+                                "'LessThanOrEqualToFinalShare', 'LessThanInitialShare'")
+        out = msgspec.structs.replace(out, fair_sharing=cfg.fair_sharing.enable, fair_sharing_strategies=strategies)
+    if cfg.wait_for_pods_ready is not None:
+        w = cfg.wait_for_pods_ready
+        timeout = out.wait_for_pods_ready_timeout_ms
+        if w.timeout:
+            timeout = _duration_ms(ctx, w.timeout, "waitForPodsReady.timeout")
+        out = msgspec.structs.replace(
+            out, wait_for_pods_ready=w.enable, wait_for_pods_ready_timeout_ms=timeout,
+            wait_for_pods_ready_block_admission=bool(w.block_admission),
+        )
+    if cfg.resources is not None and cfg.resources.exclude_resource_prefixes:
+        out = msgspec.structs.replace(out, exclude_resource_prefixes=tuple(cfg.resources.exclude_resource_prefixes))
+    return out
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
+
+
+def _duration_ms(ctx: _Ctx, text: str, field: str) -> int:
+    """A Go duration (``5m``, ``1h30m``, ``300s``) in milliseconds."""
+    scale = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1, "us": 0.001, "µs": 0.001, "ns": 0.000001}
+    pos, total = 0, 0.0
+    for m in _DURATION.finditer(text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * scale[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or not text:
+        raise ctx.error(field, f"invalid duration {text!r} (expected e.g. 5m, 300s, 1h30m)")
+    return int(total)
+
+
+def normalize(doc: Document) -> o.AnyObject | None:
+    """One manifest to one internal object; ``None`` for objects we deliberately ignore
+    (a Job without the queue-name label is not Kueue's to manage)."""
+    kind, api_version, meta = _meta(doc)
+    body: Mapping[str, Any] = doc.body
+    group, _, version = api_version.rpartition("/")
+    name_ctx = _Ctx(doc, kind, meta.name or "")
+    if kind == "Configuration":
+        if group != "config.kueue.x-k8s.io" or version not in KUEUE_VERSIONS:
+            raise name_ctx.error("apiVersion", f"unsupported apiVersion {api_version!r} for Configuration")
+        return _configuration(name_ctx, body)
+    name = _check_name(name_ctx, meta.name, "metadata.name")
+    namespaced = kind in ("LocalQueue", "Workload", "Job")
+    namespace = meta.namespace or "default"
+    if namespaced:
+        _check_name(name_ctx, namespace, "metadata.namespace", label=True)
+    ctx = _Ctx(doc, kind, f"{namespace}/{name}" if namespaced else name)
+    ctx.name = name
+    ctx_display = _Ctx(doc, kind, f"{namespace}/{name}" if namespaced else name)
+    try:
+        return _dispatch(ctx, kind, group, version, body, meta, namespace)
+    except ManifestError as e:
+        # Re-locate with the display name (namespace/name) while keeping field and message.
+        raise ctx_display.error(e.field, e.message) from None
+
+
+def _dispatch(
+    ctx: _Ctx, kind: str, group: str, version: str, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str
+) -> o.AnyObject | None:
+    api_version = f"{group}/{version}" if group else version
+    if group == KUEUE_GROUP:
+        kueue_kinds = {
+            "ResourceFlavor", "ClusterQueue", "LocalQueue", "Workload", "WorkloadPriorityClass",
+            "AdmissionCheck", "ProvisioningRequestConfig", "Cohort",
+        }
+        if kind not in kueue_kinds:
+            raise ctx.error("kind", f"unsupported kind {kind!r} in {api_version}")
+        allowed = (*KUEUE_VERSIONS, "v1alpha1") if kind == "Cohort" else KUEUE_VERSIONS
+        if version not in allowed:
+            raise ctx.error("apiVersion", f"unsupported apiVersion {api_version!r} for {kind}")
+        if kind == "ResourceFlavor":
+            return _resource_flavor(ctx, body)
+        if kind == "ClusterQueue":
+            return _cluster_queue(ctx, body, version)
+        if kind == "Cohort":
+            return _cohort(ctx, body, version)
+        if kind == "LocalQueue":
+            return _local_queue(ctx, body, namespace)
+        if kind == "Workload":
+            return _workload(ctx, body, meta, namespace)
+        if kind == "WorkloadPriorityClass":
+            value = _int_field(ctx, body, "value", required=True)
+            assert value is not None
+            return o.WorkloadPriorityClass(name=ctx.name, value=value)
+        if kind == "AdmissionCheck":
+            spec = body.get("spec") or {}
+            params = spec.get("parameters") or {}
+            if not spec.get("controllerName"):
+                raise ctx.error("spec.controllerName", "required field is missing")
+            return o.AdmissionCheck(
+                name=ctx.name, controller_name=str(spec["controllerName"]),
+                parameters_kind=str(params.get("kind") or ""), parameters_name=str(params.get("name") or ""),
+            )
+        spec = body.get("spec") or {}
+        return o.ProvisioningRequestConfig(
+            name=ctx.name,
+            provisioning_class_name=str(spec.get("provisioningClassName") or ""),
+            managed_resources=tuple(spec.get("managedResources") or ()),
+        )
+    if api_version == "v1" and kind == "Namespace":
+        labels = dict(meta.labels or {})
+        labels["kubernetes.io/metadata.name"] = ctx.name  # the API server sets it on every namespace
+        return o.Namespace(name=ctx.name, labels=_sorted_pairs(labels))
+    if api_version == "batch/v1" and kind == "Job":
+        spec = _spec(ctx, body, api.JobSpec)
+        try:
+            return job_to_workload(ctx, meta, spec, namespace, _creation(ctx, meta))
+        except ObjectError as e:
+            raise ctx.error(e.field, e.message) from None
+    if group == "scheduling.k8s.io" and kind == "PriorityClass":
+        value = _int_field(ctx, body, "value", required=True)
+        assert value is not None
+        return o.PriorityClass(name=ctx.name, value=value, global_default=bool(body.get("globalDefault")))
+    raise ctx.error("kind", f"unsupported object {api_version} {kind}")
+
+
+def load(files: Mapping[str, str]) -> list[tuple[Document, o.AnyObject]]:
+    """Every document of every file, in order, normalised; the first error stops the load."""
+    out: list[tuple[Document, o.AnyObject]] = []
+    for file, text in files.items():
+        for doc in read_documents(file, text):
+            obj = normalize(doc)
+            if obj is not None:
+                out.append((doc, obj))
+    return out
+
+
+def iter_pairs(d: Mapping[str, T]) -> Iterator[tuple[str, T]]:
+    return iter(sorted(d.items()))

@@ -1,0 +1,112 @@
+"""Cluster events and scheduler decisions: the facts and commands that cross processes.
+
+Events are past-tense facts, folded in order by the scheduler; decisions are
+what a scheduling cycle concluded. Every concrete class has an explicit, stable
+wire tag (never its class name). New fields only with defaults; a breaking
+change is a new tag plus an upcast in ``events.codec``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+
+from events.objects import Admission, AnyObject
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """A fact about the world. ``time`` is when it happened (ms since the epoch)."""
+
+    time: int = 0
+
+
+class ObjectApplied(Event, tag="object.applied"):
+    """An object was created or updated (a manifest applied, a watch event)."""
+
+    object: AnyObject
+
+
+class ObjectDeleted(Event, tag="object.deleted"):
+    kind: str
+    name: str
+    namespace: str = ""
+
+
+class WorkloadFinished(Event, tag="workload.finished"):
+    namespace: str
+    name: str
+    succeeded: bool = True
+    message: str = ""
+
+
+class EvictionCompleted(Event, tag="workload.eviction-completed"):
+    """The actuator stopped an evicted workload's pods: its quota is released."""
+
+    namespace: str
+    name: str
+
+
+class ClockTicked(Event, tag="clock.ticked"):
+    """Time passed with nothing else happening."""
+
+
+ClusterEvent = ObjectApplied | ObjectDeleted | WorkloadFinished | EvictionCompleted | ClockTicked
+
+
+class Condition(msgspec.Struct, frozen=True, kw_only=True):
+    """A Kueue Workload condition as Kueue writes it."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    last_transition_time: int = 0
+
+
+class PendingReason(StrEnum):
+    """Why a workload is not admitted: a closed set for explain, metrics and UIs."""
+
+    WAITING_FOR_QUOTA = "WaitingForQuota"
+    NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+    EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+    MISCONFIGURED = "Misconfigured"
+    ON_HOLD = "OnHold"
+    NAMESPACE_MISMATCH = "NamespaceMismatch"
+    QUEUE_NOT_FOUND = "QueueNotFound"
+    CLUSTER_QUEUE_INACTIVE = "ClusterQueueInactive"
+    BLOCKED_BY_STRICT_FIFO = "BlockedByStrictFIFO"
+    PREEMPTION_PENDING = "PreemptionPending"
+    PREEMPTION_NOT_ALLOWED = "PreemptionNotAllowed"
+    SKIPPED_IN_CYCLE = "SkippedInCycle"
+    INACTIVE = "Inactive"
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """What a cycle decided. ``id`` is deterministic (cycle number + index) for dedup."""
+
+    id: str
+    cycle: int
+    namespace: str
+    name: str
+    cluster_queue: str = ""
+
+
+class AdmitWorkload(Decision, tag="admit"):
+    admission: Admission
+
+
+class EvictWorkload(Decision, tag="evict"):
+    reason: str  # Kueue's Evicted reason: Preempted, ClusterQueueStopped, LocalQueueStopped, ...
+    message: str
+    preemption_reason: str = ""  # InClusterQueue, InCohortReclamation, ...
+    preemptor: str = ""  # namespace/name
+
+
+class MarkPending(Decision, tag="pending"):
+    reason: PendingReason
+    message: str
+    inadmissible: bool = False
+
+
+AnyDecision = AdmitWorkload | EvictWorkload | MarkPending

@@ -1,0 +1,284 @@
+"""The internal, version-free objects the scheduler folds.
+
+Every manifest the product accepts (Kueue v1beta1/v1beta2, v1alpha1 Cohort, a
+``batch/v1`` Job, a Namespace, ...) is normalised into one of these Structs at
+the edge (``events.manifests``). They are what cluster events carry, what the
+fold stores and what snapshots encode; they are frozen so that state can share
+them freely, and quantities inside them are already integers.
+
+Later front ends (ElasticQuotaTree, T9k Queue, several clusters) translate into
+the same objects, which is why nothing here names a Kueue API version.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NewType
+
+import msgspec
+
+Millis = NewType("Millis", int)
+"""Time in milliseconds since the Unix epoch; the only clock the core knows."""
+
+WorkloadKey = NewType("WorkloadKey", str)
+"""``namespace/name`` of a Workload: the unique id used for ordering and dedup."""
+
+
+class QueueingStrategy(StrEnum):
+    STRICT_FIFO = "StrictFIFO"
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+
+class StopPolicy(StrEnum):
+    NONE = "None"
+    HOLD = "Hold"
+    HOLD_AND_DRAIN = "HoldAndDrain"
+
+
+class WithinClusterQueue(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+class ReclaimWithinCohort(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class BorrowWithinCohortPolicy(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+
+
+class WhenCanBorrow(StrEnum):
+    MAY_STOP_SEARCH = "MayStopSearch"
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+class WhenCanPreempt(StrEnum):
+    MAY_STOP_SEARCH = "MayStopSearch"
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+class FungibilityPreference(StrEnum):
+    BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
+    PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
+
+
+class _Obj(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class _Kind(_Obj, tag_field="kind"):
+    """A top-level object; its Kubernetes kind is its wire tag."""
+
+
+class Requirement(_Obj):
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist (Gt, Lt for node selectors)
+    values: tuple[str, ...] = ()
+
+
+class LabelSelector(_Obj):
+    """A label selector. ``matches_nothing`` is Kueue's null selector."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+    matches_nothing: bool = False
+
+
+class Taint(_Obj):
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+class Toleration(_Obj):
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+class ResourceFlavor(_Kind, tag="ResourceFlavor"):
+    name: str
+    node_labels: tuple[tuple[str, str], ...] = ()
+    node_taints: tuple[Taint, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+class Quota(_Obj):
+    nominal: int
+    borrowing_limit: int | None = None  # None: unlimited
+    lending_limit: int | None = None  # None: everything can be lent
+
+
+class FlavorQuotas(_Obj):
+    name: str
+    resources: tuple[tuple[str, Quota], ...]
+
+
+class ResourceGroup(_Obj):
+    covered_resources: tuple[str, ...]
+    flavors: tuple[FlavorQuotas, ...]
+
+
+class PreemptionPolicy(_Obj):
+    within_cluster_queue: WithinClusterQueue = WithinClusterQueue.NEVER
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+    borrow_within_cohort: BorrowWithinCohortPolicy = BorrowWithinCohortPolicy.NEVER
+    borrow_max_priority_threshold: int | None = None
+
+
+class FlavorFungibility(_Obj):
+    when_can_borrow: WhenCanBorrow = WhenCanBorrow.MAY_STOP_SEARCH
+    when_can_preempt: WhenCanPreempt = WhenCanPreempt.TRY_NEXT_FLAVOR
+    preference: FungibilityPreference | None = None
+
+
+class ClusterQueue(_Kind, tag="ClusterQueue"):
+    name: str
+    cohort: str = ""
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    namespace_selector: LabelSelector = LabelSelector(matches_nothing=True)
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    preemption: PreemptionPolicy = PreemptionPolicy()
+    flavor_fungibility: FlavorFungibility = FlavorFungibility()
+    stop_policy: StopPolicy = StopPolicy.NONE
+    admission_checks: tuple[str, ...] = ()
+    fair_sharing_weight: int = 1000  # milli-units; Kueue's default weight is 1
+
+
+class Cohort(_Kind, tag="Cohort"):
+    name: str
+    parent: str = ""
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    fair_sharing_weight: int = 1000
+
+
+class LocalQueue(_Kind, tag="LocalQueue"):
+    namespace: str
+    name: str
+    cluster_queue: str
+    stop_policy: StopPolicy = StopPolicy.NONE
+
+
+class WorkloadPriorityClass(_Kind, tag="WorkloadPriorityClass"):
+    name: str
+    value: int
+
+
+class PriorityClass(_Kind, tag="PriorityClass"):
+    name: str
+    value: int
+    global_default: bool = False
+
+
+class Namespace(_Kind, tag="Namespace"):
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+class AdmissionCheck(_Kind, tag="AdmissionCheck"):
+    name: str
+    controller_name: str = ""
+    parameters_kind: str = ""
+    parameters_name: str = ""
+
+
+class ProvisioningRequestConfig(_Kind, tag="ProvisioningRequestConfig"):
+    name: str
+    provisioning_class_name: str = ""
+    managed_resources: tuple[str, ...] = ()
+
+
+class Configuration(_Kind, tag="Configuration"):
+    """The knobs of Kueue's Configuration that change decisions."""
+
+    fair_sharing: bool = False
+    fair_sharing_strategies: tuple[str, ...] = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
+    wait_for_pods_ready: bool = False
+    wait_for_pods_ready_timeout_ms: int = 300_000
+    wait_for_pods_ready_block_admission: bool = False
+    exclude_resource_prefixes: tuple[str, ...] = ()
+
+
+class NodeSelectorTerm(_Obj):
+    match_expressions: tuple[Requirement, ...] = ()
+
+
+class PodSet(_Obj):
+    name: str
+    count: int
+    requests: tuple[tuple[str, int], ...]  # per pod, sorted by resource name
+    min_count: int | None = None
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity_terms: tuple[NodeSelectorTerm, ...] = ()  # required node affinity, ORed
+    tolerations: tuple[Toleration, ...] = ()
+
+
+class PodSetAssignment(_Obj):
+    name: str
+    flavors: tuple[tuple[str, str], ...]  # resource -> flavor
+    resource_usage: tuple[tuple[str, int], ...]  # resource -> total over `count` pods
+    count: int
+
+
+class Admission(_Obj):
+    cluster_queue: str
+    pod_set_assignments: tuple[PodSetAssignment, ...]
+
+
+class OwnerReference(_Obj):
+    api_version: str
+    kind: str
+    name: str
+    uid: str = ""
+
+
+class PriorityRef(_Obj):
+    """Where a Workload's priority comes from when ``priority`` is not set on it."""
+
+    source: str  # "kueue.x-k8s.io/workloadpriorityclass" or "scheduling.k8s.io/priorityclass"
+    name: str
+
+
+WORKLOAD_PRIORITY_CLASS_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
+POD_PRIORITY_CLASS_SOURCE = "scheduling.k8s.io/priorityclass"
+
+
+class Workload(_Kind, tag="Workload"):
+    namespace: str
+    name: str
+    uid: str
+    queue_name: str
+    pod_sets: tuple[PodSet, ...]
+    creation_time: int | None = None  # Millis
+    priority: int | None = None
+    priority_ref: PriorityRef | None = None
+    owner: OwnerReference | None = None
+    active: bool = True
+    admission: Admission | None = None  # arrived already holding quota
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> WorkloadKey:
+        return WorkloadKey(f"{self.namespace}/{self.name}")
+
+
+AnyObject = (
+    ResourceFlavor
+    | ClusterQueue
+    | Cohort
+    | LocalQueue
+    | WorkloadPriorityClass
+    | PriorityClass
+    | Namespace
+    | AdmissionCheck
+    | ProvisioningRequestConfig
+    | Configuration
+    | Workload
+)

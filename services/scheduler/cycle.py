@@ -1,0 +1,442 @@
+"""One Kueue scheduling cycle, as a recipe (Kueue's ``pkg/scheduler/scheduler.go``).
+
+1. Take the head of every active ClusterQueue's queue.
+2. Nominate each head: namespace selector, flavor assignment (with the
+   preemption oracle), preemption targets, partial admission.
+3. Order the entries: not borrowing before borrowing (by borrowing level), then
+   higher priority, then older; the workload key makes ties total. With fair
+   sharing, a tournament on dominant resource shares decides instead.
+4. Walk the entries: skip what does not fit; quota taken by an earlier entry is
+   counted for later ones; a preemptor evicts its victims and waits (it is never
+   admitted in the cycle that evicts them); the rest are admitted.
+5. Requeue what was not admitted: back into the queue, or parked as
+   inadmissible (BestEffortFIFO) until quota is freed in its cohort.
+
+``run_cycle`` mutates the state it is given and returns the decisions it made;
+it is deterministic (no clock, no randomness, no unordered iteration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from events import objects as o
+from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, MarkPending, PendingReason
+from services.scheduler import conditions as cond
+from services.scheduler import fairsharing
+from services.scheduler.flavors import Assignment, Mode, Policy, assign, selector_matches
+from services.scheduler.preemption import Preemptor, Target, preemption_message
+from services.scheduler.quota import FR, Node
+from services.scheduler.state import ClusterQueueQueue, State, WorkloadRecord
+
+NOT_NOMINATED, NOMINATED, SKIPPED, ASSUMED = "notNominated", "nominated", "skipped", "assumed"
+GENERIC, NAMESPACE_MISMATCH, FAILED_AFTER_NOMINATION, PENDING_PREEMPTION = (
+    "", "NamespaceMismatch", "FailedAfterNomination", "PendingPreemption",
+)
+
+
+@dataclass(slots=True)
+class Entry:
+    rec: WorkloadRecord
+    cq: o.ClusterQueue
+    assignment: Assignment | None = None
+    targets: list[Target] = field(default_factory=list)
+    status: str = NOT_NOMINATED
+    message: str = ""
+    requeue_reason: str = GENERIC
+    pending_reason: PendingReason = PendingReason.WAITING_FOR_QUOTA
+
+    @property
+    def mode(self) -> Mode:
+        return self.assignment.mode if self.assignment is not None else Mode.NO_FIT
+
+
+class _Decisions:
+    def __init__(self, state: State) -> None:
+        self.cycle = state.cycles
+        self.out: list[AnyDecision] = []
+
+    def next_id(self) -> str:
+        return f"c{self.cycle}-{len(self.out)}"
+
+
+def namespace_labels(state: State, namespace: str) -> dict[str, str]:
+    ns = state.namespaces.get(namespace)
+    if ns is None:
+        return {"kubernetes.io/metadata.name": namespace}
+    return dict(ns.labels)
+
+
+def _oracle_for(state: State, cq: o.ClusterQueue, rec: WorkloadRecord):  # type: ignore[no-untyped-def]
+    p = cq.preemption
+    trivially_none = (
+        p.within_cluster_queue == o.WithinClusterQueue.NEVER
+        and p.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER
+    )
+    preemptor = Preemptor(state, cq, rec)
+
+    def oracle(fr: FR, value: int) -> tuple[Mode, int]:
+        if trivially_none:
+            return Mode.NO_CANDIDATES, preemptor.node.lowest_subtree_that_fits(fr, value)[0]
+        kind, borrow = (fairsharing.simulate(state, cq, rec, fr, value) if state.config.fair_sharing
+                        else preemptor.simulate(fr, value))
+        return {"none": Mode.NO_CANDIDATES, "preempt": Mode.PREEMPT, "reclaim": Mode.RECLAIM}[kind], borrow
+
+    return oracle
+
+
+def _targets(state: State, cq: o.ClusterQueue, rec: WorkloadRecord, a: Assignment) -> list[Target]:
+    frs = frozenset(
+        (flavor, res)
+        for ps in a.pod_sets
+        for res, flavor in ps.flavors.items()
+        if ps.modes.get(res, Mode.FIT) != Mode.FIT
+    )
+    if not frs:
+        return []
+    if state.config.fair_sharing:
+        return fairsharing.targets(state, cq, rec, frs, a.usage)
+    return Preemptor(state, cq, rec).targets(frs, a.usage)
+
+
+def _policy(state: State, cq: o.ClusterQueue) -> Policy:
+    p = cq.preemption
+    return Policy(
+        can_preempt_while_borrowing=(
+            p.borrow_within_cohort != o.BorrowWithinCohortPolicy.NEVER
+            or (state.config.fair_sharing and p.reclaim_within_cohort != o.ReclaimWithinCohort.NEVER)
+        ),
+        fair_sharing=state.config.fair_sharing,
+    )
+
+
+def _get_assignments(state: State, e: Entry) -> None:
+    """Kueue's ``getAssignments``: full assignment, preemption, then partial admission."""
+    cq, rec = e.cq, e.rec
+    policy, oracle = _policy(state, cq), _oracle_for(state, cq, rec)
+    full = assign(state, cq, rec, policy, oracle)
+    e.assignment, e.pending_reason = full, full.pending_reason
+    if full.mode == Mode.FIT:
+        return
+    if full.mode != Mode.NO_FIT:
+        targets = _targets(state, cq, rec, full)
+        if targets:
+            e.targets = targets
+            return
+    reducible = [(i, ps) for i, ps in enumerate(rec.obj.pod_sets) if ps.min_count is not None and ps.min_count < ps.count]
+    if not reducible:
+        return
+    counts_full = [ps.count for ps in rec.obj.pod_sets]
+    deltas = [ps.count - (ps.min_count if ps.min_count is not None else ps.count) for ps in rec.obj.pod_sets]
+    total = sum(deltas)
+    results: dict[int, tuple[Assignment, list[Target]]] = {}
+    lo, hi = 0, total + 1  # the smallest k in [0, total] whose reduced counts fit (Kueue's sort.Search)
+    while lo < hi:
+        k = (lo + hi) // 2
+        counts = [counts_full[i] - (deltas[i] * k) // total for i in range(len(counts_full))]
+        a = assign(state, cq, rec, policy, oracle, counts)
+        if a.mode == Mode.FIT:
+            results[k] = (a, [])
+            hi = k
+            continue
+        t = _targets(state, cq, rec, a) if a.mode != Mode.NO_FIT else []
+        if t:
+            results[k] = (a, t)
+            hi = k
+        else:
+            lo = k + 1
+    if lo in results:
+        e.assignment, e.targets = results[lo]
+
+
+def _nominate(state: State, e: Entry) -> None:
+    rec, cq = e.rec, e.cq
+    if not selector_matches(cq.namespace_selector, namespace_labels(state, rec.obj.namespace)):
+        e.message = "workload namespace doesn't match ClusterQueue selector"
+        e.requeue_reason = NAMESPACE_MISMATCH
+        e.pending_reason = PendingReason.NAMESPACE_MISMATCH
+        return
+    if rec.priority_error:
+        e.message = rec.priority_error
+        e.pending_reason = PendingReason.MISCONFIGURED
+        return
+    _get_assignments(state, e)
+    assert e.assignment is not None
+    e.message = e.assignment.message()
+
+
+def _order_key(e: Entry) -> tuple[int, int, int, int, str]:
+    a = e.assignment
+    return (a.borrowing if a is not None else 0, -e.rec.priority, e.rec.queue_time, e.rec.seq, e.rec.key)
+
+
+def _fits_with_removals(state: State, node: Node, usage: dict[FR, int], removed: list[WorkloadRecord]) -> bool:
+    sim_removed: list[WorkloadRecord] = []
+    try:
+        for w in removed:
+            if w.admission is None:
+                continue
+            wnode = state.cq_node(w.admission.cluster_queue)
+            for fr, v in sorted(w.usage.items()):
+                wnode.remove_usage(fr, v)
+            sim_removed.append(w)
+        return all(v <= max(0, node.available(fr)) for fr, v in usage.items())
+    finally:
+        for w in reversed(sim_removed):
+            wnode = state.cq_node(w.admission.cluster_queue)  # type: ignore[union-attr]
+            for fr, v in sorted(w.usage.items()):
+                wnode.add_usage(fr, v)
+
+
+def _resources_to_reserve(e: Entry, node: Node) -> dict[FR, int]:
+    """What a preemptor without candidates holds back for the rest of the cycle, so that
+    lower-ordered workloads do not take the quota it is waiting for (Kueue's ``resourcesToReserve``)."""
+    assert e.assignment is not None
+    out: dict[FR, int] = {}
+    for fr, v in e.assignment.usage.items():
+        q = node.quotas.get(fr)
+        nominal = q.nominal if q is not None else 0
+        used = node.usage.get(fr, 0)
+        if e.assignment.borrowing > 0:
+            if q is None or q.borrowing_limit is None:
+                out[fr] = v
+            else:
+                out[fr] = max(0, min(v, nominal + q.borrowing_limit - used))
+        else:
+            out[fr] = max(0, min(v, nominal - used))
+    return out
+
+
+class _Overlay:
+    """Usage added to the tree for this cycle only (preemptors and reservations)."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[Node, FR, int]] = []
+
+    def add(self, node: Node, usage: dict[FR, int]) -> None:
+        for fr, v in sorted(usage.items()):
+            if v:
+                node.add_usage(fr, v)
+                self.added.append((node, fr, v))
+
+    def undo(self) -> None:
+        for node, fr, v in reversed(self.added):
+            node.remove_usage(fr, v)
+        self.added.clear()
+
+
+def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: str, message: str,
+          preemption_reason: str = "", preemptor: str = "") -> None:
+    now = state.now
+    rec.evicting = True
+    rec.set_condition(cond.evicted(reason, message, now))
+    if preemption_reason:
+        rec.set_condition(cond.preempted(preemption_reason, message, now))
+    rec.history.append(f"cycle {out.cycle}: evicted ({reason}{': ' + preemption_reason if preemption_reason else ''})"
+                       f"{' by ' + preemptor if preemptor else ''}")
+    assert rec.admission is not None
+    out.out.append(EvictWorkload(
+        id=out.next_id(), cycle=out.cycle, namespace=rec.obj.namespace, name=rec.obj.name,
+        cluster_queue=rec.admission.cluster_queue, reason=reason, message=message,
+        preemption_reason=preemption_reason, preemptor=preemptor,
+    ))
+
+
+def _admit(state: State, out: _Decisions, e: Entry) -> None:
+    assert e.assignment is not None
+    rec, now = e.rec, state.now
+    adm = e.assignment.to_admission(e.cq.name)
+    from services.scheduler.state import reserve_quota
+
+    reserve_quota(state, rec, adm, now)
+    rec.set_condition(cond.quota_reserved(e.cq.name, now))
+    if e.cq.admission_checks:
+        rec.set_condition(cond.pending_admission_checks(now))
+    else:
+        rec.set_condition(cond.admitted(now))
+    for ctype in ("Evicted", "Preempted"):
+        old = rec.conditions.get(ctype)
+        if old is not None and old.status == "True":
+            rec.set_condition(cond._c(ctype, False, "QuotaReserved", f"Previously: {old.message}", now))
+    rec.pending_reason = ""
+    rec.history.append(f"cycle {out.cycle}: admitted to {e.cq.name}")
+    out.out.append(AdmitWorkload(
+        id=out.next_id(), cycle=out.cycle, namespace=rec.obj.namespace, name=rec.obj.name,
+        cluster_queue=e.cq.name, admission=adm,
+    ))
+
+
+def _drain_stopped(state: State, out: _Decisions) -> None:
+    """HoldAndDrain on a ClusterQueue or LocalQueue evicts what it has admitted."""
+    for cq_name in sorted(state.admitted):
+        cq = state.cluster_queues.get(cq_name)
+        for key in list(state.admitted[cq_name]):
+            rec = state.workloads[key]
+            if rec.evicting:
+                continue
+            lq = state.local_queues.get(f"{rec.obj.namespace}/{rec.obj.queue_name}")
+            if cq is not None and cq.stop_policy == o.StopPolicy.HOLD_AND_DRAIN:
+                evict(state, out, rec, "ClusterQueueStopped", "The ClusterQueue is stopped")
+            elif lq is not None and lq.stop_policy == o.StopPolicy.HOLD_AND_DRAIN:
+                evict(state, out, rec, "LocalQueueStopped", "The LocalQueue is stopped")
+
+
+def _mark_inactive(state: State, out: _Decisions) -> None:
+    for cq_name in sorted(state.inactive):
+        queue = state.queues.get(cq_name)
+        if queue is None:
+            continue
+        keys = [k for _, k in queue.active] + list(queue.inadmissible)
+        for key in keys:
+            _set_pending(state, out, state.workloads[key], f"ClusterQueue {cq_name} is inactive",
+                         PendingReason.ON_HOLD if state.cluster_queues[cq_name].stop_policy != o.StopPolicy.NONE
+                         else PendingReason.CLUSTER_QUEUE_INACTIVE, inadmissible=True, kueue_reason="Inadmissible")
+
+
+def _set_pending(state: State, out: _Decisions, rec: WorkloadRecord, message: str, reason: PendingReason,
+                 *, inadmissible: bool, kueue_reason: str = "Pending") -> None:
+    old = rec.conditions.get("QuotaReserved")
+    c = cond.inadmissible(message, state.now) if kueue_reason == "Inadmissible" else cond.pending(message, state.now)
+    if old is not None and old.status == c.status and old.reason == c.reason and old.message == c.message \
+            and rec.pending_reason == reason:
+        return
+    rec.set_condition(c)
+    rec.pending_reason = reason
+    rec.history.append(f"cycle {out.cycle}: pending ({reason}): {message}")
+    out.out.append(MarkPending(
+        id=out.next_id(), cycle=out.cycle, namespace=rec.obj.namespace, name=rec.obj.name,
+        cluster_queue=rec.queued_in, reason=reason, message=message, inadmissible=inadmissible,
+    ))
+
+
+@dataclass(slots=True)
+class CycleResult:
+    decisions: list[AnyDecision]
+    admitted: int
+    evicted: int
+    parked: int  # heads moved to the inadmissible list
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.admitted or self.evicted or self.parked)
+
+
+def run_cycle(state: State) -> CycleResult:
+    state.ensure_indexed()
+    state.cycles += 1
+    out = _Decisions(state)
+    evictions_before = 0
+    _drain_stopped(state, out)
+    _mark_inactive(state, out)
+    entries: list[Entry] = []
+    for cq_name in sorted(state.queues):
+        queue = state.queues[cq_name]
+        if cq_name in state.inactive or not queue.active:
+            continue
+        _, key = queue.active.pop(0)
+        entries.append(Entry(rec=state.workloads[key], cq=state.cluster_queues[cq_name]))
+    for e in entries:
+        _nominate(state, e)
+    if state.config.fair_sharing:
+        ordered = fairsharing.iterate(state, entries)
+    else:
+        ordered = iter(sorted(entries, key=_order_key))
+    overlay = _Overlay()
+    preempted: dict[str, WorkloadRecord] = {}
+    admitted = 0
+    try:
+        for e in ordered:
+            _process(state, out, e, overlay, preempted)
+            if e.status == ASSUMED:
+                admitted += 1
+    finally:
+        overlay.undo()
+    parked = 0
+    for e in entries:
+        if e.status != ASSUMED and _requeue(state, out, e):
+            parked += 1
+    evicted = sum(1 for d in out.out if isinstance(d, EvictWorkload)) - evictions_before
+    return CycleResult(decisions=out.out, admitted=admitted, evicted=evicted, parked=parked)
+
+
+def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempted: dict[str, WorkloadRecord]) -> None:
+    mode = e.mode
+    if e.assignment is None or mode == Mode.NO_FIT:
+        return
+    node = state.cq_node(e.cq.name)
+    if mode != Mode.FIT and not e.targets:
+        if e.cq.preemption.reclaim_within_cohort != o.ReclaimWithinCohort.ANY:
+            overlay.add(node, _resources_to_reserve(e, node))
+        e.pending_reason = _no_target_reason(e)
+        return
+    if any(t.key in preempted for t in e.targets):
+        _skip(e, "Workload has overlapping preemption targets with another workload")
+        return
+    usage = e.assignment.usage
+    victims = list(preempted.values()) + [state.workloads[t.key] for t in e.targets]
+    if not _fits_with_removals(state, node, usage, victims):
+        _skip(e, "Workload no longer fits after processing another workload")
+        return
+    for t in e.targets:
+        preempted[t.key] = state.workloads[t.key]
+    if mode != Mode.FIT:
+        overlay.add(node, usage)
+        count = 0
+        for t in e.targets:
+            victim = state.workloads[t.key]
+            count += 1
+            if victim.evicting:
+                continue
+            evict(state, out, victim, "Preempted", preemption_message(e.rec, t.reason), t.reason, e.rec.key)
+        e.message += f". Pending the preemption of {count} workload(s)"
+        e.requeue_reason = PENDING_PREEMPTION
+        e.pending_reason = PendingReason.PREEMPTION_PENDING
+        return
+    e.status = NOMINATED
+    _admit(state, out, e)
+    e.status = ASSUMED
+
+
+def _no_target_reason(e: Entry) -> PendingReason:
+    p = e.cq.preemption
+    if p.within_cluster_queue == o.WithinClusterQueue.NEVER and p.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER:
+        return PendingReason.WAITING_FOR_QUOTA
+    return PendingReason.PREEMPTION_NOT_ALLOWED
+
+
+def _skip(e: Entry, message: str) -> None:
+    e.status = SKIPPED
+    e.message = message
+    e.pending_reason = PendingReason.SKIPPED_IN_CYCLE
+
+
+def _requeue(state: State, out: _Decisions, e: Entry) -> bool:
+    """Kueue's ``requeueAndUpdate``; returns whether the workload was parked as inadmissible."""
+    if e.status != NOT_NOMINATED and e.requeue_reason == GENERIC:
+        e.requeue_reason = FAILED_AFTER_NOMINATION
+    rec = e.rec
+    if e.cq.queueing_strategy == o.QueueingStrategy.STRICT_FIFO:
+        immediate = e.requeue_reason != NAMESPACE_MISMATCH
+    else:
+        immediate = e.requeue_reason in (FAILED_AFTER_NOMINATION, PENDING_PREEMPTION)
+    queue = state.queues.setdefault(e.cq.name, ClusterQueueQueue())
+    message = e.message
+    if e.mode != Mode.FIT and not e.targets and e.pending_reason == PendingReason.PREEMPTION_NOT_ALLOWED:
+        message = _explain_policy(e, message)
+    _set_pending(state, out, rec, message, e.pending_reason, inadmissible=not immediate)
+    if immediate:
+        rec.inadmissible = False
+        queue.push(rec)
+        return False
+    rec.inadmissible = True
+    queue.inadmissible[rec.key] = None
+    return True
+
+
+def _explain_policy(e: Entry, message: str) -> str:
+    p = e.cq.preemption
+    return (
+        f"{message}. Preemption could not free enough quota under the ClusterQueue's policy "
+        f"(withinClusterQueue={p.within_cluster_queue}, reclaimWithinCohort={p.reclaim_within_cohort}, "
+        f"borrowWithinCohort={p.borrow_within_cohort})"
+    )

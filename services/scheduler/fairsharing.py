@@ -1,0 +1,3 @@
+"""Fair sharing (placeholder until the fair-sharing work lands)."""
+
+from __future__ import annotations

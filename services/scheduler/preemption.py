@@ -1,0 +1,306 @@
+"""Classical preemption: which admitted workloads to evict so that a pending one fits.
+
+Follows Kueue's ``pkg/scheduler/preemption`` (classical strategy with
+hierarchical cohorts): candidates are classified by policy
+(``withinClusterQueue``, ``reclaimWithinCohort``, ``borrowWithinCohort`` with
+its ``maxPriorityThreshold``), ordered (already evicted first, other
+ClusterQueues first, lower priority first, most recently admitted first), then
+removed one by one from a simulated tree until the preemptor fits; the set is
+then made minimal by trying to give each back. One or two attempts are made,
+with and without letting the preemptor borrow, in Kueue's order.
+
+Simulated removals mutate the live quota tree and are always undone before
+returning; nothing here changes the state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from events import objects as o
+from services.scheduler.quota import FR, Node
+from services.scheduler.state import State, WorkloadRecord
+
+IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
+IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+
+HUMAN_REASONS = {
+    IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
+    IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    IN_COHORT_FAIR_SHARING: "Fair Sharing within the cohort",
+    IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
+}
+
+
+class Variant(IntEnum):
+    WITHIN_CQ = 0
+    HIERARCHICAL_RECLAIM = 1
+    RECLAIM_WITHOUT_BORROWING = 2
+    RECLAIM_WHILE_BORROWING = 3
+
+
+_REASON = {
+    Variant.WITHIN_CQ: IN_CLUSTER_QUEUE,
+    Variant.HIERARCHICAL_RECLAIM: IN_COHORT_RECLAMATION,
+    Variant.RECLAIM_WITHOUT_BORROWING: IN_COHORT_RECLAMATION,
+    Variant.RECLAIM_WHILE_BORROWING: IN_COHORT_RECLAIM_WHILE_BORROWING,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    key: str
+    reason: str
+
+
+@dataclass(slots=True)
+class _Candidate:
+    rec: WorkloadRecord
+    variant: Variant
+    lca: Node | None  # lowest common ancestor with the preemptor (None: same ClusterQueue)
+
+
+def satisfies(policy: str, preemptor: WorkloadRecord, candidate: WorkloadRecord) -> bool:
+    if policy == "LowerPriority":
+        return preemptor.priority > candidate.priority
+    if policy == "LowerOrNewerEqualPriority":
+        return preemptor.priority > candidate.priority or (
+            preemptor.priority == candidate.priority and preemptor.queue_time < candidate.queue_time
+        )
+    return policy == "Any"
+
+
+def candidate_order(preemptor_cq: str, now: int):  # type: ignore[no-untyped-def]
+    """Kueue's ``CandidatesOrdering`` as a sort key, with the key as final tie-break."""
+
+    def key(c: _Candidate) -> tuple[int, int, int, int, str, str]:
+        rec = c.rec
+        evicted = 0 if rec.evicting else 1
+        same_cq = 1 if rec.admission is not None and rec.admission.cluster_queue == preemptor_cq else 0
+        reserved = rec.reserved_at if rec.reserved_at is not None else now
+        return (evicted, same_cq, rec.priority, -reserved, rec.obj.uid, rec.key)
+
+    return key
+
+
+def _uses(rec: WorkloadRecord, frs: frozenset[FR]) -> bool:
+    return any(fr in frs for fr in rec.usage)
+
+
+def _within_nominal(node: Node, frs: frozenset[FR]) -> bool:
+    return all(node.usage.get(fr, 0) <= node.subtree.get(fr, 0) for fr in frs)
+
+
+def _fits_in_quota(node: Node, request: dict[FR, int]) -> tuple[bool, dict[FR, int]]:
+    fits = all(node.usage.get(fr, 0) + v <= node.subtree.get(fr, 0) for fr, v in request.items())
+    remaining = {fr: max(0, v - node.local_available(fr)) for fr, v in request.items()}
+    return fits, remaining
+
+
+class Simulation:
+    """Removes workloads from the quota tree and puts them back, in reverse order."""
+
+    def __init__(self, state: State) -> None:
+        self.state = state
+        self.removed: list[WorkloadRecord] = []
+
+    def remove(self, rec: WorkloadRecord) -> None:
+        assert rec.admission is not None
+        node = self.state.cq_node(rec.admission.cluster_queue)
+        for fr, v in sorted(rec.usage.items()):
+            node.remove_usage(fr, v)
+        self.removed.append(rec)
+
+    def restore_last(self) -> None:
+        rec = self.removed.pop()
+        assert rec.admission is not None
+        node = self.state.cq_node(rec.admission.cluster_queue)
+        for fr, v in sorted(rec.usage.items()):
+            node.add_usage(fr, v)
+
+    def restore_all(self) -> None:
+        while self.removed:
+            self.restore_last()
+
+
+class Preemptor:
+    """Finds preemption targets for one pending workload in one ClusterQueue."""
+
+    def __init__(self, state: State, cq: o.ClusterQueue, rec: WorkloadRecord) -> None:
+        self.state, self.cq, self.rec = state, cq, rec
+        self.node = state.cq_node(cq.name)
+
+    # --- candidates ----------------------------------------------------------------------
+
+    def _classify(self, cand: WorkloadRecord, frs: frozenset[FR], advantage: bool) -> Variant | None:
+        if not _uses(cand, frs):
+            return None
+        p = self.cq.preemption
+        same = cand.admission is not None and cand.admission.cluster_queue == self.cq.name
+        policy = p.within_cluster_queue if same else p.reclaim_within_cohort
+        if not satisfies(policy, self.rec, cand):
+            return None
+        if same:
+            return Variant.WITHIN_CQ
+        if advantage:
+            return Variant.HIERARCHICAL_RECLAIM
+        if p.borrow_within_cohort == o.BorrowWithinCohortPolicy.NEVER:
+            return Variant.RECLAIM_WITHOUT_BORROWING
+        threshold = p.borrow_max_priority_threshold
+        if cand.priority >= self.rec.priority or (threshold is not None and cand.priority > threshold):
+            return Variant.RECLAIM_WITHOUT_BORROWING
+        return Variant.RECLAIM_WHILE_BORROWING
+
+    def _workloads_of(self, cq_name: str) -> list[WorkloadRecord]:
+        return [self.state.workloads[k] for k in self.state.admitted.get(cq_name, {})]
+
+    def _collect(self, node: Node, skip: Node | None, frs: frozenset[FR], advantage: bool,
+                 lca: Node, out: list[_Candidate]) -> None:
+        for child in node.children:
+            if child is skip or _within_nominal(child, frs):
+                continue
+            if child.is_cluster_queue:
+                if child.name == self.cq.name:
+                    continue
+                for cand in self._workloads_of(child.name):
+                    variant = self._classify(cand, frs, advantage)
+                    if variant is not None:
+                        out.append(_Candidate(cand, variant, lca))
+            else:
+                self._collect(child, None, frs, advantage, lca, out)
+
+    def _candidates(self, frs: frozenset[FR], usage: dict[FR, int]) -> tuple[list[_Candidate], bool, bool]:
+        """(ordered candidates, none from other queues, none for hierarchical reclaim)."""
+        p = self.cq.preemption
+        same_queue: list[_Candidate] = []
+        if p.within_cluster_queue != o.WithinClusterQueue.NEVER:
+            for cand in self._workloads_of(self.cq.name):
+                variant = self._classify(cand, frs, False)
+                if variant is not None:
+                    same_queue.append(_Candidate(cand, variant, None))
+        hierarchy: list[_Candidate] = []
+        priority: list[_Candidate] = []
+        if self.node.parent is not None and p.reclaim_within_cohort != o.ReclaimWithinCohort.NEVER:
+            advantage, remaining = _fits_in_quota(self.node, usage)
+            prev: Node | None = None
+            level: Node | None = self.node.parent
+            while level is not None:
+                self._collect(level, prev, frs, advantage, level, hierarchy if advantage else priority)
+                fits, remaining = _fits_in_quota(level, remaining)
+                advantage = advantage or fits
+                prev = level
+                level = level.parent
+        order = candidate_order(self.cq.name, self.state.now)
+        groups = [sorted(g, key=order) for g in (hierarchy, priority, same_queue)]
+        evicted = [c for g in groups for c in g if c.rec.evicting]
+        rest = [c for g in groups for c in g if not c.rec.evicting]
+        return evicted + rest, not hierarchy and not priority, not hierarchy
+
+    def _valid(self, c: _Candidate, borrowing: bool, frs: frozenset[FR]) -> bool:
+        if c.variant == Variant.WITHIN_CQ:
+            return True
+        if borrowing and c.variant == Variant.RECLAIM_WITHOUT_BORROWING:
+            return False
+        assert c.rec.admission is not None
+        node: Node | None = self.state.cq_node(c.rec.admission.cluster_queue)
+        while node is not None and node is not c.lca:
+            if _within_nominal(node, frs):
+                return False
+            node = node.parent
+        return True
+
+    # --- search --------------------------------------------------------------------------
+
+    def _fits(self, usage: dict[FR, int], allow_borrowing: bool) -> bool:
+        node = self.node
+        for fr, v in usage.items():
+            if not allow_borrowing and node.borrowing_with(fr, v):
+                return False
+            if v > max(0, node.available(fr)):
+                return False
+        return True
+
+    def targets(self, frs: frozenset[FR], usage: dict[FR, int]) -> list[Target]:
+        if not frs:
+            return []
+        candidates, none_from_others, none_hierarchical = self._candidates(frs, usage)
+        if not candidates:
+            return []
+        forbidden = self.cq.preemption.borrow_within_cohort == o.BorrowWithinCohortPolicy.NEVER
+        under_nominal = all(
+            self.node.usage.get(fr, 0) < self.node.quotas[fr].nominal if fr in self.node.quotas else False
+            for fr in frs
+        )
+        if none_from_others or (forbidden and not under_nominal):
+            attempts = [True]
+        elif forbidden and none_hierarchical:
+            attempts = [False, True]
+        else:
+            attempts = [True, False]
+        for allow_borrowing in attempts:
+            found = self._attempt(candidates, frs, usage, allow_borrowing)
+            if found:
+                return found
+        return []
+
+    def _attempt(self, candidates: list[_Candidate], frs: frozenset[FR], usage: dict[FR, int],
+                 allow_borrowing: bool) -> list[Target]:
+        sim = Simulation(self.state)
+        chosen: list[_Candidate] = []
+        try:
+            for c in candidates:
+                if not self._valid(c, allow_borrowing, frs):
+                    continue
+                sim.remove(c.rec)
+                chosen.append(c)
+                if self._fits(usage, allow_borrowing):
+                    chosen = self._fill_back(sim, chosen, usage, allow_borrowing)
+                    return [Target(c.rec.key, _REASON[c.variant]) for c in chosen]
+            return []
+        finally:
+            sim.restore_all()
+
+    def _fill_back(self, sim: Simulation, chosen: list[_Candidate], usage: dict[FR, int],
+                   allow_borrowing: bool) -> list[_Candidate]:
+        """Give back every target (but the last) that is not needed after all."""
+        keep = list(chosen)
+        for i in range(len(keep) - 2, -1, -1):
+            c = keep[i]
+            node = self.state.cq_node(c.rec.admission.cluster_queue)  # type: ignore[union-attr]
+            for fr, v in sorted(c.rec.usage.items()):
+                node.add_usage(fr, v)
+            if self._fits(usage, allow_borrowing):
+                del keep[i]
+                sim.removed.remove(c.rec)
+            else:
+                for fr, v in sorted(c.rec.usage.items()):
+                    node.remove_usage(fr, v)
+        return keep
+
+    def simulate(self, fr: FR, value: int) -> tuple[str, int]:
+        """Kueue's preemption oracle for one resource: ("none"|"preempt"|"reclaim", borrowing after)."""
+        frs = frozenset({fr})
+        targets = self.targets(frs, {fr: value})
+        if not targets:
+            return "none", self.node.lowest_subtree_that_fits(fr, value)[0]
+        sim = Simulation(self.state)
+        try:
+            for t in targets:
+                sim.remove(self.state.workloads[t.key])
+            borrow = self.node.lowest_subtree_that_fits(fr, value)[0]
+        finally:
+            sim.restore_all()
+        same = any(
+            (w := self.state.workloads[t.key]).admission is not None and w.admission.cluster_queue == self.cq.name
+            for t in targets
+        )
+        return ("preempt" if same else "reclaim"), borrow
+
+
+def preemption_message(preemptor: WorkloadRecord, reason: str) -> str:
+    job_uid = preemptor.obj.owner.uid if preemptor.obj.owner is not None and preemptor.obj.owner.uid else "UNKNOWN"
+    uid = preemptor.obj.uid or "UNKNOWN"
+    return f"Preempted to accommodate a workload (UID: {uid}, JobUID: {job_uid}) due to {HUMAN_REASONS[reason]}"

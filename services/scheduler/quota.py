@@ -1,0 +1,158 @@
+"""The quota tree: ClusterQueues and Cohorts as resource nodes, with Kueue's arithmetic.
+
+Each ClusterQueue is a leaf; each Cohort (named by a ClusterQueue's ``cohort``
+or declared as an object, possibly with a ``parentName``) is an inner node. For
+every (flavor, resource) a node keeps
+
+- ``quotas``: its own nominal quota and borrowing / lending limits,
+- ``subtree``: the quota it can offer upwards — its nominal for a ClusterQueue,
+  its own nominal plus what each child lends for a Cohort,
+- ``usage``: for a ClusterQueue what its admitted workloads use, for a Cohort
+  the part of its children's usage that exceeds what they keep for themselves.
+
+The formulas are those of Kueue's ``pkg/cache/scheduler/resource_node.go``
+(``guaranteedQuota``, ``available``, ``potentialAvailable``, ``addUsage``,
+``removeUsage``); all amounts are integers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from events.objects import Quota
+
+FR = tuple[str, str]
+"""A (flavor, resource) pair."""
+
+
+class Node:
+    __slots__ = ("children", "height", "is_cluster_queue", "name", "parent", "quotas", "subtree", "usage")
+
+    def __init__(self, name: str, *, is_cluster_queue: bool) -> None:
+        self.name = name
+        self.is_cluster_queue = is_cluster_queue
+        self.parent: Node | None = None
+        self.children: list[Node] = []
+        self.quotas: dict[FR, Quota] = {}
+        self.subtree: dict[FR, int] = {}
+        self.usage: dict[FR, int] = {}
+        self.height = 0
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        kind = "cq" if self.is_cluster_queue else "cohort"
+        return f"Node({kind} {self.name})"
+
+    # --- Kueue's resource node formulas ------------------------------------------------
+
+    def guaranteed(self, fr: FR) -> int:
+        """Quota this node keeps for itself: what it does not lend (0 without a lendingLimit)."""
+        q = self.quotas.get(fr)
+        if q is None or q.lending_limit is None:
+            return 0
+        return max(0, self.subtree.get(fr, 0) - q.lending_limit)
+
+    def local_available(self, fr: FR) -> int:
+        return max(0, self.guaranteed(fr) - self.usage.get(fr, 0))
+
+    def available(self, fr: FR) -> int:
+        """How much more of ``fr`` this node may use now, borrowing where allowed."""
+        parent = self.parent
+        if parent is None:
+            return self.subtree.get(fr, 0) - self.usage.get(fr, 0)
+        local = self.local_available(fr)
+        parent_available = parent.available(fr)
+        q = self.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            stored_in_parent = self.subtree.get(fr, 0) - self.guaranteed(fr)
+            used_in_parent = max(0, self.usage.get(fr, 0) - self.guaranteed(fr))
+            parent_available = min(stored_in_parent - used_in_parent + q.borrowing_limit, parent_available)
+        return local + parent_available
+
+    def potential_available(self, fr: FR) -> int:
+        """The most of ``fr`` this node could ever use if nothing else in its tree were used."""
+        parent = self.parent
+        if parent is None:
+            return self.subtree.get(fr, 0)
+        avail = self.guaranteed(fr) + parent.potential_available(fr)
+        q = self.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            avail = min(self.subtree.get(fr, 0) + q.borrowing_limit, avail)
+        return avail
+
+    def add_usage(self, fr: FR, value: int) -> None:
+        node: Node | None = self
+        while node is not None and value:
+            local = node.local_available(fr)
+            node.usage[fr] = node.usage.get(fr, 0) + value
+            value = max(0, value - local)
+            node = node.parent
+
+    def remove_usage(self, fr: FR, value: int) -> None:
+        node: Node | None = self
+        while node is not None and value:
+            stored_in_parent = node.usage.get(fr, 0) - node.guaranteed(fr)
+            node.usage[fr] = node.usage.get(fr, 0) - value
+            if stored_in_parent <= 0:
+                return
+            value = min(value, stored_in_parent)
+            node = node.parent
+
+    # --- helpers for the scheduler ------------------------------------------------------
+
+    def root(self) -> Node:
+        node = self
+        while node.parent is not None:
+            node = node.parent
+        return node
+
+    def borrowing_with(self, fr: FR, value: int) -> bool:
+        return self.subtree.get(fr, 0) < self.usage.get(fr, 0) + value
+
+    def lowest_subtree_that_fits(self, fr: FR, value: int) -> tuple[int, bool]:
+        """(borrowing level, may reclaim in hierarchy): 0 if ``value`` more of ``fr`` fits this
+        ClusterQueue's own quota, else the height of the lowest cohort whose subtree covers it
+        (Kueue's ``FindHeightOfLowestSubtreeThatFits``). Heads that borrow from nearer in the
+        tree are ordered before those that borrow from further."""
+        if not self.borrowing_with(fr, value) or self.parent is None:
+            return 0, self.parent is not None
+        remaining = value - self.local_available(fr)
+        node: Node | None = self.parent
+        last = self.parent
+        while node is not None:
+            if not node.borrowing_with(fr, remaining):
+                return node.height, node.parent is not None
+            remaining -= node.local_available(fr)
+            last = node
+            node = node.parent
+        return last.height, False
+
+    def fits(self, usage: Mapping[FR, int]) -> bool:
+        return all(v <= self.available(fr) for fr, v in usage.items())
+
+    def ancestors(self) -> Iterable[Node]:
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+
+def recompute_subtree(node: Node) -> None:
+    """Bottom-up SubtreeQuota, cohort usage and height, as Kueue's ``updateCohortTreeResources``."""
+    if node.is_cluster_queue:
+        node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
+        node.height = 0
+        return
+    for child in node.children:
+        recompute_subtree(child)
+    node.height = max([min(len(node.children), 1)] + [c.height + 1 for c in node.children if not c.is_cluster_queue])
+    subtree = {fr: q.nominal for fr, q in node.quotas.items()}
+    usage: dict[FR, int] = {}
+    for child in node.children:
+        for fr, v in child.subtree.items():
+            subtree[fr] = subtree.get(fr, 0) + v - child.guaranteed(fr)
+        for fr, u in child.usage.items():
+            over = max(0, u - child.guaranteed(fr))
+            if over:
+                usage[fr] = usage.get(fr, 0) + over
+    node.subtree = subtree
+    node.usage = usage

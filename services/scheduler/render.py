@@ -1,0 +1,117 @@
+"""Workloads rendered as Kubernetes objects, with status as Kueue writes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from events.manifests import format_time
+from events.quantity import format_amount
+from services.scheduler.state import State, WorkloadRecord
+
+PENDING_REASON_ANNOTATION = "kueuelog.io/pending-reason"
+
+
+def _pod_set(ps: Any) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main"}
+    if ps.requests:
+        container["resources"] = {"requests": {r: format_amount(r, v) for r, v in ps.requests}}
+    spec: dict[str, Any] = {"containers": [container]}
+    if ps.node_selector:
+        spec["nodeSelector"] = dict(ps.node_selector)
+    if ps.tolerations:
+        spec["tolerations"] = [
+            {k: v for k, v in (("key", t.key), ("operator", t.operator), ("value", t.value), ("effect", t.effect)) if v}
+            for t in ps.tolerations
+        ]
+    out: dict[str, Any] = {"name": ps.name, "count": ps.count, "template": {"spec": spec}}
+    if ps.min_count is not None:
+        out["minCount"] = ps.min_count
+    return out
+
+
+def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
+    wl = rec.obj
+    meta: dict[str, Any] = {"name": wl.name, "namespace": wl.namespace, "uid": wl.uid}
+    if wl.creation_time is not None:
+        meta["creationTimestamp"] = format_time(wl.creation_time)
+    if wl.labels:
+        meta["labels"] = dict(wl.labels)
+    annotations = dict(wl.annotations)
+    if rec.pending and rec.pending_reason:
+        annotations[PENDING_REASON_ANNOTATION] = rec.pending_reason
+    if annotations:
+        meta["annotations"] = annotations
+    if wl.owner is not None:
+        meta["ownerReferences"] = [{
+            "apiVersion": wl.owner.api_version, "kind": wl.owner.kind, "name": wl.owner.name,
+            "uid": wl.owner.uid, "controller": True, "blockOwnerDeletion": True,
+        }]
+    spec: dict[str, Any] = {"queueName": wl.queue_name, "podSets": [_pod_set(ps) for ps in wl.pod_sets],
+                            "priority": rec.priority}
+    if wl.priority_ref is not None:
+        spec["priorityClassName"] = wl.priority_ref.name
+        spec["priorityClassSource"] = wl.priority_ref.source
+    if not wl.active:
+        spec["active"] = False
+    status: dict[str, Any] = {}
+    if rec.admission is not None:
+        status["admission"] = {
+            "clusterQueue": rec.admission.cluster_queue,
+            "podSetAssignments": [
+                {
+                    "name": psa.name,
+                    "flavors": dict(psa.flavors),
+                    "resourceUsage": {r: format_amount(r, v) for r, v in psa.resource_usage},
+                    "count": psa.count,
+                }
+                for psa in rec.admission.pod_set_assignments
+            ],
+        }
+    conds = [
+        {
+            "type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+            "lastTransitionTime": format_time(c.last_transition_time),
+        }
+        for c in rec.conditions.values()
+    ]
+    if conds:
+        status["conditions"] = conds
+    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": meta, "spec": spec,
+            "status": status}
+
+
+def workload_list(state: State) -> dict[str, Any]:
+    items = [workload_object(state, state.workloads[k]) for k in sorted(state.workloads)]
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def summary_row(rec: WorkloadRecord) -> tuple[str, str, str, str, str, str]:
+    """(workload, queue, cluster queue, state, flavors, reason) for table views."""
+    wl = rec.obj
+    name = f"{wl.namespace}/{wl.owner.name if wl.owner else wl.name}"
+    if rec.finished:
+        state_ = "Finished"
+    elif rec.evicting:
+        state_ = "Evicting"
+    elif rec.admission is not None:
+        admitted = rec.conditions.get("Admitted")
+        state_ = "Admitted" if admitted is not None and admitted.status == "True" else "QuotaReserved"
+    else:
+        state_ = "Pending"
+    flavors = ""
+    cq = rec.queued_in
+    if rec.admission is not None:
+        cq = rec.admission.cluster_queue
+        parts = []
+        for psa in rec.admission.pod_set_assignments:
+            fl = ",".join(f"{r}={f}" for r, f in psa.flavors)
+            parts.append(f"{psa.name}[{psa.count}]:{fl}")
+        flavors = " ".join(parts)
+    reason = ""
+    if state_ == "Pending":
+        qr = rec.conditions.get("QuotaReserved")
+        reason = f"{rec.pending_reason}: {qr.message}" if qr is not None else rec.pending_reason
+    elif state_ == "Evicting":
+        ev = rec.conditions.get("Evicted")
+        reason = ev.message if ev else ""
+    return name, wl.queue_name, cq, state_, flavors, reason

@@ -1,0 +1,439 @@
+"""Scheduler state and ``fold``: what the log has said so far, ready for a cycle.
+
+The canonical state is plain data: the objects last applied, one record per
+Workload (its resolved priority, admission, conditions, whether it is parked as
+inadmissible), the simulated clock and the input counter. Two indices are
+derived from it and rebuilt whenever configuration changes: the quota tree
+(``quota.Node``) and one ordered queue per ClusterQueue. Workload events update
+both incrementally, which keeps a fold cheap.
+
+``fold`` is total: a legal but odd history (a finish for an unknown workload)
+is recorded as an anomaly, never raised.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from events import objects as o
+from events.messages import (
+    ClockTicked,
+    ClusterEvent,
+    Condition,
+    EvictionCompleted,
+    ObjectApplied,
+    ObjectDeleted,
+    WorkloadFinished,
+)
+from services.scheduler import conditions as cond
+from services.scheduler.quota import FR, Node, recompute_subtree
+
+QueueKey = tuple[int, int, int, str]
+"""Queue order: (-priority, queue timestamp, input order, namespace/name)."""
+
+
+@dataclass(slots=True)
+class WorkloadRecord:
+    obj: o.Workload
+    seq: int
+    queue_time: int
+    priority: int = 0
+    priority_error: str = ""
+    admission: o.Admission | None = None
+    usage: dict[FR, int] = field(default_factory=dict)
+    reserved_at: int | None = None
+    evicting: bool = False
+    finished: bool = False
+    inadmissible: bool = False
+    queued_in: str = ""  # the ClusterQueue whose queue holds it while pending
+    conditions: dict[str, Condition] = field(default_factory=dict)
+    pending_reason: str = ""
+    history: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.obj.namespace}/{self.obj.name}"
+
+    def queue_key(self) -> QueueKey:
+        return (-self.priority, self.queue_time, self.seq, self.key)
+
+    @property
+    def pending(self) -> bool:
+        return self.admission is None and not self.finished
+
+    def set_condition(self, c: Condition) -> None:
+        old = self.conditions.get(c.type)
+        if old is not None and old.status == c.status:
+            # Kueue keeps lastTransitionTime when the status does not change.
+            c = Condition(type=c.type, status=c.status, reason=c.reason, message=c.message,
+                          last_transition_time=old.last_transition_time)
+        self.conditions[c.type] = c
+
+
+class ClusterQueueQueue:
+    """One ClusterQueue's pending workloads: the ordered active queue and the parked ones."""
+
+    __slots__ = ("active", "inadmissible")
+
+    def __init__(self) -> None:
+        self.active: list[tuple[QueueKey, str]] = []
+        self.inadmissible: dict[str, None] = {}
+
+    def push(self, rec: WorkloadRecord) -> None:
+        bisect.insort(self.active, (rec.queue_key(), rec.key))
+
+    def remove(self, rec: WorkloadRecord) -> None:
+        entry = (rec.queue_key(), rec.key)
+        i = bisect.bisect_left(self.active, entry)
+        if i < len(self.active) and self.active[i] == entry:
+            del self.active[i]
+        self.inadmissible.pop(rec.key, None)
+
+    def __len__(self) -> int:
+        return len(self.active) + len(self.inadmissible)
+
+
+class State:
+    """Everything the scheduler knows. Mutated only by :func:`fold` and ``cycle.apply``."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.seq = 0
+        self.cycles = 0
+        self.flavors: dict[str, o.ResourceFlavor] = {}
+        self.cluster_queues: dict[str, o.ClusterQueue] = {}
+        self.cohorts: dict[str, o.Cohort] = {}
+        self.local_queues: dict[str, o.LocalQueue] = {}
+        self.namespaces: dict[str, o.Namespace] = {}
+        self.workload_priority_classes: dict[str, o.WorkloadPriorityClass] = {}
+        self.priority_classes: dict[str, o.PriorityClass] = {}
+        self.admission_checks: dict[str, o.AdmissionCheck] = {}
+        self.provisioning_configs: dict[str, o.ProvisioningRequestConfig] = {}
+        self.config = o.Configuration()
+        self.workloads: dict[str, WorkloadRecord] = {}
+        self.anomalies: list[str] = []
+        # Derived indices, rebuilt lazily after configuration changes.
+        self._dirty = True
+        self.nodes: dict[str, Node] = {}
+        self.queues: dict[str, ClusterQueueQueue] = {}
+        self.admitted: dict[str, dict[str, None]] = {}  # cq -> workloads holding its quota
+        self.inactive: dict[str, tuple[str, str]] = {}  # cq -> (reason, message)
+
+    # --- derived indices -----------------------------------------------------------
+
+    def cq_node(self, name: str) -> Node:
+        return self.nodes["cq/" + name]
+
+    def ensure_indexed(self) -> None:
+        if self._dirty:
+            from services.scheduler.index import rebuild  # local: index imports state
+
+            rebuild(self)
+            self._dirty = False
+
+    def mark_dirty(self) -> None:
+        self._dirty = True
+        for rec in self.workloads.values():
+            rec.inadmissible = False  # configuration changed: every parked workload gets another try
+
+    def cluster_queue_for(self, wl: o.Workload) -> tuple[str, str]:
+        """(cluster queue, problem): where a workload queues, or why it cannot."""
+        lq = self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
+        if not wl.queue_name:
+            return "", "Workload has no queue name"
+        if lq is None:
+            return "", f"LocalQueue {wl.queue_name} doesn't exist"
+        if lq.cluster_queue not in self.cluster_queues:
+            return "", f"ClusterQueue {lq.cluster_queue} doesn't exist"
+        return lq.cluster_queue, ""
+
+
+def resolve_priority(state: State, wl: o.Workload) -> tuple[int, str]:
+    """(priority, error): spec.priority, else the named class, else the default PriorityClass."""
+    if wl.priority is not None:
+        return wl.priority, ""
+    ref = wl.priority_ref
+    if ref is not None:
+        if ref.source == o.WORKLOAD_PRIORITY_CLASS_SOURCE:
+            wpc = state.workload_priority_classes.get(ref.name)
+            if wpc is None:
+                return 0, f"WorkloadPriorityClass {ref.name} doesn't exist"
+            return wpc.value, ""
+        pc = state.priority_classes.get(ref.name)
+        if pc is None:
+            return 0, f"PriorityClass {ref.name} doesn't exist"
+        return pc.value, ""
+    defaults = sorted((pc.name, pc.value) for pc in state.priority_classes.values() if pc.global_default)
+    return (defaults[0][1], "") if defaults else (0, "")
+
+
+def fold(state: State, event: ClusterEvent) -> State:
+    """Apply one event to the state (in place) and return it."""
+    if event.time > state.now:
+        state.now = event.time
+    state.seq += 1
+    if isinstance(event, ObjectApplied):
+        _apply(state, event.object)
+    elif isinstance(event, ObjectDeleted):
+        _delete(state, event)
+    elif isinstance(event, WorkloadFinished):
+        _finish(state, event)
+    elif isinstance(event, EvictionCompleted):
+        _eviction_completed(state, event)
+    elif isinstance(event, ClockTicked):
+        pass
+    return state
+
+
+def _apply(state: State, obj: o.AnyObject) -> None:
+    if isinstance(obj, o.Workload):
+        _apply_workload(state, obj)
+        return
+    if isinstance(obj, o.ResourceFlavor):
+        state.flavors[obj.name] = obj
+    elif isinstance(obj, o.ClusterQueue):
+        state.cluster_queues[obj.name] = obj
+    elif isinstance(obj, o.Cohort):
+        state.cohorts[obj.name] = obj
+    elif isinstance(obj, o.LocalQueue):
+        state.local_queues[f"{obj.namespace}/{obj.name}"] = obj
+    elif isinstance(obj, o.Namespace):
+        state.namespaces[obj.name] = obj
+    elif isinstance(obj, o.WorkloadPriorityClass):
+        state.workload_priority_classes[obj.name] = obj
+        _resolve_waiting_priorities(state)
+        return
+    elif isinstance(obj, o.PriorityClass):
+        state.priority_classes[obj.name] = obj
+        _resolve_waiting_priorities(state)
+        return
+    elif isinstance(obj, o.AdmissionCheck):
+        state.admission_checks[obj.name] = obj
+    elif isinstance(obj, o.ProvisioningRequestConfig):
+        state.provisioning_configs[obj.name] = obj
+    elif isinstance(obj, o.Configuration):
+        state.config = obj
+    state.mark_dirty()
+
+
+def _resolve_waiting_priorities(state: State) -> None:
+    """A priority class arrived: workloads that named it get their priority now (Kueue
+    resolves the class when it creates the Workload; a later class unblocks it)."""
+    for rec in state.workloads.values():
+        if rec.priority_error:
+            priority, error = resolve_priority(state, rec.obj)
+            if not error:
+                _requeue_with(state, rec, priority)
+                rec.priority_error = ""
+
+
+def _requeue_with(state: State, rec: WorkloadRecord, priority: int) -> None:
+    queue = state.queues.get(rec.queued_in) if not state._dirty else None
+    if queue is not None:
+        queue.remove(rec)
+    rec.priority = priority
+    if queue is not None and rec.pending:
+        queue.push(rec)
+
+
+def _apply_workload(state: State, wl: o.Workload) -> None:
+    key = f"{wl.namespace}/{wl.name}"
+    old = state.workloads.get(key)
+    priority, error = resolve_priority(state, wl)
+    if old is not None:
+        # An update: keep what the scheduler decided; take the new spec. Priority, once
+        # resolved, only changes through spec.priority.
+        _unqueue(state, old)
+        if wl.priority is None and not old.priority_error:
+            priority, error = old.priority, ""
+        old.obj = wl
+        old.priority, old.priority_error = priority, error
+        if wl.admission is not None and old.admission is None:
+            _take_admission(state, old, wl.admission, state.now)
+        _enqueue(state, old)
+        return
+    queue_time = wl.creation_time if wl.creation_time is not None else state.now
+    rec = WorkloadRecord(obj=wl, seq=state.seq, queue_time=queue_time, priority=priority, priority_error=error)
+    state.workloads[key] = rec
+    rec.history.append(f"submitted at seq {state.seq}")
+    if wl.admission is not None:
+        _take_admission(state, rec, wl.admission, wl.creation_time or state.now)
+    _enqueue(state, rec)
+
+
+def admission_usage(adm: o.Admission) -> dict[FR, int]:
+    usage: dict[FR, int] = {}
+    for psa in adm.pod_set_assignments:
+        flavors = dict(psa.flavors)
+        for res, amount in psa.resource_usage:
+            flavor = flavors.get(res)
+            if flavor is None:
+                continue
+            fr = (flavor, res)
+            usage[fr] = usage.get(fr, 0) + amount
+    return usage
+
+
+def _take_admission(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) -> None:
+    """A workload that arrives holding quota: its usage counts even above today's quota."""
+    rec.admission = adm
+    rec.usage = admission_usage(adm)
+    rec.reserved_at = at
+    rec.set_condition(cond.quota_reserved(adm.cluster_queue, at))
+    rec.set_condition(cond.admitted(at))
+    if not state._dirty and adm.cluster_queue in state.cluster_queues:
+        node = state.cq_node(adm.cluster_queue)
+        for fr, v in sorted(rec.usage.items()):
+            node.add_usage(fr, v)
+        state.admitted.setdefault(adm.cluster_queue, {})[rec.key] = None
+
+
+def reserve_quota(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) -> None:
+    """The scheduler admitted ``rec``: it holds quota from now on."""
+    rec.admission = adm
+    rec.usage = admission_usage(adm)
+    rec.reserved_at = at
+    node = state.cq_node(adm.cluster_queue)
+    for fr, v in sorted(rec.usage.items()):
+        node.add_usage(fr, v)
+    state.admitted.setdefault(adm.cluster_queue, {})[rec.key] = None
+
+
+def release_usage(state: State, rec: WorkloadRecord) -> None:
+    adm = rec.admission
+    if adm is not None and not state._dirty and adm.cluster_queue in state.cluster_queues:
+        node = state.cq_node(adm.cluster_queue)
+        for fr, v in sorted(rec.usage.items()):
+            node.remove_usage(fr, v)
+        state.admitted.get(adm.cluster_queue, {}).pop(rec.key, None)
+    rec.admission = None
+    rec.usage = {}
+    rec.reserved_at = None
+
+
+def requeue_inadmissible(state: State, cq_name: str) -> None:
+    """Quota was freed under ``cq_name``'s cohort tree: parked workloads there get another try
+    (Kueue's ``QueueInadmissibleWorkloads`` for the whole cohort)."""
+    if state._dirty or cq_name not in state.cluster_queues:
+        return
+    root = state.cq_node(cq_name).root()
+    for name in _cluster_queues_under(root):
+        queue = state.queues.get(name)
+        if queue is None:
+            continue
+        for key in list(queue.inadmissible):
+            rec = state.workloads[key]
+            rec.inadmissible = False
+            queue.push(rec)
+        queue.inadmissible.clear()
+
+
+def _cluster_queues_under(node: Node) -> list[str]:
+    if node.is_cluster_queue:
+        return [node.name]
+    out: list[str] = []
+    for child in node.children:
+        out.extend(_cluster_queues_under(child))
+    return out
+
+
+def _unqueue(state: State, rec: WorkloadRecord) -> None:
+    if rec.queued_in and not state._dirty:
+        queue = state.queues.get(rec.queued_in)
+        if queue is not None:
+            queue.remove(rec)
+    rec.queued_in = ""
+
+
+def _enqueue(state: State, rec: WorkloadRecord) -> None:
+    """Put a pending workload in its ClusterQueue's queue, or record why it has none."""
+    if not rec.pending:
+        return
+    cq, problem = state.cluster_queue_for(rec.obj)
+    if problem:
+        rec.set_condition(cond.inadmissible(problem, state.now))
+        rec.pending_reason = "QueueNotFound"
+        return
+    if state._dirty:
+        rec.queued_in = cq
+        return  # the rebuild will place it
+    rec.queued_in = cq
+    queue = state.queues.setdefault(cq, ClusterQueueQueue())
+    if rec.inadmissible:
+        queue.inadmissible[rec.key] = None
+    else:
+        queue.push(rec)
+
+
+def _delete(state: State, ev: ObjectDeleted) -> None:
+    if ev.kind == "Workload":
+        key = f"{ev.namespace}/{ev.name}"
+        rec = state.workloads.pop(key, None)
+        if rec is None:
+            state.anomalies.append(f"delete of unknown Workload {key}")
+            return
+        _unqueue(state, rec)
+        cq = rec.admission.cluster_queue if rec.admission else ""
+        release_usage(state, rec)
+        if cq:
+            requeue_inadmissible(state, cq)
+        return
+    tables: dict[str, dict[str, object]] = {
+        "ResourceFlavor": state.flavors,  # type: ignore[dict-item]
+        "ClusterQueue": state.cluster_queues,  # type: ignore[dict-item]
+        "Cohort": state.cohorts,  # type: ignore[dict-item]
+        "LocalQueue": state.local_queues,  # type: ignore[dict-item]
+        "Namespace": state.namespaces,  # type: ignore[dict-item]
+        "WorkloadPriorityClass": state.workload_priority_classes,  # type: ignore[dict-item]
+        "PriorityClass": state.priority_classes,  # type: ignore[dict-item]
+        "AdmissionCheck": state.admission_checks,  # type: ignore[dict-item]
+        "ProvisioningRequestConfig": state.provisioning_configs,  # type: ignore[dict-item]
+    }
+    table = tables.get(ev.kind)
+    key = f"{ev.namespace}/{ev.name}" if ev.kind == "LocalQueue" else ev.name
+    if table is None or table.pop(key, None) is None:
+        state.anomalies.append(f"delete of unknown {ev.kind} {key}")
+        return
+    state.mark_dirty()
+
+
+def _finish(state: State, ev: WorkloadFinished) -> None:
+    key = f"{ev.namespace}/{ev.name}"
+    rec = state.workloads.get(key)
+    if rec is None or rec.finished:
+        state.anomalies.append(f"finish of unknown or finished Workload {key}")
+        return
+    _unqueue(state, rec)
+    cq = rec.admission.cluster_queue if rec.admission else ""
+    release_usage(state, rec)
+    rec.finished = True
+    rec.set_condition(cond.finished(ev.succeeded, ev.message, ev.time or state.now))
+    rec.history.append(f"finished at seq {state.seq}")
+    if cq:
+        requeue_inadmissible(state, cq)
+
+
+def _eviction_completed(state: State, ev: EvictionCompleted) -> None:
+    key = f"{ev.namespace}/{ev.name}"
+    rec = state.workloads.get(key)
+    if rec is None or not rec.evicting:
+        state.anomalies.append(f"eviction completion for {key}, which is not being evicted")
+        return
+    finish_eviction(state, rec)
+
+
+def finish_eviction(state: State, rec: WorkloadRecord) -> None:
+    """The evicted workload's pods are gone: release its quota and put it back in its queue."""
+    cq = rec.admission.cluster_queue if rec.admission else ""
+    release_usage(state, rec)
+    rec.evicting = False
+    now = state.now
+    evicted = rec.conditions.get("Evicted")
+    rec.set_condition(cond.quota_released(now))
+    rec.set_condition(cond.not_admitted(now))
+    rec.set_condition(cond.requeued(evicted.reason if evicted else "", now))
+    rec.inadmissible = False
+    _enqueue(state, rec)
+    if cq:
+        requeue_inadmissible(state, cq)

@@ -1,0 +1,75 @@
+"""``kueuelog simulate``: Kueue manifests in, Workloads with status out, in simulated time.
+
+The shell around the pure core: it reads the files, folds every object as an
+``ObjectApplied`` event in input order, runs scheduling cycles (exactly N, or
+until nothing changes, completing evictions at once between cycles) and hands
+the state to a renderer.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from events import objects as o
+from events.manifests import load
+from events.messages import EvictWorkload, ObjectApplied
+from services.scheduler.cycle import run_cycle
+from services.scheduler.state import State, finish_eviction, fold
+
+
+@dataclass
+class SimulationResult:
+    state: State
+    cycles: int
+    decisions: int
+    converged: bool
+
+
+def fold_files(files: dict[str, str]) -> State:
+    """Every manifest of every file, folded in order (raises ManifestError on bad input)."""
+    objects = load(files)  # validate everything before folding anything
+    state = State()
+    for _, obj in objects:
+        time = obj.creation_time or 0 if isinstance(obj, o.Workload) else 0
+        fold(state, ObjectApplied(time=time, object=obj))
+    return state
+
+
+def run(state: State, cycles: int | None, max_cycles: int | None = None) -> SimulationResult:
+    limit = cycles if cycles is not None else (max_cycles or 20 * (len(state.workloads) + 10))
+    decisions = 0
+    pending_evictions: list[str] = []
+    ran = 0
+    converged = cycles is None
+    while ran < limit:
+        for key in pending_evictions:
+            rec = state.workloads.get(key)
+            if rec is not None and rec.evicting:
+                finish_eviction(state, rec)
+        pending_evictions = []
+        result = run_cycle(state)
+        ran += 1
+        decisions += len(result.decisions)
+        pending_evictions = [f"{d.namespace}/{d.name}" for d in result.decisions if isinstance(d, EvictWorkload)]
+        if cycles is None and not result.changed and not pending_evictions:
+            break
+    else:
+        if cycles is None:
+            converged = False
+            print(f"warning: stopped after {limit} cycles without reaching a steady state", file=sys.stderr)
+    if cycles is None:
+        for key in pending_evictions:
+            rec = state.workloads.get(key)
+            if rec is not None and rec.evicting:
+                finish_eviction(state, rec)
+    return SimulationResult(state=state, cycles=ran, decisions=decisions, converged=converged)
+
+
+def simulate(paths: Sequence[str], cycles: int | None) -> SimulationResult:
+    files: dict[str, str] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            files[path] = f.read()
+    return run(fold_files(files), cycles)
