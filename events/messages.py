@@ -21,33 +21,33 @@ class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     time: int = 0
 
 
-class ObjectApplied(Event, tag="object.applied"):
+class ObjectApplied(Event, frozen=True, tag="object.applied"):
     """An object was created or updated (a manifest applied, a watch event)."""
 
     object: AnyObject
 
 
-class ObjectDeleted(Event, tag="object.deleted"):
+class ObjectDeleted(Event, frozen=True, tag="object.deleted"):
     kind: str
     name: str
     namespace: str = ""
 
 
-class WorkloadFinished(Event, tag="workload.finished"):
+class WorkloadFinished(Event, frozen=True, tag="workload.finished"):
     namespace: str
     name: str
     succeeded: bool = True
     message: str = ""
 
 
-class EvictionCompleted(Event, tag="workload.eviction-completed"):
+class EvictionCompleted(Event, frozen=True, tag="workload.eviction-completed"):
     """The actuator stopped an evicted workload's pods: its quota is released."""
 
     namespace: str
     name: str
 
 
-class ClockTicked(Event, tag="clock.ticked"):
+class ClockTicked(Event, frozen=True, tag="clock.ticked"):
     """Time passed with nothing else happening."""
 
 
@@ -92,18 +92,18 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
     cluster_queue: str = ""
 
 
-class AdmitWorkload(Decision, tag="admit"):
+class AdmitWorkload(Decision, frozen=True, tag="admit"):
     admission: Admission
 
 
-class EvictWorkload(Decision, tag="evict"):
+class EvictWorkload(Decision, frozen=True, tag="evict"):
     reason: str  # Kueue's Evicted reason: Preempted, ClusterQueueStopped, LocalQueueStopped, ...
     message: str
     preemption_reason: str = ""  # InClusterQueue, InCohortReclamation, ...
     preemptor: str = ""  # namespace/name
 
 
-class MarkPending(Decision, tag="pending"):
+class MarkPending(Decision, frozen=True, tag="pending"):
     reason: PendingReason
     message: str
     inadmissible: bool = False

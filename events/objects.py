@@ -71,17 +71,17 @@ class _Obj(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     pass
 
 
-class _Kind(_Obj, tag_field="kind"):
+class _Kind(_Obj, frozen=True, tag_field="kind"):
     """A top-level object; its Kubernetes kind is its wire tag."""
 
 
-class Requirement(_Obj):
+class Requirement(_Obj, frozen=True):
     key: str
     operator: str  # In, NotIn, Exists, DoesNotExist (Gt, Lt for node selectors)
     values: tuple[str, ...] = ()
 
 
-class LabelSelector(_Obj):
+class LabelSelector(_Obj, frozen=True):
     """A label selector. ``matches_nothing`` is Kueue's null selector."""
 
     match_labels: tuple[tuple[str, str], ...] = ()
@@ -89,56 +89,56 @@ class LabelSelector(_Obj):
     matches_nothing: bool = False
 
 
-class Taint(_Obj):
+class Taint(_Obj, frozen=True):
     key: str
     value: str = ""
     effect: str = ""
 
 
-class Toleration(_Obj):
+class Toleration(_Obj, frozen=True):
     key: str = ""
     operator: str = "Equal"
     value: str = ""
     effect: str = ""
 
 
-class ResourceFlavor(_Kind, tag="ResourceFlavor"):
+class ResourceFlavor(_Kind, frozen=True, tag="ResourceFlavor"):
     name: str
     node_labels: tuple[tuple[str, str], ...] = ()
     node_taints: tuple[Taint, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
 
 
-class Quota(_Obj):
+class Quota(_Obj, frozen=True):
     nominal: int
     borrowing_limit: int | None = None  # None: unlimited
     lending_limit: int | None = None  # None: everything can be lent
 
 
-class FlavorQuotas(_Obj):
+class FlavorQuotas(_Obj, frozen=True):
     name: str
     resources: tuple[tuple[str, Quota], ...]
 
 
-class ResourceGroup(_Obj):
+class ResourceGroup(_Obj, frozen=True):
     covered_resources: tuple[str, ...]
     flavors: tuple[FlavorQuotas, ...]
 
 
-class PreemptionPolicy(_Obj):
+class PreemptionPolicy(_Obj, frozen=True):
     within_cluster_queue: WithinClusterQueue = WithinClusterQueue.NEVER
     reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
     borrow_within_cohort: BorrowWithinCohortPolicy = BorrowWithinCohortPolicy.NEVER
     borrow_max_priority_threshold: int | None = None
 
 
-class FlavorFungibility(_Obj):
+class FlavorFungibility(_Obj, frozen=True):
     when_can_borrow: WhenCanBorrow = WhenCanBorrow.MAY_STOP_SEARCH
     when_can_preempt: WhenCanPreempt = WhenCanPreempt.TRY_NEXT_FLAVOR
     preference: FungibilityPreference | None = None
 
 
-class ClusterQueue(_Kind, tag="ClusterQueue"):
+class ClusterQueue(_Kind, frozen=True, tag="ClusterQueue"):
     name: str
     cohort: str = ""
     resource_groups: tuple[ResourceGroup, ...] = ()
@@ -151,50 +151,50 @@ class ClusterQueue(_Kind, tag="ClusterQueue"):
     fair_sharing_weight: int = 1000  # milli-units; Kueue's default weight is 1
 
 
-class Cohort(_Kind, tag="Cohort"):
+class Cohort(_Kind, frozen=True, tag="Cohort"):
     name: str
     parent: str = ""
     resource_groups: tuple[ResourceGroup, ...] = ()
     fair_sharing_weight: int = 1000
 
 
-class LocalQueue(_Kind, tag="LocalQueue"):
+class LocalQueue(_Kind, frozen=True, tag="LocalQueue"):
     namespace: str
     name: str
     cluster_queue: str
     stop_policy: StopPolicy = StopPolicy.NONE
 
 
-class WorkloadPriorityClass(_Kind, tag="WorkloadPriorityClass"):
+class WorkloadPriorityClass(_Kind, frozen=True, tag="WorkloadPriorityClass"):
     name: str
     value: int
 
 
-class PriorityClass(_Kind, tag="PriorityClass"):
+class PriorityClass(_Kind, frozen=True, tag="PriorityClass"):
     name: str
     value: int
     global_default: bool = False
 
 
-class Namespace(_Kind, tag="Namespace"):
+class Namespace(_Kind, frozen=True, tag="Namespace"):
     name: str
     labels: tuple[tuple[str, str], ...] = ()
 
 
-class AdmissionCheck(_Kind, tag="AdmissionCheck"):
+class AdmissionCheck(_Kind, frozen=True, tag="AdmissionCheck"):
     name: str
     controller_name: str = ""
     parameters_kind: str = ""
     parameters_name: str = ""
 
 
-class ProvisioningRequestConfig(_Kind, tag="ProvisioningRequestConfig"):
+class ProvisioningRequestConfig(_Kind, frozen=True, tag="ProvisioningRequestConfig"):
     name: str
     provisioning_class_name: str = ""
     managed_resources: tuple[str, ...] = ()
 
 
-class Configuration(_Kind, tag="Configuration"):
+class Configuration(_Kind, frozen=True, tag="Configuration"):
     """The knobs of Kueue's Configuration that change decisions."""
 
     fair_sharing: bool = False
@@ -205,11 +205,11 @@ class Configuration(_Kind, tag="Configuration"):
     exclude_resource_prefixes: tuple[str, ...] = ()
 
 
-class NodeSelectorTerm(_Obj):
+class NodeSelectorTerm(_Obj, frozen=True):
     match_expressions: tuple[Requirement, ...] = ()
 
 
-class PodSet(_Obj):
+class PodSet(_Obj, frozen=True):
     name: str
     count: int
     requests: tuple[tuple[str, int], ...]  # per pod, sorted by resource name
@@ -219,26 +219,26 @@ class PodSet(_Obj):
     tolerations: tuple[Toleration, ...] = ()
 
 
-class PodSetAssignment(_Obj):
+class PodSetAssignment(_Obj, frozen=True):
     name: str
     flavors: tuple[tuple[str, str], ...]  # resource -> flavor
     resource_usage: tuple[tuple[str, int], ...]  # resource -> total over `count` pods
     count: int
 
 
-class Admission(_Obj):
+class Admission(_Obj, frozen=True):
     cluster_queue: str
     pod_set_assignments: tuple[PodSetAssignment, ...]
 
 
-class OwnerReference(_Obj):
+class OwnerReference(_Obj, frozen=True):
     api_version: str
     kind: str
     name: str
     uid: str = ""
 
 
-class PriorityRef(_Obj):
+class PriorityRef(_Obj, frozen=True):
     """Where a Workload's priority comes from when ``priority`` is not set on it."""
 
     source: str  # "kueue.x-k8s.io/workloadpriorityclass" or "scheduling.k8s.io/priorityclass"
@@ -249,7 +249,7 @@ WORKLOAD_PRIORITY_CLASS_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
 POD_PRIORITY_CLASS_SOURCE = "scheduling.k8s.io/priorityclass"
 
 
-class Workload(_Kind, tag="Workload"):
+class Workload(_Kind, frozen=True, tag="Workload"):
     namespace: str
     name: str
     uid: str

@@ -1,0 +1,85 @@
+"""Fair sharing: exact dominant resource shares, weights and fair preemption."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from services.scheduler.fairsharing import drs
+from tests.builders import a_cluster_queue, a_flavor, a_local_queue, a_workload, build_state, simulate
+
+FAIR = {"apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration", "fairSharing": {"enable": True}}
+
+
+def _cohort(b_weight: str | None = None):
+    b = a_cluster_queue("cq-b").cohort("all").flavor("default", cpu=0).preemption(reclaim="Any", within="LowerPriority")
+    if b_weight is not None:
+        b = b.weight(b_weight)
+    return [
+        a_flavor("default"),
+        a_cluster_queue("lender").cohort("all").flavor("default", cpu=12),
+        a_cluster_queue("cq-a").cohort("all").flavor("default", cpu=0).preemption(reclaim="Any", within="LowerPriority"),
+        b,
+        a_local_queue("a", "lq", "cq-a"),
+        a_local_queue("b", "lq", "cq-b"),
+    ]
+
+
+def _b_uses_everything():
+    return [a_workload("b", f"b{i:02d}").queue("lq").request(cpu=1).admitted("cq-b", {"cpu": "default"}, i)
+            for i in range(12)]
+
+
+def _a_wants(n: int):
+    return [a_workload("a", f"a{i:02d}").queue("lq").request(cpu=1).created(100 + i) for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("b_weight", "want_a", "want_b"),
+    [
+        pytest.param(None, 6, 6, id="equal weights: the borrower is preempted until shares are equal"),
+        pytest.param("2", 4, 8, id="cq-b weight 2: it keeps twice the share of cq-a"),
+        pytest.param("0", 12, 0, id="cq-b weight 0: any borrowing by it is reclaimable"),
+    ],
+)
+def test_fair_preemption_balances_borrowing_by_weight(b_weight, want_a, want_b):
+    out = simulate(FAIR, *_cohort(b_weight), *_b_uses_everything(), *_a_wants(12))
+    admitted = out.admitted()
+    assert sum(1 for cq in admitted.values() if cq == "cq-a") == want_a
+    assert sum(1 for cq in admitted.values() if cq == "cq-b") == want_b
+    preempted = out.preempted()
+    assert len(preempted) == 12 - want_b
+    assert all(out.condition(k, "Preempted") == ("True", "InCohortFairSharing") for k in preempted)
+
+
+def test_without_fair_sharing_a_borrower_cannot_reclaim_from_another_borrower():
+    out = simulate(*_cohort(), *_b_uses_everything(), *_a_wants(12))
+    assert not out.preempted()
+    assert all(cq == "cq-b" for cq in out.admitted().values())
+
+
+def test_dominant_resource_share_is_an_exact_fraction():
+    state = build_state(FAIR, *_cohort(), *_b_uses_everything()[:5])
+    state.ensure_indexed()
+    # cq-b borrows 5 of the 12 CPUs its cohort can lend: 5 * 1000 / 12, weight 1.
+    assert drs(state, state.cq_node("cq-b")) == (0, Fraction(5000, 12))
+    assert drs(state, state.cq_node("cq-a")) == (0, Fraction(0))
+
+
+def test_admission_order_prefers_the_lower_share():
+    """Two heads, one cycle, room for only one: the ClusterQueue with the lower share goes first,
+    even though classical ordering (priority, then age) would pick the other."""
+    objs = [FAIR, a_flavor("default"),
+            a_cluster_queue("lender").cohort("all").flavor("default", cpu=4),
+            a_cluster_queue("cq-a").cohort("all").flavor("default", cpu=0),
+            a_cluster_queue("cq-b").cohort("all").flavor("default", cpu=0),
+            a_local_queue("a", "lq", "cq-a"), a_local_queue("b", "lq", "cq-b"),
+            a_workload("a", "a-running").queue("lq").request(cpu=2).admitted("cq-a", {"cpu": "default"}),
+            a_workload("a", "a-new").queue("lq").request(cpu=2).priority(100).created(0),
+            a_workload("b", "b-new").queue("lq").request(cpu=2).created(1)]
+    fair = simulate(*objs, cycles=1)
+    assert set(fair.admitted()) == {"a/a-running", "b/b-new"}
+    assert "no longer fits after processing another workload" in fair.message("a/a-new")
+    classical = simulate(*objs[1:], cycles=1)
+    assert set(classical.admitted()) == {"a/a-running", "a/a-new"}
