@@ -367,7 +367,7 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
     if mode != Mode.FIT and not e.targets:
         if e.cq.preemption.reclaim_within_cohort != o.ReclaimWithinCohort.ANY:
             overlay.add(node, _resources_to_reserve(e, node))
-        e.pending_reason = _no_target_reason(e)
+        _explain_no_targets(state, e)
         return
     if any(t.key in preempted for t in e.targets):
         _skip(e, "Workload has overlapping preemption targets with another workload")
@@ -397,11 +397,37 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
     e.status = ASSUMED
 
 
-def _no_target_reason(e: Entry) -> PendingReason:
+def _explain_no_targets(state: State, e: Entry) -> None:
+    """Preemption found nothing: say whether the policy is what stops it (and which part),
+    by searching again as if every policy allowed everything."""
     p = e.cq.preemption
+    assert e.assignment is not None
     if p.within_cluster_queue == o.WithinClusterQueue.NEVER and p.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER:
-        return PendingReason.WAITING_FOR_QUOTA
-    return PendingReason.PREEMPTION_NOT_ALLOWED
+        e.pending_reason = PendingReason.WAITING_FOR_QUOTA
+        return
+    frs = frozenset((f, r) for ps in e.assignment.pod_sets for r, f in ps.flavors.items()
+                    if ps.modes.get(r, Mode.FIT) != Mode.FIT)
+    would = Preemptor(state, e.cq, e.rec, permissive=True).targets(frs, e.assignment.usage)
+    if not would:
+        e.pending_reason = PendingReason.WAITING_FOR_QUOTA
+        return
+    own = sorted(t.key for t in would if _cluster_queue_of(state, t.key) == e.cq.name)
+    others = sorted(t.key for t in would if _cluster_queue_of(state, t.key) != e.cq.name)
+    stopped: list[str] = []
+    if own:
+        stopped.append(f"withinClusterQueue={p.within_cluster_queue} does not allow preempting {', '.join(own)}")
+    if others:
+        stopped.append(
+            f"reclaimWithinCohort={p.reclaim_within_cohort} and borrowWithinCohort={p.borrow_within_cohort} "
+            f"do not allow preempting {', '.join(others)}"
+        )
+    e.pending_reason = PendingReason.PREEMPTION_NOT_ALLOWED
+    e.message = f"{e.message}. It would fit by preemption, but {'; '.join(stopped)}"
+
+
+def _cluster_queue_of(state: State, key: str) -> str:
+    adm = state.workloads[key].admission
+    return adm.cluster_queue if adm is not None else ""
 
 
 def _skip(e: Entry, message: str) -> None:
@@ -420,10 +446,7 @@ def _requeue(state: State, out: _Decisions, e: Entry) -> bool:
     else:
         immediate = e.requeue_reason in (FAILED_AFTER_NOMINATION, PENDING_PREEMPTION)
     queue = state.queues.setdefault(e.cq.name, ClusterQueueQueue())
-    message = e.message
-    if e.mode != Mode.FIT and not e.targets and e.pending_reason == PendingReason.PREEMPTION_NOT_ALLOWED:
-        message = _explain_policy(e, message)
-    _set_pending(state, out, rec, message, e.pending_reason, inadmissible=not immediate)
+    _set_pending(state, out, rec, e.message, e.pending_reason, inadmissible=not immediate)
     if immediate:
         rec.inadmissible = False
         queue.push(rec)
@@ -431,12 +454,3 @@ def _requeue(state: State, out: _Decisions, e: Entry) -> bool:
     rec.inadmissible = True
     queue.inadmissible[rec.key] = None
     return True
-
-
-def _explain_policy(e: Entry, message: str) -> str:
-    p = e.cq.preemption
-    return (
-        f"{message}. Preemption could not free enough quota under the ClusterQueue's policy "
-        f"(withinClusterQueue={p.within_cluster_queue}, reclaimWithinCohort={p.reclaim_within_cohort}, "
-        f"borrowWithinCohort={p.borrow_within_cohort})"
-    )

@@ -129,8 +129,9 @@ class Simulation:
 class Preemptor:
     """Finds preemption targets for one pending workload in one ClusterQueue."""
 
-    def __init__(self, state: State, cq: o.ClusterQueue, rec: WorkloadRecord) -> None:
-        self.state, self.cq, self.rec = state, cq, rec
+    def __init__(self, state: State, cq: o.ClusterQueue, rec: WorkloadRecord, *, permissive: bool = False) -> None:
+        """``permissive`` ignores the ClusterQueue's policies: used only to explain what they forbid."""
+        self.state, self.cq, self.rec, self.permissive = state, cq, rec, permissive
         self.node = state.cq_node(cq.name)
 
     # --- candidates ----------------------------------------------------------------------
@@ -141,12 +142,14 @@ class Preemptor:
         p = self.cq.preemption
         same = cand.admission is not None and cand.admission.cluster_queue == self.cq.name
         policy = p.within_cluster_queue if same else p.reclaim_within_cohort
-        if not satisfies(policy, self.rec, cand):
+        if not self.permissive and not satisfies(policy, self.rec, cand):
             return None
         if same:
             return Variant.WITHIN_CQ
         if advantage:
             return Variant.HIERARCHICAL_RECLAIM
+        if self.permissive:
+            return Variant.RECLAIM_WHILE_BORROWING
         if p.borrow_within_cohort == o.BorrowWithinCohortPolicy.NEVER:
             return Variant.RECLAIM_WITHOUT_BORROWING
         threshold = p.borrow_max_priority_threshold
@@ -176,14 +179,14 @@ class Preemptor:
         """(ordered candidates, none from other queues, none for hierarchical reclaim)."""
         p = self.cq.preemption
         same_queue: list[_Candidate] = []
-        if p.within_cluster_queue != o.WithinClusterQueue.NEVER:
+        if self.permissive or p.within_cluster_queue != o.WithinClusterQueue.NEVER:
             for cand in self._workloads_of(self.cq.name):
                 variant = self._classify(cand, frs, False)
                 if variant is not None:
                     same_queue.append(_Candidate(cand, variant, None))
         hierarchy: list[_Candidate] = []
         priority: list[_Candidate] = []
-        if self.node.parent is not None and p.reclaim_within_cohort != o.ReclaimWithinCohort.NEVER:
+        if self.node.parent is not None and (self.permissive or p.reclaim_within_cohort != o.ReclaimWithinCohort.NEVER):
             advantage, remaining = _fits_in_quota(self.node, usage)
             prev: Node | None = None
             level: Node | None = self.node.parent
@@ -229,7 +232,7 @@ class Preemptor:
         candidates, none_from_others, none_hierarchical = self._candidates(frs, usage)
         if not candidates:
             return []
-        forbidden = self.cq.preemption.borrow_within_cohort == o.BorrowWithinCohortPolicy.NEVER
+        forbidden = self.cq.preemption.borrow_within_cohort == o.BorrowWithinCohortPolicy.NEVER and not self.permissive
         under_nominal = all(
             self.node.usage.get(fr, 0) < self.node.quotas[fr].nominal if fr in self.node.quotas else False
             for fr in frs
