@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install run demo test unit lint conformance integration bench kafka cluster clean
+.PHONY: install run test unit lint conformance integration bench kafka cluster clean
 
 install: $(STAMP)
 
@@ -17,9 +17,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
-run: demo
-demo: install
-	$(BIN)/kueuelog demo
+run: install
+	$(BIN)/kueuelog simulate examples/*.yaml -o table
 
 lint: install
 	$(BIN)/ruff check events services tests bench
