@@ -51,7 +51,43 @@ class ClockTicked(Event, frozen=True, tag="clock.ticked"):
     """Time passed with nothing else happening."""
 
 
-ClusterEvent = ObjectApplied | ObjectDeleted | WorkloadFinished | EvictionCompleted | ClockTicked
+class PodsReady(Event, frozen=True, tag="workload.pods-ready"):
+    """All pods of an admitted workload are running (or succeeded)."""
+
+    namespace: str
+    name: str
+
+
+class DecisionApplied(Event, frozen=True, tag="actuation.applied"):
+    """An actuator applied a decision to its cluster."""
+
+    decision_id: str
+    namespace: str
+    name: str
+    cluster: str = ""
+
+
+class ActuationFailed(Event, frozen=True, tag="actuation.failed"):
+    """An actuator could not apply a decision (after its retries, or not retriable)."""
+
+    decision_id: str
+    namespace: str
+    name: str
+    error: str
+    retriable: bool = False
+    cluster: str = ""
+
+
+ClusterEvent = (
+    ObjectApplied
+    | ObjectDeleted
+    | WorkloadFinished
+    | EvictionCompleted
+    | ClockTicked
+    | PodsReady
+    | DecisionApplied
+    | ActuationFailed
+)
 
 
 class Condition(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,13 +119,15 @@ class PendingReason(StrEnum):
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
-    """What a cycle decided. ``id`` is deterministic (cycle number + index) for dedup."""
+    """What a cycle decided. ``id`` is deterministic (cycle number + index) for dedup;
+    ``time`` is the scheduler's clock when it decided (the newest event time folded)."""
 
     id: str
     cycle: int
     namespace: str
     name: str
     cluster_queue: str = ""
+    time: int = 0
 
 
 class AdmitWorkload(Decision, frozen=True, tag="admit"):
@@ -109,4 +147,15 @@ class MarkPending(Decision, frozen=True, tag="pending"):
     inadmissible: bool = False
 
 
+class CycleCompleted(msgspec.Struct, frozen=True, kw_only=True, tag="cycle", tag_field="type"):
+    """The last record of every cycle: which input it was computed at. Replay folds the
+    input log up to ``input_offset`` and runs the cycle again to check the decisions."""
+
+    cycle: int
+    input_offset: int
+    time: int
+    decisions: int
+
+
 AnyDecision = AdmitWorkload | EvictWorkload | MarkPending
+DecisionRecord = AdmitWorkload | EvictWorkload | MarkPending | CycleCompleted

@@ -54,3 +54,7 @@ def finished(succeeded: bool, message: str, at: int) -> Condition:
 
 def pending_admission_checks(at: int) -> Condition:
     return _c("Admitted", False, "UnsatisfiedChecks", "The workload has not all admission checks ready", at)
+
+
+def pods_ready(at: int) -> Condition:
+    return _c("PodsReady", True, "PodsReady", "All pods reached readiness and the workload is running", at)

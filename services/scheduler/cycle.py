@@ -54,6 +54,7 @@ class Entry:
 class _Decisions:
     def __init__(self, state: State) -> None:
         self.cycle = state.cycles
+        self.time = state.now
         self.out: list[AnyDecision] = []
 
     def next_id(self) -> str:
@@ -236,7 +237,7 @@ def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: str, messa
                        f"{' by ' + preemptor if preemptor else ''}")
     assert rec.admission is not None
     out.out.append(EvictWorkload(
-        id=out.next_id(), cycle=out.cycle, namespace=rec.obj.namespace, name=rec.obj.name,
+        id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=rec.admission.cluster_queue, reason=reason, message=message,
         preemption_reason=preemption_reason, preemptor=preemptor,
     ))
@@ -261,7 +262,7 @@ def _admit(state: State, out: _Decisions, e: Entry) -> None:
     rec.pending_reason = ""
     rec.history.append(f"cycle {out.cycle}: admitted to {e.cq.name}")
     out.out.append(AdmitWorkload(
-        id=out.next_id(), cycle=out.cycle, namespace=rec.obj.namespace, name=rec.obj.name,
+        id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=e.cq.name, admission=adm,
     ))
 
@@ -304,7 +305,7 @@ def _set_pending(state: State, out: _Decisions, rec: WorkloadRecord, message: st
     rec.pending_reason = reason
     rec.history.append(f"cycle {out.cycle}: pending ({reason}): {message}")
     out.out.append(MarkPending(
-        id=out.next_id(), cycle=out.cycle, namespace=rec.obj.namespace, name=rec.obj.name,
+        id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=rec.queued_in, reason=reason, message=message, inadmissible=inadmissible,
     ))
 

@@ -12,7 +12,9 @@ from typing import Any
 
 import msgspec
 
-from services.scheduler.state import State, WorkloadRecord
+from events import objects as o
+from events.messages import Condition
+from services.scheduler.state import State, WorkloadRecord, admission_usage
 
 _encoder = msgspec.json.Encoder(order="sorted")
 
@@ -56,3 +58,62 @@ def canonical(state: State) -> dict[str, Any]:
 
 def encode_state(state: State) -> bytes:
     return _encoder.encode(canonical(state))
+
+
+class _RecordWire(msgspec.Struct, kw_only=True):
+    obj: o.Workload
+    seq: int
+    queue_time: int
+    priority: int
+    priority_error: str
+    admission: o.Admission | None
+    reserved_at: int | None
+    evicting: bool
+    finished: bool
+    inadmissible: bool
+    conditions: list[Condition]
+    pending_reason: str
+
+
+class _StateWire(msgspec.Struct, kw_only=True):
+    now: int
+    seq: int
+    cycles: int
+    flavors: dict[str, o.ResourceFlavor]
+    cluster_queues: dict[str, o.ClusterQueue]
+    cohorts: dict[str, o.Cohort]
+    local_queues: dict[str, o.LocalQueue]
+    namespaces: dict[str, o.Namespace]
+    workload_priority_classes: dict[str, o.WorkloadPriorityClass]
+    priority_classes: dict[str, o.PriorityClass]
+    admission_checks: dict[str, o.AdmissionCheck]
+    provisioning_configs: dict[str, o.ProvisioningRequestConfig]
+    config: o.Configuration
+    workloads: dict[str, _RecordWire]
+    anomalies: list[str]
+
+
+_decoder = msgspec.json.Decoder(_StateWire)
+
+
+def decode_state(data: bytes) -> State:
+    """The inverse of :func:`encode_state`; derived indices are rebuilt on first use."""
+    wire = _decoder.decode(data)
+    state = State()
+    for name in ("now", "seq", "cycles", "flavors", "cluster_queues", "cohorts", "local_queues", "namespaces",
+                 "workload_priority_classes", "priority_classes", "admission_checks", "provisioning_configs",
+                 "config", "anomalies"):
+        setattr(state, name, getattr(wire, name))
+    for key, r in wire.workloads.items():
+        rec = WorkloadRecord(obj=r.obj, seq=r.seq, queue_time=r.queue_time, priority=r.priority,
+                             priority_error=r.priority_error, admission=r.admission, reserved_at=r.reserved_at,
+                             evicting=r.evicting, finished=r.finished, inadmissible=r.inadmissible,
+                             pending_reason=r.pending_reason)
+        rec.usage = admission_usage(r.admission) if r.admission is not None else {}
+        for c in r.conditions:
+            rec.conditions[c.type] = c
+        state.workloads[key] = rec
+    state.mark_dirty()
+    for key, r in wire.workloads.items():
+        state.workloads[key].inadmissible = r.inadmissible  # mark_dirty reset them; the snapshot knows better
+    return state

@@ -18,16 +18,19 @@ from dataclasses import dataclass, field
 
 from events import objects as o
 from events.messages import (
+    ActuationFailed,
     ClockTicked,
     ClusterEvent,
     Condition,
+    DecisionApplied,
     EvictionCompleted,
     ObjectApplied,
     ObjectDeleted,
+    PodsReady,
     WorkloadFinished,
 )
 from services.scheduler import conditions as cond
-from services.scheduler.quota import FR, Node, recompute_subtree
+from services.scheduler.quota import FR, Node
 
 QueueKey = tuple[int, int, int, str]
 """Queue order: (-priority, queue timestamp, input order, namespace/name)."""
@@ -170,8 +173,7 @@ def resolve_priority(state: State, wl: o.Workload) -> tuple[int, str]:
 
 def fold(state: State, event: ClusterEvent) -> State:
     """Apply one event to the state (in place) and return it."""
-    if event.time > state.now:
-        state.now = event.time
+    state.now = max(state.now, event.time)
     state.seq += 1
     if isinstance(event, ObjectApplied):
         _apply(state, event.object)
@@ -181,9 +183,31 @@ def fold(state: State, event: ClusterEvent) -> State:
         _finish(state, event)
     elif isinstance(event, EvictionCompleted):
         _eviction_completed(state, event)
+    elif isinstance(event, PodsReady):
+        _note(state, event.namespace, event.name, "pods ready", pods_ready=True)
+    elif isinstance(event, DecisionApplied):
+        _note(state, event.namespace, event.name, f"decision {event.decision_id} applied{_on(event.cluster)}")
+    elif isinstance(event, ActuationFailed):
+        _note(state, event.namespace, event.name,
+              f"decision {event.decision_id} failed{_on(event.cluster)}: {event.error}")
+        state.anomalies.append(f"actuation of {event.decision_id} failed: {event.error}")
     elif isinstance(event, ClockTicked):
         pass
     return state
+
+
+def _on(cluster: str) -> str:
+    return f" on cluster {cluster}" if cluster else ""
+
+
+def _note(state: State, namespace: str, name: str, what: str, *, pods_ready: bool = False) -> None:
+    rec = state.workloads.get(f"{namespace}/{name}")
+    if rec is None:
+        state.anomalies.append(f"{what} for unknown Workload {namespace}/{name}")
+        return
+    rec.history.append(f"{what} at seq {state.seq}")
+    if pods_ready and rec.admission is not None:
+        rec.set_condition(cond.pods_ready(state.now))
 
 
 def _apply(state: State, obj: o.AnyObject) -> None:

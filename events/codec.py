@@ -1,0 +1,110 @@
+"""JSON on the wire: one encoder and decoder per process, built once.
+
+Decoding a cluster event distinguishes the three things that can be wrong with
+a record, because the scheduler must treat them differently:
+
+- :class:`MalformedRecord` — not JSON, or not a valid event (a dead letter;
+  the scheduler carries on);
+- :class:`UnknownEventType` — a well-formed record whose event type this
+  version does not know (a newer producer); the scheduler must stop rather than
+  skip a fact;
+- old schema versions are upcast before they are converted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from events.envelope import SCHEMA_VERSION, Envelope
+from events.messages import ClusterEvent, DecisionRecord
+
+
+class MalformedRecord(ValueError):
+    """The bytes are not a valid record of this kind."""
+
+
+class UnknownEventType(ValueError):
+    """A well-formed record with an event type this version does not know."""
+
+    def __init__(self, event_type: str) -> None:
+        super().__init__(f"unknown event type {event_type!r}: a newer producer wrote it; upgrade this consumer")
+        self.event_type = event_type
+
+
+def _tags(union: Any) -> frozenset[str]:
+    out = set()
+    for cls in union.__args__:
+        tag = msgspec.inspect.type_info(cls).tag  # type: ignore[attr-defined]
+        out.add(str(tag))
+    return frozenset(out)
+
+
+EVENT_TYPES: Final = _tags(ClusterEvent)
+DECISION_TYPES: Final = _tags(DecisionRecord)
+
+Upcast = Callable[[dict[str, Any]], dict[str, Any]]
+UPCASTS: dict[int, Upcast] = {}
+"""schema version -> function turning a raw envelope of that version into the next one."""
+
+_encoder: Final = msgspec.json.Encoder()
+_event_decoder: Final = msgspec.json.Decoder(Envelope)
+_decision_decoder: Final = msgspec.json.Decoder(DecisionRecord)  # type: ignore[arg-type]
+
+
+def encode(value: Any) -> bytes:
+    return _encoder.encode(value)
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    try:
+        env = _event_decoder.decode(data)
+    except msgspec.DecodeError:
+        return _decode_slow(data)
+    if env.schema != SCHEMA_VERSION:
+        return _decode_slow(data)
+    return env
+
+
+def _decode_slow(data: bytes) -> Envelope:
+    try:
+        raw = msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        raise MalformedRecord(f"not JSON: {e}") from None
+    if not isinstance(raw, dict):
+        raise MalformedRecord("not a JSON object")
+    event = raw.get("event")
+    if isinstance(event, dict) and isinstance(event.get("type"), str) and event["type"] not in EVENT_TYPES:
+        raise UnknownEventType(event["type"])
+    version = raw.get("schema", SCHEMA_VERSION)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        if isinstance(version, int):
+            raise UnknownEventType(f"schema {version}")
+        raise MalformedRecord(f"schema must be an integer, got {version!r}")
+    while version < SCHEMA_VERSION:
+        upcast = UPCASTS.get(version)
+        if upcast is None:
+            raise MalformedRecord(f"no upcast from schema {version}")
+        raw = upcast(raw)
+        version += 1
+        raw["schema"] = version
+    try:
+        return msgspec.convert(raw, Envelope)
+    except msgspec.ValidationError as e:
+        raise MalformedRecord(str(e)) from None
+
+
+def decode_decision(data: bytes) -> Any:
+    try:
+        return _decision_decoder.decode(data)
+    except msgspec.DecodeError as e:
+        raw: Any = None
+        try:
+            raw = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            pass
+        if isinstance(raw, dict) and isinstance(raw.get("type"), str) and raw["type"] not in DECISION_TYPES:
+            raise UnknownEventType(raw["type"]) from None
+        raise MalformedRecord(str(e)) from None
