@@ -34,16 +34,17 @@ def preempted(reason: str, message: str, at: int) -> Condition:
     return _c("Preempted", True, reason, message, at)
 
 
-def quota_released(at: int) -> Condition:
-    return _c("QuotaReserved", False, "Pending", "The workload is pending after eviction", at)
-
-
 def not_admitted(at: int) -> Condition:
     return _c("Admitted", False, "NoReservation", "The workload has no reservation", at)
 
 
-def requeued(reason: str, at: int) -> Condition:
-    return _c("Requeued", True, reason or "Requeued", "The workload was requeued after eviction", at)
+def requeued(status: bool, reason: str, message: str, at: int) -> Condition:
+    """After an eviction Kueue copies the Evicted reason and message into Requeued."""
+    return _c("Requeued", status, reason or "Requeued", message or "The workload was requeued after eviction", at)
+
+
+def restarted(kind: str, at: int) -> Condition:
+    return _c("Requeued", True, f"{kind}Restarted", f"The {kind} was restarted after being stopped", at)
 
 
 def finished(succeeded: bool, message: str, at: int) -> Condition:

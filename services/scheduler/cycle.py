@@ -124,8 +124,7 @@ def _get_assignments(state: State, e: Entry) -> None:
         if targets:
             e.targets = targets
             return
-    reducible = [(i, ps) for i, ps in enumerate(rec.obj.pod_sets) if ps.min_count is not None and ps.min_count < ps.count]
-    if not reducible:
+    if not any(ps.min_count is not None and ps.min_count < ps.count for ps in rec.obj.pod_sets):
         return
     counts_full = [ps.count for ps in rec.obj.pod_sets]
     deltas = [ps.count - (ps.min_count if ps.min_count is not None else ps.count) for ps in rec.obj.pod_sets]
@@ -282,6 +281,25 @@ def _drain_stopped(state: State, out: _Decisions) -> None:
                 evict(state, out, rec, "LocalQueueStopped", "The LocalQueue is stopped")
 
 
+def _restart_held(state: State) -> None:
+    """Workloads drained by a stopped queue go back once the queue runs again."""
+    for key in list(state.held):
+        rec = state.workloads.get(key)
+        if rec is None or not rec.pending:
+            del state.held[key]
+            continue
+        cq = state.cluster_queues.get(rec.queued_in) if rec.queued_in else None
+        lq = state.local_queues.get(f"{rec.obj.namespace}/{rec.obj.queue_name}")
+        requeued = rec.conditions.get("Requeued")
+        reason = requeued.reason if requeued else ""
+        if reason == "ClusterQueueStopped" and cq is not None and cq.stop_policy == o.StopPolicy.NONE:
+            rec.set_condition(cond.restarted("ClusterQueue", state.now))
+            del state.held[key]
+        elif reason == "LocalQueueStopped" and lq is not None and lq.stop_policy == o.StopPolicy.NONE:
+            rec.set_condition(cond.restarted("LocalQueue", state.now))
+            del state.held[key]
+
+
 def _mark_inactive(state: State, out: _Decisions) -> None:
     for cq_name in sorted(state.inactive):
         queue = state.queues.get(cq_name)
@@ -328,6 +346,7 @@ def run_cycle(state: State) -> CycleResult:
     out = _Decisions(state)
     evictions_before = 0
     _drain_stopped(state, out)
+    _restart_held(state)
     _mark_inactive(state, out)
     entries: list[Entry] = []
     for cq_name in sorted(state.queues):

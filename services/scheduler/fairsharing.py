@@ -196,8 +196,8 @@ class _FairPreemptor:
                          if _uses(w, self.frs) and satisfies(p.reclaim_within_cohort, self.rec, w)]
                 if found:
                     out[name] = found
-        for name in out:
-            out[name].sort(key=lambda w: order(_Candidate(w, 0, None)))  # type: ignore[arg-type]
+        for found in out.values():
+            found.sort(key=lambda w: order(_Candidate(w, 0, None)))  # type: ignore[arg-type]
         return out
 
     def fits(self) -> bool:

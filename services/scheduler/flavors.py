@@ -319,7 +319,7 @@ def assign(
             psa.reasons.extend(f"resource {res} unavailable in ClusterQueue" for res in missing)
             overall = Mode.NO_FIT
             reason = PendingReason.NO_MATCHING_FLAVOR
-            continue
+            break
         for gi, group in enumerate(cq.resource_groups):
             wanted = {res: v for res, v in requests.items() if group_of[res] == gi}
             if not wanted:
@@ -329,7 +329,9 @@ def assign(
             psa.mode = min(psa.mode, found.mode)
             psa.borrowing = max(psa.borrowing, found.borrowing)
             if found.mode == Mode.NO_FIT:
-                reason = _classify(psa.reasons[before:])
+                # Kueue reports only the resource group that failed.
+                del psa.reasons[:before]
+                reason = _classify(psa.reasons)
                 break
             psa.flavors.update(found.flavors)
             psa.modes.update(found.modes)
@@ -338,6 +340,8 @@ def assign(
                 usage[fr] = usage.get(fr, 0) + wanted[res]
         overall = min(overall, psa.mode)
         borrowing = max(borrowing, psa.borrowing)
+        if psa.mode == Mode.NO_FIT:
+            break  # Kueue stops at the first podSet that gets no flavor
     if overall == Mode.FIT:
         for psa in result:
             psa.reasons.clear()

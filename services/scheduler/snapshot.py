@@ -53,6 +53,7 @@ def canonical(state: State) -> dict[str, Any]:
         "config": state.config,
         "workloads": {k: _record(r) for k, r in state.workloads.items()},
         "anomalies": state.anomalies,
+        "held": list(state.held),
     }
 
 
@@ -91,6 +92,7 @@ class _StateWire(msgspec.Struct, kw_only=True):
     config: o.Configuration
     workloads: dict[str, _RecordWire]
     anomalies: list[str]
+    held: list[str]
 
 
 _decoder = msgspec.json.Decoder(_StateWire)
@@ -113,6 +115,7 @@ def decode_state(data: bytes) -> State:
         for c in r.conditions:
             rec.conditions[c.type] = c
         state.workloads[key] = rec
+    state.held = dict.fromkeys(wire.held)
     state.mark_dirty()
     for key, r in wire.workloads.items():
         state.workloads[key].inadmissible = r.inadmissible  # mark_dirty reset them; the snapshot knows better

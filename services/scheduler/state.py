@@ -116,6 +116,7 @@ class State:
         self.config = o.Configuration()
         self.workloads: dict[str, WorkloadRecord] = {}
         self.anomalies: list[str] = []
+        self.held: dict[str, None] = {}  # drained by a stopped queue, waiting for it to restart
         # Derived indices, rebuilt lazily after configuration changes.
         self._dirty = True
         self.nodes: dict[str, Node] = {}
@@ -149,6 +150,8 @@ class State:
             return "", f"LocalQueue {wl.queue_name} doesn't exist"
         if lq.cluster_queue not in self.cluster_queues:
             return "", f"ClusterQueue {lq.cluster_queue} doesn't exist"
+        if lq.stop_policy != o.StopPolicy.NONE:
+            return "", f"LocalQueue {lq.name} is inactive"
         return lq.cluster_queue, ""
 
 
@@ -167,8 +170,9 @@ def resolve_priority(state: State, wl: o.Workload) -> tuple[int, str]:
         if pc is None:
             return 0, f"PriorityClass {ref.name} doesn't exist"
         return pc.value, ""
-    defaults = sorted((pc.name, pc.value) for pc in state.priority_classes.values() if pc.global_default)
-    return (defaults[0][1], "") if defaults else (0, "")
+    # Several global defaults: Kueue takes the lowest value.
+    defaults = sorted((pc.value, pc.name) for pc in state.priority_classes.values() if pc.global_default)
+    return (defaults[0][0], "") if defaults else (0, "")
 
 
 def fold(state: State, event: ClusterEvent) -> State:
@@ -454,9 +458,15 @@ def finish_eviction(state: State, rec: WorkloadRecord) -> None:
     rec.evicting = False
     now = state.now
     evicted = rec.conditions.get("Evicted")
-    rec.set_condition(cond.quota_released(now))
+    reason = evicted.reason if evicted else ""
+    message = evicted.message if evicted else ""
+    rec.set_condition(cond.pending(message or "The workload is pending after eviction", now))
     rec.set_condition(cond.not_admitted(now))
-    rec.set_condition(cond.requeued(evicted.reason if evicted else "", now))
+    # Only a preempted workload goes straight back to its queue; one drained by a stopped
+    # queue waits for the queue to restart (Kueue's Requeued=False).
+    rec.set_condition(cond.requeued(reason == "Preempted", reason, message, now))
+    if reason in ("ClusterQueueStopped", "LocalQueueStopped"):
+        state.held[rec.key] = None
     rec.inadmissible = False
     _enqueue(state, rec)
     if cq:

@@ -1,0 +1,616 @@
+"""Flavor assignment (Kueue's ``pkg/scheduler/flavorassigner``), observed through admissions.
+
+Section 3 of the Kueue digest is the specification: flavors are tried in the
+ClusterQueue's order; each resource group is assigned on its own; taints must be
+tolerated by the pod or the flavor; nodeSelector and required node affinity are
+matched only on label keys that some flavor of the group uses; flavor fungibility
+decides whether a borrowing / preempting flavor stops the search; pending
+messages are ``couldn't assign flavors to pod set <name>: <sorted reasons>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.builders import (
+    Builder,
+    WorkloadBuilder,
+    a_cluster_queue,
+    a_flavor,
+    a_local_queue,
+    a_namespace,
+    a_workload,
+    simulate,
+)
+
+GPU = "example.com/gpu"
+
+
+def _wl(name: str = "w") -> WorkloadBuilder:
+    return a_workload("ns", name).queue("lq")
+
+
+def _run(
+    cq: Builder,
+    *workloads: Builder,
+    flavors: list[Builder] | None = None,
+    extra: list[Builder] | None = None,
+    cycles: int | None = None,
+):
+    flavors = flavors if flavors is not None else [a_flavor("f"), a_flavor("f1"), a_flavor("f2")]
+    return simulate(
+        *flavors,
+        a_namespace("ns"),
+        cq,
+        a_local_queue("ns", "lq", cq.body["metadata"]["name"]),
+        *(extra or []),
+        *workloads,
+        cycles=cycles,
+    )
+
+
+def _with_affinity(wl: WorkloadBuilder, *terms: list[tuple[str, str, list[str]]]) -> WorkloadBuilder:
+    """Required node affinity on the last podSet: terms are ORed, expressions in a term ANDed."""
+    spec = wl.body["spec"]["podSets"][-1]["template"]["spec"]
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": k, "operator": op, "values": v} for k, op, v in term]}
+                    for term in terms
+                ]
+            }
+        }
+    }
+    return wl
+
+
+def _pending_message(*reasons: str, pod_set: str = "main") -> str:
+    return f"couldn't assign flavors to pod set {pod_set}: {', '.join(reasons)}"
+
+
+def _max(res: str, flavor: str, previous: str, request: str, capacity: str) -> str:
+    return (
+        f"insufficient quota for {res} in flavor {flavor}, previously considered podsets requests ({previous}) "
+        f"+ current podset request ({request}) > maximum capacity ({capacity})"
+    )
+
+
+def _unused(res: str, flavor: str, more: str) -> str:
+    return f"insufficient unused quota for {res} in flavor {flavor}, {more} more needed"
+
+
+# --- flavor order ---------------------------------------------------------------------------------
+
+
+def _running(name: str, flavor: str, cpu: str) -> WorkloadBuilder:
+    return _wl(name).request(cpu=cpu).admitted("cq", {"cpu": flavor})
+
+
+@pytest.mark.parametrize(
+    ("cpu", "running", "want_flavor", "want_message"),
+    [
+        pytest.param("2", [], "f1", "", id="fits the first flavor: first flavor"),
+        pytest.param("3", [], "f2", "", id="too big for the first flavor: the second one"),
+        pytest.param(
+            "2", [_running("r1", "f1", "1")], "f2", "", id="first flavor has only 1 unused core left: the second one"
+        ),
+        pytest.param(
+            "5",
+            [],
+            None,
+            _pending_message(_max("cpu", "f1", "0", "5", "2"), _max("cpu", "f2", "0", "5", "4")),
+            id="bigger than every flavor: pending, each flavor's maximum capacity in the message",
+        ),
+        pytest.param(
+            "2",
+            [_running("r1", "f1", "1"), _running("r2", "f2", "3")],
+            None,
+            _pending_message(_unused("cpu", "f1", "1"), _unused("cpu", "f2", "1")),
+            id="both flavors partly used: pending, how much is missing in each",
+        ),
+        pytest.param(
+            "1500m",
+            [_running("r1", "f1", "1"), _running("r2", "f2", "3500m")],
+            None,
+            _pending_message(_unused("cpu", "f1", "500m"), _unused("cpu", "f2", "1")),
+            id="missing amounts are rendered as quantities (500m)",
+        ),
+    ],
+)
+def test_flavors_are_tried_in_the_cluster_queues_order(cpu, running, want_flavor, want_message):
+    cq = a_cluster_queue("cq").group(("f1", {"cpu": 2}), ("f2", {"cpu": 4}))
+    out = _run(cq, *running, _wl().request(cpu=cpu).created(100))
+    if want_flavor is None:
+        assert out.wl("ns/w").pending
+        assert out.condition("ns/w", "QuotaReserved") == ("False", "Pending")
+    else:
+        assert out.flavors("ns/w") == {"cpu": want_flavor}
+    assert out.message("ns/w") == (want_message or "Quota reserved in ClusterQueue cq")
+
+
+# --- resource groups ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("requests", "want_flavors"),
+    [
+        pytest.param(
+            {"cpu": "2", "memory": "1Gi", GPU: "1"},
+            {"cpu": "f1", "memory": "f1", GPU: "g1"},
+            id="everything fits the first flavor of each group",
+        ),
+        pytest.param(
+            {"cpu": "2", "memory": "6Gi", GPU: "1"},
+            {"cpu": "f2", "memory": "f2", GPU: "g1"},
+            id="memory does not fit f1: cpu moves with it to f2, the gpu group stays on g1",
+        ),
+        pytest.param(
+            {"cpu": "6", "memory": "1Gi", GPU: "3"},
+            {"cpu": "f2", "memory": "f2", GPU: "g2"},
+            id="each group picks its own second flavor",
+        ),
+        pytest.param(
+            {"cpu": "1", "memory": "1Gi", GPU: "2"},
+            {"cpu": "f1", "memory": "f1", GPU: "g2"},
+            id="the gpu group moves on without moving the cpu/memory group",
+        ),
+    ],
+)
+def test_resource_groups_are_assigned_independently(requests, want_flavors):
+    cq = (
+        a_cluster_queue("cq")
+        .group(("f1", {"cpu": 4, "memory": "4Gi"}), ("f2", {"cpu": 8, "memory": "8Gi"}))
+        .group(("g1", {GPU: 1}), ("g2", {GPU: 4}))
+    )
+    wl = _wl()
+    wl.pod_set("main", 1, **{k.replace(".", "_").replace("/", "__"): v for k, v in requests.items()})
+    out = _run(cq, wl, flavors=[a_flavor(n) for n in ("f1", "f2", "g1", "g2")])
+    assert out.flavors("ns/w") == want_flavors
+
+
+def test_the_message_names_only_the_resource_group_that_failed():
+    """Kueue replaces the reasons gathered so far with the failing resource's status (``groupStatus =
+    *status; break``): cpu's try of f1 is not reported once the gpu group fails."""
+    cq = (a_cluster_queue("cq").group(("f1", {"cpu": 1}), ("f2", {"cpu": 4})).group(("g1", {GPU: 1})))
+    wl = _wl().pod_set("main", 1, cpu="2", example_com__gpu="2")
+    out = _run(cq, wl, flavors=[a_flavor(n) for n in ("f1", "f2", "g1")])
+    assert out.wl("ns/w").pending
+    assert out.message("ns/w") == _pending_message(_max(GPU, "g1", "0", "2", "1"))
+
+
+def test_a_resource_no_group_covers_leaves_the_workload_pending():
+    cq = a_cluster_queue("cq").flavor("f", cpu=8)
+    out = _run(cq, _wl().request(cpu="1", memory="1Gi"))
+    assert out.wl("ns/w").pending
+    assert out.message("ns/w") == _pending_message("resource memory unavailable in ClusterQueue")
+
+
+def test_a_zero_request_of_an_uncovered_resource_is_ignored():
+    cq = a_cluster_queue("cq").flavor("f", cpu=8)
+    out = _run(cq, _wl().request(cpu="1", memory="0"))
+    assert out.flavors("ns/w") == {"cpu": "f"}
+
+
+# --- taints and tolerations -----------------------------------------------------------------------
+
+
+def _tol(key: str, value: str | None = None, effect: str | None = "NoSchedule", op: str = "Equal") -> dict[str, str]:
+    t = {"key": key, "operator": op}
+    if value is not None:
+        t["value"] = value
+    if effect is not None:
+        t["effect"] = effect
+    return t
+
+
+@pytest.mark.parametrize(
+    ("f1", "f2", "tolerations", "want_flavor", "want_message"),
+    [
+        pytest.param(
+            a_flavor("f1").taint("spot", "true"),
+            a_flavor("f2"),
+            None,
+            "f2",
+            "",
+            id="untolerated NoSchedule taint: skip to the next flavor",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("spot", "true"),
+            a_flavor("f2"),
+            [_tol("spot", "true")],
+            "f1",
+            "",
+            id="pod tolerates the taint (Equal): the tainted flavor is used",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("spot", "true"),
+            a_flavor("f2"),
+            [_tol("spot", effect=None, op="Exists")],
+            "f1",
+            "",
+            id="pod tolerates the key with Exists and no effect",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("spot", "true"),
+            a_flavor("f2"),
+            [{"operator": "Exists"}],
+            "f1",
+            "",
+            id="Exists with an empty key tolerates every taint",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("spot", "true"),
+            a_flavor("f2"),
+            [_tol("spot", "false")],
+            "f2",
+            "",
+            id="toleration for another value does not tolerate",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("spot", "true"),
+            a_flavor("f2"),
+            [_tol("spot", "true", effect="NoExecute")],
+            "f2",
+            "",
+            id="toleration for another effect does not tolerate",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("spot", "true").toleration("spot", "true"),
+            a_flavor("f2"),
+            None,
+            "f1",
+            "",
+            id="the flavor's own tolerations count as the pod's",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("spot", "true", "PreferNoSchedule"),
+            a_flavor("f2"),
+            None,
+            "f1",
+            "",
+            id="PreferNoSchedule taints are ignored",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("spot", "true", "NoExecute"),
+            a_flavor("f2"),
+            None,
+            "f2",
+            "",
+            id="untolerated NoExecute taint: skip",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("spot", "true"),
+            a_flavor("f2").taint("zone", "x", "NoExecute"),
+            None,
+            None,
+            _pending_message(
+                "untolerated taint spot=true:NoSchedule in flavor f1", "untolerated taint zone=x:NoExecute in flavor f2"
+            ),
+            id="every flavor tainted: pending, each taint named as key=value:effect",
+        ),
+    ],
+)
+def test_taints_and_tolerations(f1, f2, tolerations, want_flavor, want_message):
+    cq = a_cluster_queue("cq").group(("f1", {"cpu": 4}), ("f2", {"cpu": 4}))
+    out = _run(cq, _wl().pod_set("main", 1, tolerations=tolerations, cpu="1"), flavors=[f1, f2])
+    if want_flavor is None:
+        assert out.wl("ns/w").pending
+        assert out.message("ns/w") == want_message
+    else:
+        assert out.flavors("ns/w") == {"cpu": want_flavor}
+
+
+# --- nodeSelector and required node affinity ------------------------------------------------------
+
+ZONES = [a_flavor("f1").labels(zone="a"), a_flavor("f2").labels(zone="b")]
+NO_ZONE_MATCHES = _pending_message("flavor f1 doesn't match node affinity", "flavor f2 doesn't match node affinity")
+
+
+@pytest.mark.parametrize(
+    ("selector", "terms", "want_flavor", "want_message"),
+    [
+        pytest.param(None, [], "f1", "", id="no selector: the first flavor"),
+        pytest.param({"zone": "b"}, [], "f2", "", id="nodeSelector zone=b: the flavor labelled zone=b"),
+        pytest.param({"zone": "c"}, [], None, NO_ZONE_MATCHES, id="nodeSelector no flavor satisfies: pending"),
+        pytest.param({"disk": "ssd"}, [], "f1", "", id="nodeSelector on a key no flavor uses is ignored"),
+        pytest.param(
+            {"zone": "b", "disk": "ssd"}, [], "f2", "", id="nodeSelector: only the keys flavors use are matched"
+        ),
+        pytest.param(None, [[("zone", "In", ["b"])]], "f2", "", id="affinity zone In [b]"),
+        pytest.param(None, [[("zone", "NotIn", ["a"])]], "f2", "", id="affinity zone NotIn [a]"),
+        pytest.param(None, [[("zone", "Exists", [])]], "f1", "", id="affinity zone Exists"),
+        pytest.param(
+            None,
+            [[("zone", "DoesNotExist", [])]],
+            None,
+            NO_ZONE_MATCHES,
+            id="affinity zone DoesNotExist: every flavor has a zone: pending",
+        ),
+        pytest.param(None, [[("zone", "In", ["c"])], [("zone", "In", ["b"])]], "f2", "", id="affinity terms are ORed"),
+        pytest.param(
+            None,
+            [[("zone", "In", ["b"]), ("disk", "In", ["ssd"])]],
+            "f2",
+            "",
+            id="affinity expression on an unused key is dropped from its term",
+        ),
+        pytest.param(
+            None, [[("disk", "In", ["ssd"])]], "f1", "", id="affinity only on an unused key matches every flavor"
+        ),
+        pytest.param(
+            None,
+            [[("zone", "In", ["c"])], [("disk", "In", ["ssd"])]],
+            "f1",
+            "",
+            id="a term left empty after filtering drops all terms: matches every flavor",
+        ),
+        pytest.param(
+            {"zone": "a"},
+            [[("zone", "In", ["b"])]],
+            None,
+            NO_ZONE_MATCHES,
+            id="nodeSelector and affinity must both match",
+        ),
+    ],
+)
+def test_node_selector_and_required_affinity(selector, terms, want_flavor, want_message):
+    cq = a_cluster_queue("cq").group(("f1", {"cpu": 4}), ("f2", {"cpu": 4}))
+    wl = _wl().pod_set("main", 1, node_selector=selector, cpu="1")
+    if terms:
+        _with_affinity(wl, *terms)
+    out = _run(cq, wl, flavors=ZONES)
+    if want_flavor is None:
+        assert out.wl("ns/w").pending
+        assert out.message("ns/w") == want_message
+    else:
+        assert out.flavors("ns/w") == {"cpu": want_flavor}
+
+
+def test_node_selector_keys_are_those_of_the_resource_groups_own_flavors():
+    """zone is a key of the cpu group only: the gpu group's flavor, which has no zone, still matches."""
+    cq = a_cluster_queue("cq").group(("f1", {"cpu": 4}), ("f2", {"cpu": 4})).group(("g1", {GPU: 4}))
+    flavors = [*ZONES, a_flavor("g1").labels(**{"gpu-type": "t4"})]
+    wl = _wl().pod_set("main", 1, node_selector={"zone": "b"}, cpu="1", example_com__gpu="1")
+    out = _run(cq, wl, flavors=flavors)
+    assert out.flavors("ns/w") == {"cpu": "f2", GPU: "g1"}
+
+
+def test_a_flavor_without_the_key_does_not_match_a_selector_on_a_key_of_its_group():
+    """v0.13-v0.15: the allowed keys are the union of the group's flavors' label keys, so an
+    unlabelled flavor fails a selector on ``zone`` that another flavor of its group sets."""
+    cq = a_cluster_queue("cq").group(("plain", {"cpu": 4}), ("f2", {"cpu": 4}))
+    out = _run(
+        cq,
+        _wl().pod_set("main", 1, node_selector={"zone": "b"}, cpu="1"),
+        flavors=[a_flavor("plain"), a_flavor("f2").labels(zone="b")],
+    )
+    assert out.flavors("ns/w") == {"cpu": "f2"}
+
+
+# --- missing flavors ------------------------------------------------------------------------------
+
+
+def test_a_missing_flavor_makes_the_cluster_queue_inactive():
+    cq = a_cluster_queue("cq").group(("f1", {"cpu": 4}), ("ghost", {"cpu": 4}))
+    out = _run(cq, _wl().request(cpu="1"), flavors=[a_flavor("f1")])
+    assert out.admitted() == {}
+    assert out.condition("ns/w", "QuotaReserved") == ("False", "Inadmissible")
+    assert out.message("ns/w") == "ClusterQueue cq is inactive"
+
+
+def test_a_flavor_declared_after_its_cluster_queue_is_found():
+    cq = a_cluster_queue("cq").flavor("late", cpu=4)
+    out = _run(cq, _wl().request(cpu="1"), flavors=[], extra=[a_flavor("late")])
+    assert out.flavors("ns/w") == {"cpu": "late"}
+
+
+# --- flavor fungibility ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("when_can_borrow", "cpu", "want_flavor"),
+    [
+        pytest.param(None, "3", "f1", id="default MayStopSearch: borrowing on the first flavor stops the search"),
+        pytest.param("Borrow", "3", "f1", id="deprecated Borrow behaves as MayStopSearch"),
+        pytest.param("MayStopSearch", "3", "f1", id="MayStopSearch: borrow on f1 rather than fit on f2"),
+        pytest.param("TryNextFlavor", "3", "f2", id="TryNextFlavor: fit on f2 rather than borrow on f1"),
+        pytest.param(
+            "TryNextFlavor",
+            "5",
+            "f1",
+            id="TryNextFlavor: f2 cannot hold it, so the remembered borrowing flavor f1 is used",
+        ),
+        pytest.param("TryNextFlavor", "2", "f1", id="TryNextFlavor: no borrowing needed on f1: f1"),
+    ],
+)
+def test_when_can_borrow(when_can_borrow, cpu, want_flavor):
+    cq = a_cluster_queue("cq").cohort("co").group(("f1", {"cpu": 2}), ("f2", {"cpu": 4}))
+    if when_can_borrow:
+        cq = cq.fungibility(when_can_borrow=when_can_borrow)
+    lender = a_cluster_queue("lender").cohort("co").flavor("f1", cpu=10)
+    out = _run(cq, _wl().request(cpu=cpu), extra=[lender])
+    assert out.flavors("ns/w") == {"cpu": want_flavor}
+
+
+@pytest.mark.parametrize(
+    ("when_can_preempt", "want_after_one_cycle", "want_final"),
+    [
+        pytest.param(
+            None,
+            {"ns/high": "f2", "ns/low": "f1"},
+            {"ns/high": "f2", "ns/low": "f1"},
+            id="default TryNextFlavor: fit on f2 rather than preempt on f1",
+        ),
+        pytest.param(
+            "MayStopSearch",
+            {"ns/high": None, "ns/low": None},
+            {"ns/high": "f1", "ns/low": "f2"},
+            id="MayStopSearch: preempt on f1; the victim later moves to f2",
+        ),
+    ],
+)
+def test_when_can_preempt(when_can_preempt, want_after_one_cycle, want_final):
+    cq = a_cluster_queue("cq").group(("f1", {"cpu": 4}), ("f2", {"cpu": 4})).preemption(within="LowerPriority")
+    if when_can_preempt:
+        cq = cq.fungibility(when_can_preempt=when_can_preempt)
+    objs = [
+        _wl("low").request(cpu="4").priority(0).admitted("cq", {"cpu": "f1"}),
+        _wl("high").request(cpu="4").priority(10).created(100),
+    ]
+    for cycles, want in ((1, want_after_one_cycle), (None, want_final)):
+        out = _run(cq, *objs, cycles=cycles)
+        got = {k: (out.flavors(k)["cpu"] if k in out.admitted() else None) for k in want}
+        assert got == want, f"cycles={cycles}"
+
+
+@pytest.mark.parametrize(
+    ("preference", "want_admitted_on", "want_preempted"),
+    [
+        pytest.param(
+            None, "f1", [], id="no preference: the better mode wins: fit by borrowing on f1 over preempting on f2"
+        ),
+        pytest.param(
+            "PreemptionOverBorrowing",
+            "f1",
+            [],
+            id="PreemptionOverBorrowing: the better mode first: fit by borrowing on f1",
+        ),
+        pytest.param(
+            "BorrowingOverPreemption",
+            None,
+            ["ns/low"],
+            id="BorrowingOverPreemption: the lower borrowing level first: preempt on f2 without borrowing",
+        ),
+    ],
+)
+def test_preference_when_both_policies_try_the_next_flavor(preference, want_admitted_on, want_preempted):
+    cq = (
+        a_cluster_queue("cq")
+        .cohort("co")
+        .group(("f1", {"cpu": 2}), ("f2", {"cpu": 4}))
+        .preemption(within="LowerPriority")
+        .fungibility(when_can_borrow="TryNextFlavor", when_can_preempt="TryNextFlavor", preference=preference)
+    )
+    lender = a_cluster_queue("lender").cohort("co").flavor("f1", cpu=10)
+    out = _run(
+        cq,
+        _wl("low").request(cpu="4").priority(0).admitted("cq", {"cpu": "f2"}),
+        _wl("high").request(cpu="3").priority(10).created(100),
+        extra=[lender],
+        cycles=1,
+    )
+    assert out.preempted() == want_preempted
+    if want_admitted_on is None:
+        assert out.wl("ns/high").pending
+    else:
+        assert out.flavors("ns/high") == {"cpu": want_admitted_on}
+
+
+# --- the pods resource ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("groups", "count", "want_flavors", "want_message"),
+    [
+        pytest.param(
+            [[("f", {"cpu": 10, "pods": 5})]], 3, {"cpu": "f", "pods": "f"}, "", id="pods counted with cpu in one group"
+        ),
+        pytest.param(
+            [[("f", {"cpu": 10, "pods": 2})]],
+            3,
+            None,
+            _pending_message(_max("pods", "f", "0", "3", "2")),
+            id="3 pods against a pods quota of 2: pending",
+        ),
+        pytest.param(
+            [[("f1", {"cpu": 10, "pods": 2}), ("f2", {"cpu": 10, "pods": 5})]],
+            3,
+            {"cpu": "f2", "pods": "f2"},
+            "",
+            id="pods quota too small on f1: cpu and pods move to f2 together",
+        ),
+        pytest.param(
+            [[("f1", {"cpu": 10})], [("p1", {"pods": 2}), ("p2", {"pods": 4})]],
+            3,
+            {"cpu": "f1", "pods": "p2"},
+            "",
+            id="pods in a group of its own picks its own flavor",
+        ),
+    ],
+)
+def test_pods_resource(groups, count, want_flavors, want_message):
+    cq = a_cluster_queue("cq")
+    for g in groups:
+        cq = cq.group(*g)
+    flavors = [a_flavor(n) for n in ("f", "f1", "f2", "p1", "p2")]
+    out = _run(cq, _wl().request(count, cpu="1"), flavors=flavors)
+    if want_flavors is None:
+        assert out.wl("ns/w").pending
+        assert out.message("ns/w") == want_message
+        return
+    assert out.flavors("ns/w") == want_flavors
+    usage = dict(out.wl("ns/w").admission.pod_set_assignments[0].resource_usage)
+    assert usage == {"cpu": count * 1000, "pods": count}
+
+
+# --- several podSets ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("driver_cpu", "worker_cpu", "want_flavors"),
+    [
+        pytest.param("2", "1", {"driver/cpu": "f1", "workers/cpu": "f1"}, id="2 + 2x1 fit f1 together"),
+        pytest.param(
+            "3",
+            "1",
+            {"driver/cpu": "f1", "workers/cpu": "f2"},
+            id="the workers see the driver's 3 cores on f1 and move to f2",
+        ),
+        pytest.param(
+            "5",
+            "1",
+            {"driver/cpu": "f2", "workers/cpu": "f1"},
+            id="the driver does not fit f1; the workers still start from f1",
+        ),
+    ],
+)
+def test_pod_sets_are_assigned_in_order_and_see_each_others_usage(driver_cpu, worker_cpu, want_flavors):
+    cq = a_cluster_queue("cq").group(("f1", {"cpu": 4}), ("f2", {"cpu": 10}))
+    wl = _wl().pod_set("driver", 1, cpu=driver_cpu).pod_set("workers", 2, cpu=worker_cpu)
+    out = _run(cq, wl)
+    assert out.flavors("ns/w") == want_flavors
+
+
+def test_the_message_names_only_the_first_pod_set_that_failed():
+    """Kueue stops at the first podSet that gets no flavor; later podSets are not tried."""
+    cq = a_cluster_queue("cq").flavor("f", cpu=4)
+    wl = _wl().pod_set("first", 1, cpu="5").pod_set("second", 1, cpu="6")
+    out = _run(cq, wl)
+    assert out.message("ns/w") == _pending_message(_max("cpu", "f", "0", "5", "4"), pod_set="first")
+
+
+@pytest.mark.parametrize(
+    ("running", "want_message"),
+    [
+        pytest.param(
+            [],
+            _pending_message(_max("cpu", "f", "3", "2", "4"), pod_set="workers"),
+            id="driver 3 + workers 2 > 4: maximum capacity, naming what earlier podSets took",
+        ),
+        pytest.param(
+            ["2"],
+            _pending_message(_unused("cpu", "f", "1"), pod_set="workers"),
+            id="driver 3 fits the 4 unused cores, workers then miss 1",
+        ),
+    ],
+)
+def test_pending_message_of_a_later_pod_set(running, want_message):
+    cq = a_cluster_queue("cq").flavor("f", cpu=4 + sum(int(r) for r in running))
+    objs: list[Any] = [_wl(f"r{i}").request(cpu=r).admitted("cq", {"cpu": "f"}) for i, r in enumerate(running)]
+    wl = _wl().pod_set("driver", 1, cpu="3").pod_set("workers", 2, cpu="1").created(100)
+    out = _run(cq, *objs, wl)
+    assert out.wl("ns/w").pending
+    assert out.message("ns/w") == want_message
