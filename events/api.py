@@ -220,6 +220,29 @@ class LocalQueueSpec(_Spec):
     fair_sharing: FairSharing | None = None
 
 
+# --- AdmissionCheck / ProvisioningRequestConfig ---------------------------------------------
+
+
+class AdmissionCheckParametersReference(_Spec):
+    api_group: str | None = None
+    kind: str | None = None
+    name: str | None = None
+
+
+class AdmissionCheckSpec(_Spec):
+    controller_name: str | None = None
+    retry_delay_minutes: int | None = None  # v1beta1, deprecated
+    parameters: AdmissionCheckParametersReference | None = None
+
+
+class ProvisioningRequestConfigSpec(_Loose):
+    """Only what admission needs; the rest (parameters, retryStrategy, podSetUpdates, ...) is the
+    ProvisioningRequest controller's business and is accepted as written."""
+
+    provisioning_class_name: str | None = None
+    managed_resources: list[str] | None = None
+
+
 # --- Workload --------------------------------------------------------------------------------
 
 
@@ -232,9 +255,9 @@ class PodSet(_Spec):
 
 
 class PriorityClassRef(_Spec):
+    group: str
+    kind: str
     name: str
-    group: str | None = None
-    kind: str | None = None
 
 
 class WorkloadSpec(_Spec):

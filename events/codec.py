@@ -13,6 +13,7 @@ a record, because the scheduler must treat them differently:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -101,10 +102,8 @@ def decode_decision(data: bytes) -> Any:
         return _decision_decoder.decode(data)
     except msgspec.DecodeError as e:
         raw: Any = None
-        try:
+        with contextlib.suppress(msgspec.DecodeError):
             raw = msgspec.json.decode(data)
-        except msgspec.DecodeError:
-            pass
         if isinstance(raw, dict) and isinstance(raw.get("type"), str) and raw["type"] not in DECISION_TYPES:
             raise UnknownEventType(raw["type"]) from None
         raise MalformedRecord(str(e)) from None

@@ -6,12 +6,15 @@ requests from the pod template, ``minCount`` from the
 from the ``kueue.x-k8s.io/priority-class`` label (a WorkloadPriorityClass) or the
 template's ``priorityClassName`` (a PriorityClass), and an ownerReference to
 the Job. The Workload's name is ``job-<job name>-<hash>`` as in Kueue, with the
-hash taken over the Job's name and uid so that it is stable across replays.
+hash taken over the Job's kind, group, name and uid exactly as Kueue's
+``GetWorkloadNameForOwnerWithGVK`` takes it, so that the name is the one Kueue would
+give the same Job (and stable across replays).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 
 from events import api
 from events import objects as o
@@ -21,12 +24,17 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 MAX_NAME = 253
+_HASH_LENGTH = 5
+_MAX_PREFIX = MAX_NAME - 1 - _HASH_LENGTH  # 247: room for "-" and the hash
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DECIMAL_INT = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi accepts
 
 
 def workload_name_for_job(job_name: str, job_uid: str) -> str:
-    digest = hashlib.sha1(f"batch/Job/{job_name}/{job_uid}".encode(), usedforsecurity=False).hexdigest()[:5]
-    prefix = f"job-{job_name}"[: MAX_NAME - 6]
-    return f"{prefix}-{digest}"
+    """Kueue's ``jobframework.GetWorkloadNameForOwnerWithGVK`` for a batch/v1 Job."""
+    digest = hashlib.sha1(f"Job\nbatch\n{job_name}\n{job_uid}".encode(), usedforsecurity=False).hexdigest()
+    prefix = f"job-{job_name}"[:_MAX_PREFIX]
+    return f"{prefix}-{digest[:_HASH_LENGTH]}"
 
 
 def job_to_workload(
@@ -39,6 +47,10 @@ def job_to_workload(
     name = meta.name or ""
     if not queue:
         raise where.error(f"metadata.labels.{QUEUE_LABEL}", "must not be empty")
+    if len(queue) > MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(queue):
+        # Kueue's job webhook: the label must name a LocalQueue (jobframework.ValidateLabelAsCRDName).
+        raise where.error(f"metadata.labels.{QUEUE_LABEL}",
+                          f"invalid value {queue!r}: must be a lowercase RFC 1123 subdomain (a LocalQueue name)")
     parallelism = 1 if spec.parallelism is None else spec.parallelism
     if parallelism < 0:
         raise where.error("spec.parallelism", f"must be greater than or equal to 0, got {parallelism}")
@@ -52,11 +64,16 @@ def job_to_workload(
     if MIN_PARALLELISM_ANNOTATION in annotations:
         raw = annotations[MIN_PARALLELISM_ANNOTATION]
         field = f"metadata.annotations.{MIN_PARALLELISM_ANNOTATION}"
-        if not raw.isdigit():
-            raise where.error(field, f"must be a positive integer, got {raw!r}")
+        if not _DECIMAL_INT.fullmatch(raw):
+            raise where.error(field, f"must be an integer, got {raw!r}")
         min_count = int(raw)
-        if not 0 < min_count < parallelism:
-            raise where.error(field, f"must be greater than 0 and less than spec.parallelism ({parallelism}), got {min_count}")
+        # Kueue's job webhook compares with the pod count, min(parallelism, completions).
+        if not 0 < min_count < count:
+            raise where.error(
+                field,
+                f"must be greater than 0 and less than the Job's pod count min(parallelism, completions) "
+                f"({count}), got {min_count}",
+            )
     pod_set = pod_set_from_template(where, "main", count, min_count, spec.template, "spec.template")
     priority_ref = None
     if labels.get(PRIORITY_CLASS_LABEL):

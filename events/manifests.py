@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Any, TypeVar
 
 import msgspec
@@ -27,7 +28,7 @@ from events import api
 from events import objects as o
 from events.jobs import job_to_workload
 from events.podspec import ObjectError, pod_set_from_template, selector_from_api
-from events.quantity import QuantityError, to_amount
+from events.quantity import QuantityError, parse_fraction, to_amount
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta1", "v1beta2")
@@ -38,6 +39,12 @@ MAX_RESOURCE_GROUPS = 16
 MAX_FLAVORS_PER_GROUP = 64
 MAX_RESOURCES_PER_GROUP = 64
 MAX_POD_SETS = 8
+# Kueue >= 0.14 webhook limits across a ClusterQueue's resource groups (pkg/webhooks/clusterqueue_webhook.go).
+MAX_TOTAL_FLAVORS = 256
+MAX_TOTAL_COVERED_RESOURCES = 256
+MAX_FLAVOR_RESOURCES_PER_GROUP = 512
+MAX_FLAVOR_TAINTS = 8
+MAX_FLAVOR_TOLERATIONS = 8
 
 
 class ManifestError(ValueError):
@@ -59,7 +66,27 @@ class Document:
 
 
 class _NoTimestampLoader(yaml.SafeLoader):
-    """Safe YAML without implicit timestamps: times stay strings, parsed by us (RFC 3339)."""
+    """Safe YAML without implicit timestamps: times stay strings, parsed by us (RFC 3339).
+
+    A key written twice in one mapping is an error, as it is for kubectl and the API server;
+    PyYAML would silently keep the last value (two ``nominalQuota`` lines, say)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # unhashable: the base class reports it
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 _NoTimestampLoader.yaml_implicit_resolvers = {
@@ -70,12 +97,14 @@ _NoTimestampLoader.yaml_implicit_resolvers = {
 
 def read_documents(file: str, text: str) -> list[Document]:
     """Split a multi-document YAML stream; empty documents are skipped but keep their number."""
+    bodies: list[Any] = []
     try:
-        bodies = list(yaml.load_all(text, Loader=_NoTimestampLoader))  # noqa: S506 - safe loader subclass
+        bodies.extend(yaml.load_all(text, Loader=_NoTimestampLoader))  # extend keeps what was read before an error
     except yaml.YAMLError as e:
+        # The stream is read document by document, so the broken one is the next one.
         mark = getattr(e, "problem_mark", None)
         line = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ManifestError(file, 0, "", "", f"invalid YAML{line}: {getattr(e, 'problem', e)}") from e
+        raise ManifestError(file, len(bodies) + 1, "", "", f"invalid YAML{line}: {getattr(e, 'problem', e)}") from e
     docs: list[Document] = []
     for i, body in enumerate(bodies, start=1):
         if body is None:
@@ -136,14 +165,18 @@ class _Ctx:
                 if req:
                     path += "." + req.group(1)
                 text = "required field is missing"
-            raise self.error(field + path, text) from None
+            # A top-level body (Configuration) has no field of its own: no leading dot then.
+            raise self.error((field + path).lstrip("."), text) from None
 
     def amount(self, resource: str, value: object, field: str) -> int:
         try:
+            # The sign is judged on the exact value: "-100m" of memory is negative even though
+            # rounding up would make it 0 (Kueue compares the Quantity itself with 0).
+            negative = parse_fraction(value) < 0
             amount = to_amount(resource, value)
         except QuantityError as e:
             raise self.error(field, str(e)) from None
-        if amount < 0:
+        if negative:
             raise self.error(field, f"must be greater than or equal to 0, got {value!r}")
         return amount
 
@@ -165,12 +198,16 @@ def _meta(doc: Document) -> tuple[str, str, api.ObjectMeta]:
 def _check_name(ctx: _Ctx, name: str | None, field: str, *, label: bool = False) -> str:
     if not name:
         raise ctx.error(field, "required field is missing")
-    pattern, what, limit = (_DNS_LABEL, "RFC 1123 label", 63) if label else (_DNS_SUBDOMAIN, "RFC 1123 subdomain", 253)
-    if len(name) > limit or not pattern.match(name):
+    pattern, what, limit, chars = (
+        (_DNS_LABEL, "RFC 1123 label", 63, " or '-'")
+        if label
+        else (_DNS_SUBDOMAIN, "RFC 1123 subdomain", 253, ", '-' or '.'")
+    )
+    if len(name) > limit or not pattern.fullmatch(name):
         raise ctx.error(
             field,
             f"invalid value {name!r}: a lowercase {what} must consist of lower case alphanumeric "
-            f"characters, '-' or '.', and must start and end with an alphanumeric character "
+            f"characters{chars}, and must start and end with an alphanumeric character "
             f"(at most {limit} characters)",
         )
     return name
@@ -182,17 +219,48 @@ def _sorted_pairs(d: Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
 
 def _check_resource_name(ctx: _Ctx, name: str, field: str) -> None:
     prefix, _, local = name.rpartition("/")
-    if not _QUALIFIED_NAME.match(local) or len(local) > 63 or (prefix and not _DNS_SUBDOMAIN.match(prefix)):
+    if not _QUALIFIED_NAME.fullmatch(local) or len(local) > 63 or (prefix and not _DNS_SUBDOMAIN.fullmatch(prefix)):
         raise ctx.error(field, f"invalid resource name {name!r}")
 
 
+def _resource_group_totals(ctx: _Ctx, groups: list[api.ResourceGroup]) -> None:
+    """The size limits Kueue's ClusterQueue webhook puts on all resource groups together."""
+    flavors = sum(len(g.flavors) for g in groups)
+    if flavors > MAX_TOTAL_FLAVORS:
+        raise ctx.error(
+            "spec.resourceGroups",
+            f"total number of flavors across all resourceGroups must be <= {MAX_TOTAL_FLAVORS}, got {flavors}",
+        )
+    covered = sum(len(g.covered_resources) for g in groups)
+    if covered > MAX_TOTAL_COVERED_RESOURCES:
+        raise ctx.error(
+            "spec.resourceGroups",
+            f"total number of covered resources across all resourceGroups must be <= "
+            f"{MAX_TOTAL_COVERED_RESOURCES}, got {covered}",
+        )
+    for gi, g in enumerate(groups):
+        pairs = sum(len(f.resources) for f in g.flavors)
+        if pairs > MAX_FLAVOR_RESOURCES_PER_GROUP:
+            raise ctx.error(
+                f"spec.resourceGroups[{gi}]",
+                f"number of flavor-resource combinations in a resourceGroup must be <= "
+                f"{MAX_FLAVOR_RESOURCES_PER_GROUP}, got {pairs}",
+            )
+
+
 def _resource_groups(
-    ctx: _Ctx, groups: list[api.ResourceGroup] | None, *, has_parent: bool, owner: str
+    ctx: _Ctx, groups: list[api.ResourceGroup] | None, *, has_parent: bool, owner: str, is_cohort: bool = False
 ) -> tuple[o.ResourceGroup, ...]:
-    """Kueue's ClusterQueue/Cohort resourceGroups rules (CRD markers + webhook)."""
+    """Kueue's ClusterQueue/Cohort resourceGroups rules (CRD markers + webhook).
+
+    ``lendingLimit <= nominalQuota`` is a ClusterQueue rule only: a Cohort's lendingLimit may
+    exceed its own nominalQuota, since it lends its children's quota too
+    (``validationConfig.enforceNominalGreaterThanLending`` in Kueue's webhooks)."""
     groups = groups or []
     if len(groups) > MAX_RESOURCE_GROUPS:
         raise ctx.error("spec.resourceGroups", f"must have at most {MAX_RESOURCE_GROUPS} items")
+    if not is_cohort:
+        _resource_group_totals(ctx, groups)
     seen_resources: dict[str, int] = {}
     seen_flavors: dict[str, int] = {}
     out: list[o.ResourceGroup] = []
@@ -245,7 +313,7 @@ def _resource_groups(
                     if not has_parent:
                         raise ctx.error(f"{qpath}.lendingLimit", f"must be nil when {owner} is empty")
                     lending = ctx.amount(rq.name, rq.lending_limit, f"{qpath}.lendingLimit")
-                    if lending > nominal:
+                    if not is_cohort and lending > nominal:
                         raise ctx.error(
                             f"{qpath}.lendingLimit",
                             f"must be less than or equal to the nominalQuota ({rq.lending_limit} > "
@@ -257,7 +325,7 @@ def _resource_groups(
     return tuple(out)
 
 
-def _enum(ctx: _Ctx, enum: type[T], value: str | None, default: T, field: str, aliases: Mapping[str, str] = {}) -> T:  # noqa: B006
+def _enum(ctx: _Ctx, enum: type[T], value: str | None, default: T, field: str, aliases: Mapping[str, str] = {}) -> T:
     if value is None or value == "":
         return default
     value = aliases.get(value, value)
@@ -274,7 +342,11 @@ def _enum(ctx: _Ctx, enum: type[T], value: str | None, default: T, field: str, a
 def _weight(ctx: _Ctx, fs: api.FairSharing | None, field: str) -> int:
     if fs is None or fs.weight is None:
         return 1000
-    return ctx.amount("cpu", fs.weight, f"{field}.weight")  # milli-units, like a cpu quantity
+    weight = ctx.amount("cpu", fs.weight, f"{field}.weight")  # milli-units, like a cpu quantity
+    # Kueue refuses a weight that would collapse to zero (pkg/webhooks/common.go validateFairSharing).
+    if 0 < parse_fraction(fs.weight) <= Fraction(1, 10**9):
+        raise ctx.error(f"{field}.weight", f"when not 0, weight must be > 1e-9, got {fs.weight!r}")
+    return weight
 
 
 def _spec(ctx: _Ctx, body: Mapping[str, Any], typ: type[T]) -> T:
@@ -284,6 +356,42 @@ def _spec(ctx: _Ctx, body: Mapping[str, Any], typ: type[T]) -> T:
     if not isinstance(spec, dict):
         raise ctx.error("spec", f"expected an object, got {type(spec).__name__}")
     return ctx.convert(spec, typ, "spec")
+
+
+def _fungibility(ctx: _Ctx, ff: api.FlavorFungibility | None, version: str) -> o.FlavorFungibility:
+    """flavorFungibility; v1beta1 also takes the deprecated ``Borrow`` / ``Preempt`` (both mean
+    ``MayStopSearch``), which v1beta2's enum no longer lists."""
+    if ff is None:
+        return o.FlavorFungibility()
+    borrow_aliases = {"Borrow": "MayStopSearch"} if version == "v1beta1" else {}
+    preempt_aliases = {"Preempt": "MayStopSearch"} if version == "v1beta1" else {}
+    out = o.FlavorFungibility(
+        when_can_borrow=_enum(
+            ctx, o.WhenCanBorrow, ff.when_can_borrow, o.WhenCanBorrow.MAY_STOP_SEARCH,
+            "spec.flavorFungibility.whenCanBorrow", borrow_aliases,
+        ),
+        when_can_preempt=_enum(
+            ctx, o.WhenCanPreempt, ff.when_can_preempt, o.WhenCanPreempt.TRY_NEXT_FLAVOR,
+            "spec.flavorFungibility.whenCanPreempt", preempt_aliases,
+        ),
+        preference=(
+            None
+            if ff.preference is None
+            else _enum(
+                ctx, o.FungibilityPreference, ff.preference, o.FungibilityPreference.BORROWING_OVER_PREEMPTION,
+                "spec.flavorFungibility.preference",
+            )
+        ),
+    )
+    if out.preference is not None and (
+        out.when_can_borrow != o.WhenCanBorrow.TRY_NEXT_FLAVOR
+        or out.when_can_preempt != o.WhenCanPreempt.TRY_NEXT_FLAVOR
+    ):
+        raise ctx.error(
+            "spec.flavorFungibility.preference",
+            f"preference {str(out.preference)!r} requires both whenCanBorrow and whenCanPreempt to be TryNextFlavor",
+        )
+    return out
 
 
 def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.ClusterQueue:
@@ -318,6 +426,11 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
             ),
             borrow_max_priority_threshold=bwc.max_priority_threshold,
         )
+        if bwc.max_priority_threshold is not None and not -(2**31) <= bwc.max_priority_threshold < 2**31:
+            raise ctx.error(
+                "spec.preemption.borrowWithinCohort.maxPriorityThreshold",
+                f"must fit in a 32-bit integer, got {bwc.max_priority_threshold}",
+            )
         if (
             preemption.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER
             and preemption.borrow_within_cohort != o.BorrowWithinCohortPolicy.NEVER
@@ -327,29 +440,13 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
                 "reclaimWithinCohort=Never and borrowWithinCohort.policy!=Never: borrowWithinCohort "
                 "requires reclaimWithinCohort to be enabled",
             )
-    fungibility = o.FlavorFungibility()
-    if spec.flavor_fungibility is not None:
-        ff = spec.flavor_fungibility
-        fungibility = o.FlavorFungibility(
-            when_can_borrow=_enum(
-                ctx, o.WhenCanBorrow, ff.when_can_borrow, o.WhenCanBorrow.MAY_STOP_SEARCH,
-                "spec.flavorFungibility.whenCanBorrow", {"Borrow": "MayStopSearch"},
-            ),
-            when_can_preempt=_enum(
-                ctx, o.WhenCanPreempt, ff.when_can_preempt, o.WhenCanPreempt.TRY_NEXT_FLAVOR,
-                "spec.flavorFungibility.whenCanPreempt", {"Preempt": "MayStopSearch"},
-            ),
-            preference=(
-                None
-                if ff.preference is None
-                else _enum(
-                    ctx, o.FungibilityPreference, ff.preference, o.FungibilityPreference.BORROWING_OVER_PREEMPTION,
-                    "spec.flavorFungibility.preference",
-                )
-            ),
-        )
+    fungibility = _fungibility(ctx, spec.flavor_fungibility, version)
+    if version == "v1beta2" and spec.admission_checks is not None:
+        raise ctx.error("spec.admissionChecks", "unknown field (v1beta2 uses spec.admissionChecksStrategy)")
     if spec.admission_checks and spec.admission_checks_strategy:
-        raise ctx.error("spec.admissionChecksStrategy", "admissionChecks and admissionChecksStrategy are mutually exclusive")
+        raise ctx.error(
+            "spec.admissionChecksStrategy", "admissionChecks and admissionChecksStrategy are mutually exclusive"
+        )
     checks = list(spec.admission_checks or [])
     if spec.admission_checks_strategy and spec.admission_checks_strategy.admission_checks:
         checks = [r.name for r in spec.admission_checks_strategy.admission_checks]
@@ -372,26 +469,64 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
 
 def _cohort(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cohort:
     spec = _spec(ctx, body, api.CohortSpec)
+    # v1alpha1 names the parent `parent`, v1beta2 `parentName`; v1beta1 has had both over Kueue releases.
+    if version == "v1alpha1" and spec.parent_name is not None:
+        raise ctx.error("spec.parentName", "unknown field (v1alpha1 uses spec.parent)")
+    if version == "v1beta2" and spec.parent is not None:
+        raise ctx.error("spec.parent", "unknown field (v1beta2 uses spec.parentName)")
+    if spec.parent and spec.parent_name and spec.parent != spec.parent_name:
+        raise ctx.error(
+            "spec.parentName", f"{spec.parent_name!r} conflicts with spec.parent {spec.parent!r}: set only one"
+        )
     parent = spec.parent_name or spec.parent or ""
-    if version == "v1alpha1" and spec.parent_name is not None and spec.parent is None:
-        parent = spec.parent_name
     field = "spec.parentName" if spec.parent_name else "spec.parent"
     if parent:
         _check_name(ctx, parent, field)
         if parent == ctx.name:
             raise ctx.error(field, "a Cohort cannot be its own parent")
-    groups = _resource_groups(ctx, spec.resource_groups, has_parent=bool(parent), owner="parent")
+    groups = _resource_groups(ctx, spec.resource_groups, has_parent=bool(parent), owner="parent", is_cohort=True)
     return o.Cohort(
         name=ctx.name, parent=parent, resource_groups=groups,
         fair_sharing_weight=_weight(ctx, spec.fair_sharing, "spec.fairSharing"),
     )
 
 
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _flavor_tolerations(ctx: _Ctx, tolerations: list[api.Toleration]) -> tuple[o.Toleration, ...]:
+    """ResourceFlavor tolerations, with the CEL rules of Kueue's ResourceFlavor CRD."""
+    if len(tolerations) > MAX_FLAVOR_TOLERATIONS:
+        raise ctx.error("spec.tolerations", f"must have at most {MAX_FLAVOR_TOLERATIONS} items")
+    out: list[o.Toleration] = []
+    for i, t in enumerate(tolerations):
+        path = f"spec.tolerations[{i}]"
+        operator = t.operator or "Equal"
+        if operator not in ("Equal", "Exists"):
+            raise ctx.error(f"{path}.operator",
+                            f"unsupported value {operator!r}: supported values: 'Equal' (default), 'Exists'")
+        if not t.key and operator != "Exists":
+            raise ctx.error(f"{path}.operator",
+                            "operator must be Exists when 'key' is empty, which means 'match all values and all keys'")
+        if operator == "Exists" and t.value:
+            raise ctx.error(f"{path}.value", "a value must be empty when 'operator' is 'Exists'")
+        if t.effect and t.effect not in _TAINT_EFFECTS:
+            raise ctx.error(f"{path}.effect",
+                            f"unsupported value {t.effect!r}: supported values: 'NoSchedule', 'PreferNoSchedule', "
+                            "'NoExecute'")
+        if t.toleration_seconds is not None and t.effect != "NoExecute":
+            raise ctx.error(f"{path}.tolerationSeconds", "effect must be 'NoExecute' when 'tolerationSeconds' is set")
+        out.append(o.Toleration(key=t.key or "", operator=operator, value=t.value or "", effect=t.effect or ""))
+    return tuple(out)
+
+
 def _resource_flavor(ctx: _Ctx, body: Mapping[str, Any]) -> o.ResourceFlavor:
     spec = _spec(ctx, body, api.ResourceFlavorSpec)
+    if len(spec.node_taints or []) > MAX_FLAVOR_TAINTS:
+        raise ctx.error("spec.nodeTaints", f"must have at most {MAX_FLAVOR_TAINTS} items")
     taints: list[o.Taint] = []
     for i, t in enumerate(spec.node_taints or []):
-        if t.effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        if t.effect not in _TAINT_EFFECTS:
             raise ctx.error(
                 f"spec.nodeTaints[{i}].effect",
                 f"unsupported value {t.effect!r}: supported values: 'NoSchedule', 'PreferNoSchedule', 'NoExecute'",
@@ -399,14 +534,13 @@ def _resource_flavor(ctx: _Ctx, body: Mapping[str, Any]) -> o.ResourceFlavor:
         taints.append(o.Taint(key=t.key, value=t.value or "", effect=t.effect))
     if len(spec.node_labels or {}) > 8:
         raise ctx.error("spec.nodeLabels", "must have at most 8 items")
+    if spec.topology_name is not None and not spec.node_labels:
+        raise ctx.error("spec.nodeLabels", "at least one nodeLabel is required when topology is set")
     return o.ResourceFlavor(
         name=ctx.name,
         node_labels=_sorted_pairs(spec.node_labels),
         node_taints=tuple(taints),
-        tolerations=tuple(
-            o.Toleration(key=t.key or "", operator=t.operator or "Equal", value=t.value or "", effect=t.effect or "")
-            for t in spec.tolerations or []
-        ),
+        tolerations=_flavor_tolerations(ctx, spec.tolerations or []),
     )
 
 
@@ -461,7 +595,49 @@ def _admission(ctx: _Ctx, status: api.WorkloadStatus | None, pod_sets: tuple[o.P
     return o.Admission(cluster_queue=adm.cluster_queue, pod_set_assignments=tuple(out))
 
 
-def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str) -> o.Workload:
+def _reserved_at(ctx: _Ctx, status: api.WorkloadStatus | None) -> int | None:
+    """When an arriving Workload's quota was reserved: candidates for preemption are ordered by it."""
+    for i, c in enumerate((status.conditions or []) if status is not None else []):
+        if c.type == "QuotaReserved" and c.status == "True" and c.last_transition_time:
+            try:
+                return parse_time(c.last_transition_time)
+            except ValueError:
+                raise ctx.error(f"status.conditions[{i}].lastTransitionTime",
+                                f"invalid RFC 3339 time {c.last_transition_time!r}") from None
+    return None
+
+
+def _priority_ref(ctx: _Ctx, spec: api.WorkloadSpec, version: str) -> o.PriorityRef | None:
+    """Where the priority comes from: v1beta1 ``priorityClassName`` + ``priorityClassSource``,
+    v1beta2 ``priorityClassRef`` {group, kind, name}."""
+    if version == "v1beta1" and spec.priority_class_ref is not None:
+        raise ctx.error("spec.priorityClassRef", "unknown field (v1beta1 uses spec.priorityClassName)")
+    if version == "v1beta2":
+        for value, field in ((spec.priority_class_name, "priorityClassName"),
+                             (spec.priority_class_source, "priorityClassSource")):
+            if value is not None:
+                raise ctx.error(f"spec.{field}", "unknown field (v1beta2 uses spec.priorityClassRef)")
+    if spec.priority_class_ref is not None:
+        ref = spec.priority_class_ref
+        kinds = {KUEUE_GROUP: "WorkloadPriorityClass", "scheduling.k8s.io": "PriorityClass"}
+        if ref.group not in kinds:
+            raise ctx.error("spec.priorityClassRef.group", f"unsupported value {ref.group!r}: supported values: "
+                            f"{', '.join(repr(g) for g in kinds)}")
+        if ref.kind != kinds[ref.group]:
+            raise ctx.error("spec.priorityClassRef.kind",
+                            f"only the {kinds[ref.group]} kind is allowed for the {ref.group} group, got {ref.kind!r}")
+        _check_name(ctx, ref.name, "spec.priorityClassRef.name")
+        source = o.WORKLOAD_PRIORITY_CLASS_SOURCE if ref.group == KUEUE_GROUP else o.POD_PRIORITY_CLASS_SOURCE
+        return o.PriorityRef(source=source, name=ref.name)
+    if spec.priority_class_name:
+        source = spec.priority_class_source or o.POD_PRIORITY_CLASS_SOURCE
+        if source not in (o.WORKLOAD_PRIORITY_CLASS_SOURCE, o.POD_PRIORITY_CLASS_SOURCE):
+            raise ctx.error("spec.priorityClassSource", f"unsupported value {source!r}")
+        return o.PriorityRef(source=source, name=spec.priority_class_name)
+    return None
+
+
+def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str, version: str) -> o.Workload:
     spec = _spec(ctx, body, api.WorkloadSpec)
     if not spec.pod_sets:
         raise ctx.error("spec.podSets", "must have at least 1 item")
@@ -483,31 +659,23 @@ def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespac
             if ps.min_count < 1 or ps.min_count > ps.count:
                 raise ctx.error(f"{path}.minCount", f"must be between 1 and count ({ps.count}), got {ps.min_count}")
         try:
-            pod_sets.append(pod_set_from_template(ctx, ps.name, ps.count, ps.min_count, ps.template, f"{path}.template"))
+            pod_sets.append(
+                pod_set_from_template(ctx, ps.name, ps.count, ps.min_count, ps.template, f"{path}.template")
+            )
         except ObjectError as e:
             raise ctx.error(e.field, e.message) from None
     if min_counts > 1:
         raise ctx.error("spec.podSets", "at most one podSet can use minCount (partial admission)")
+    if spec.maximum_execution_time_seconds is not None and spec.maximum_execution_time_seconds < 1:
+        raise ctx.error("spec.maximumExecutionTimeSeconds",
+                        f"must be greater than or equal to 1, got {spec.maximum_execution_time_seconds}")
     queue = spec.queue_name or ""
     if queue:
         _check_name(ctx, queue, "spec.queueName")
     status = None
     if body.get("status") is not None:
         status = ctx.convert(body["status"], api.WorkloadStatus, "status")
-    priority_ref = None
-    if spec.priority_class_ref is not None:
-        ref = spec.priority_class_ref
-        source = (
-            o.WORKLOAD_PRIORITY_CLASS_SOURCE
-            if (ref.group or KUEUE_GROUP) == KUEUE_GROUP and (ref.kind or "WorkloadPriorityClass") == "WorkloadPriorityClass"
-            else o.POD_PRIORITY_CLASS_SOURCE
-        )
-        priority_ref = o.PriorityRef(source=source, name=ref.name)
-    elif spec.priority_class_name:
-        source = spec.priority_class_source or o.POD_PRIORITY_CLASS_SOURCE
-        if source not in (o.WORKLOAD_PRIORITY_CLASS_SOURCE, o.POD_PRIORITY_CLASS_SOURCE):
-            raise ctx.error("spec.priorityClassSource", f"unsupported value {source!r}")
-        priority_ref = o.PriorityRef(source=source, name=spec.priority_class_name)
+    priority_ref = _priority_ref(ctx, spec, version)
     owner = None
     for ref in meta.owner_references or []:
         if ref.controller or owner is None:
@@ -525,6 +693,7 @@ def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespac
         owner=owner,
         active=spec.active is not False,
         admission=_admission(ctx, status, pod_sets_t),
+        reserved_at=_reserved_at(ctx, status),
         labels=_sorted_pairs(meta.labels),
         annotations=_sorted_pairs(meta.annotations),
     )
@@ -557,6 +726,13 @@ def _configuration(ctx: _Ctx, body: Mapping[str, Any]) -> o.Configuration:
             if s not in allowed:
                 raise ctx.error(f"fairSharing.preemptionStrategies[{i}]", f"unsupported value {s!r}: supported values: "
                                 "'LessThanOrEqualToFinalShare', 'LessThanInitialShare'")
+        # Kueue accepts exactly these sequences (pkg/config/validation.go validStrategySets).
+        if strategies not in _FAIR_SHARING_STRATEGY_SETS:
+            raise ctx.error(
+                "fairSharing.preemptionStrategies",
+                f"unsupported value {list(strategies)}: supported values: "
+                + ", ".join(repr(",".join(s)) for s in _FAIR_SHARING_STRATEGY_SETS),
+            )
         out = msgspec.structs.replace(out, fair_sharing=cfg.fair_sharing.enable, fair_sharing_strategies=strategies)
     if cfg.wait_for_pods_ready is not None:
         w = cfg.wait_for_pods_ready
@@ -572,6 +748,11 @@ def _configuration(ctx: _Ctx, body: Mapping[str, Any]) -> o.Configuration:
     return out
 
 
+_FAIR_SHARING_STRATEGY_SETS = (
+    ("LessThanOrEqualToFinalShare",),
+    ("LessThanInitialShare",),
+    ("LessThanOrEqualToFinalShare", "LessThanInitialShare"),
+)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
 
 
@@ -600,7 +781,8 @@ def normalize(doc: Document) -> o.AnyObject | None:
         if group != "config.kueue.x-k8s.io" or version not in KUEUE_VERSIONS:
             raise name_ctx.error("apiVersion", f"unsupported apiVersion {api_version!r} for Configuration")
         return _configuration(name_ctx, body)
-    name = _check_name(name_ctx, meta.name, "metadata.name")
+    # A Namespace's name is an RFC 1123 label (no dots, at most 63 characters); most names are subdomains.
+    name = _check_name(name_ctx, meta.name, "metadata.name", label=(kind == "Namespace" and api_version == "v1"))
     namespaced = kind in ("LocalQueue", "Workload", "Job")
     namespace = meta.namespace or "default"
     if namespaced:
@@ -638,25 +820,25 @@ def _dispatch(
         if kind == "LocalQueue":
             return _local_queue(ctx, body, namespace)
         if kind == "Workload":
-            return _workload(ctx, body, meta, namespace)
+            return _workload(ctx, body, meta, namespace, version)
         if kind == "WorkloadPriorityClass":
             value = _int_field(ctx, body, "value", required=True)
             assert value is not None
             return o.WorkloadPriorityClass(name=ctx.name, value=value)
         if kind == "AdmissionCheck":
-            spec = body.get("spec") or {}
-            params = spec.get("parameters") or {}
-            if not spec.get("controllerName"):
+            ac = _spec(ctx, body, api.AdmissionCheckSpec)
+            if not ac.controller_name:
                 raise ctx.error("spec.controllerName", "required field is missing")
+            params = ac.parameters or api.AdmissionCheckParametersReference()
             return o.AdmissionCheck(
-                name=ctx.name, controller_name=str(spec["controllerName"]),
-                parameters_kind=str(params.get("kind") or ""), parameters_name=str(params.get("name") or ""),
+                name=ctx.name, controller_name=ac.controller_name,
+                parameters_kind=params.kind or "", parameters_name=params.name or "",
             )
-        spec = body.get("spec") or {}
+        prc = _spec(ctx, body, api.ProvisioningRequestConfigSpec)
         return o.ProvisioningRequestConfig(
             name=ctx.name,
-            provisioning_class_name=str(spec.get("provisioningClassName") or ""),
-            managed_resources=tuple(spec.get("managedResources") or ()),
+            provisioning_class_name=prc.provisioning_class_name or "",
+            managed_resources=tuple(prc.managed_resources or ()),
         )
     if api_version == "v1" and kind == "Namespace":
         labels = dict(meta.labels or {})
@@ -671,7 +853,10 @@ def _dispatch(
     if group == "scheduling.k8s.io" and kind == "PriorityClass":
         value = _int_field(ctx, body, "value", required=True)
         assert value is not None
-        return o.PriorityClass(name=ctx.name, value=value, global_default=bool(body.get("globalDefault")))
+        global_default = body.get("globalDefault")
+        if global_default is not None and not isinstance(global_default, bool):
+            raise ctx.error("globalDefault", f"expected a boolean, got {global_default!r}")
+        return o.PriorityClass(name=ctx.name, value=value, global_default=bool(global_default))
     raise ctx.error("kind", f"unsupported object {api_version} {kind}")
 
 

@@ -261,6 +261,7 @@ class Workload(_Kind, frozen=True, tag="Workload"):
     owner: OwnerReference | None = None
     active: bool = True
     admission: Admission | None = None  # arrived already holding quota
+    reserved_at: int | None = None  # when that quota was reserved (QuotaReserved lastTransitionTime)
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
 

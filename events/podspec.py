@@ -9,6 +9,7 @@ as the API server's defaulting would make it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from events import api
@@ -41,7 +42,9 @@ def _container_requests(where: Where, c: api.Container, path: str) -> dict[str, 
     for name, value in merged.items():
         field = f"{path}.resources.{'requests' if name in (res.requests or {}) else 'limits'}.{name}"
         if name in RESERVED_RESOURCES:
-            raise where.error(field, f"{name!r} is a reserved resource name and cannot be requested; Kueue counts pods itself")
+            raise where.error(
+                field, f"{name!r} is a reserved resource name and cannot be requested; Kueue counts pods itself"
+            )
         out[name] = where.amount(name, value, field)
     return out
 
@@ -69,12 +72,14 @@ def pod_requests(where: Where, spec: api.PodSpec, path: str) -> dict[str, int]:
     return total
 
 
-def _requirements(where: Where, reqs: list[api.LabelSelectorRequirement] | list[api.NodeSelectorRequirement],
+def _requirements(where: Where, reqs: Sequence[api.LabelSelectorRequirement | api.NodeSelectorRequirement],
                   path: str, ops: tuple[str, ...]) -> tuple[o.Requirement, ...]:
     out: list[o.Requirement] = []
     for i, r in enumerate(reqs):
         if r.operator not in ops:
-            raise where.error(f"{path}[{i}].operator", f"unsupported value {r.operator!r}: supported values: {list(ops)}")
+            raise where.error(
+                f"{path}[{i}].operator", f"unsupported value {r.operator!r}: supported values: {list(ops)}"
+            )
         values = tuple(r.values or ())
         if r.operator in ("In", "NotIn") and not values:
             raise where.error(f"{path}[{i}].values", f"must be specified when operator is {r.operator!r}")

@@ -51,7 +51,7 @@ def parse_fraction(value: object) -> Fraction:
         return Fraction(text)
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")
-    m = _QUANTITY_RE.match(value.strip())
+    m = _QUANTITY_RE.fullmatch(value.strip())
     if m is None or value.strip() == "":
         raise QuantityError(f"{value!r} is not a quantity (expected e.g. 500m, 4, 36Gi, 1e3)")
     number = Fraction(m.group("num"))
@@ -77,19 +77,45 @@ def to_amount(resource: str, value: object) -> int:
     return _ceil(f)
 
 
+_DECIMAL_SUFFIX: Final = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
+_BINARY_SUFFIX: Final = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def _is_binary(resource: str) -> bool:
+    """Byte-valued resources, which Kueue prints with binary suffixes (``resources.ResourceQuantity``)."""
+    return resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-")
+
+
+def _decimal_si(value: int, exponent: int) -> str:
+    """``value * 10**exponent`` as Kubernetes' canonical DecimalSI string (``1500m``, ``2``, ``100k``, ``1G``).
+
+    The exponent is kept a multiple of 3 and at most 18 (``E``), the largest suffix; past that
+    the mantissa grows instead, so every integer has an exact, parseable form."""
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    value = abs(value)
+    while value % 10 == 0 and exponent < 18:
+        value //= 10
+        exponent += 1
+    shift = exponent % 3
+    value, exponent = value * 10**shift, exponent - shift
+    return f"{sign}{value}{_DECIMAL_SUFFIX[exponent]}"
+
+
 def format_amount(resource: str, amount: int) -> str:
-    """Canonical quantity string for an integer amount (the inverse of :func:`to_amount`)."""
+    """Canonical quantity string for an integer amount, as Kueue prints it in messages and
+    ``resourceUsage`` (``resources.ResourceQuantityString``): cpu as a milli quantity in DecimalSI
+    (``500m``, ``2``, ``1k``), memory / ephemeral-storage / hugepages-* in BinarySI when a binary
+    suffix is exact (``1Gi``, ``1536Mi``) and DecimalSI otherwise (``1G``, ``1500``), every other
+    resource in DecimalSI (``8``, ``1k``). The inverse of :func:`to_amount`."""
     if resource in MILLI_RESOURCES:
-        if amount % 1000 == 0:
-            return str(amount // 1000)
-        return f"{amount}m"
-    if amount != 0:
-        for suffix, size in reversed(list(_BINARY.items())):
-            if amount % size == 0:
-                return f"{amount // size}{suffix}"
-        if amount % 1000 == 0:
-            for suffix in ("E", "P", "T", "G", "M", "k"):
-                size = int(_DECIMAL[suffix])
-                if amount % size == 0:
-                    return f"{amount // size}{suffix}"
-    return str(amount)
+        return _decimal_si(amount, -3)
+    if _is_binary(resource) and abs(amount) >= 1024:
+        mantissa, power = amount, 0
+        while mantissa % 1024 == 0 and power < len(_BINARY_SUFFIX) - 1:
+            mantissa //= 1024
+            power += 1
+        if power:
+            return f"{mantissa}{_BINARY_SUFFIX[power]}"
+    return _decimal_si(amount, 0)

@@ -16,6 +16,7 @@ then live processing continues. ``replay --verify`` uses the same machinery.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -225,10 +226,8 @@ class Scheduler:
     async def run(self, stop: asyncio.Event, *, idle_seconds: float = 0.02) -> None:
         while not stop.is_set():
             if self.step() == 0:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), idle_seconds)
-                except TimeoutError:
-                    pass
 
 
 def _diff(recorded: list[bytes], derived: list[bytes]) -> str:

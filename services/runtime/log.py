@@ -102,7 +102,8 @@ class SqliteLog:
         table = _table(topic)
         if topic not in self._known:
             self._db.execute(
-                f'CREATE TABLE IF NOT EXISTS "{table}" (off INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB NOT NULL)'
+                f'CREATE TABLE IF NOT EXISTS "{table}" '
+                "(off INTEGER PRIMARY KEY, key TEXT NOT NULL, value BLOB NOT NULL)"
             )
             self._known.add(topic)
         return table

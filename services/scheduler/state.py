@@ -278,7 +278,7 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
         old.obj = wl
         old.priority, old.priority_error = priority, error
         if wl.admission is not None and old.admission is None:
-            _take_admission(state, old, wl.admission, state.now)
+            _take_admission(state, old, wl.admission, wl.reserved_at if wl.reserved_at is not None else state.now)
         _enqueue(state, old)
         return
     queue_time = wl.creation_time if wl.creation_time is not None else state.now
@@ -286,7 +286,8 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
     state.workloads[key] = rec
     rec.history.append(f"submitted at seq {state.seq}")
     if wl.admission is not None:
-        _take_admission(state, rec, wl.admission, wl.creation_time or state.now)
+        at = wl.reserved_at if wl.reserved_at is not None else wl.creation_time
+        _take_admission(state, rec, wl.admission, at if at is not None else state.now)
     _enqueue(state, rec)
 
 
