@@ -52,7 +52,7 @@ UPCASTS: dict[int, Upcast] = {}
 
 _encoder: Final = msgspec.json.Encoder()
 _event_decoder: Final = msgspec.json.Decoder(Envelope)
-_decision_decoder: Final = msgspec.json.Decoder(DecisionRecord)  # type: ignore[arg-type]
+_decision_decoder: Final = msgspec.json.Decoder(DecisionRecord)
 
 
 def encode(value: Any) -> bytes:

@@ -189,8 +189,7 @@ def _status(log: Log, topics: Topics, names: set[str], at: int | None) -> list[s
         status = ("finished" if rec.finished else "being evicted" if rec.evicting else
                   "admitted" if rec.admission else "pending")
         out.append(f"now (input offset {report.input_offset}): {key} is {status}{where}")
-        for c in rec.conditions.values():
-            out.append(f"  {c.type}={c.status} {c.reason}: {c.message}")
+        out.extend(f"  {c.type}={c.status} {c.reason}: {c.message}" for c in rec.conditions.values())
     return out
 
 

@@ -82,7 +82,8 @@ def asyncapi(topics: Topics | None = None) -> dict[str, Any]:
         },
         "components": {
             "messages": {
-                "clusterEvent": {"name": "clusterEvent", "payload": {"$ref": "#/components/schemas/ClusterEventRecord"}},
+                "clusterEvent": {"name": "clusterEvent",
+                                 "payload": {"$ref": "#/components/schemas/ClusterEventRecord"}},
                 "decision": {"name": "decision", "payload": {"$ref": "#/components/schemas/DecisionRecord"}},
             },
             "schemas": components,

@@ -84,7 +84,7 @@ def drs(state: State, node: Node, extra: dict[FR, int] | None = None) -> Share:
 def _path_to_root(node: Node) -> list[Node]:
     out = [node]
     while out[-1].parent is not None:
-        out.append(out[-1].parent)  # type: ignore[arg-type]
+        out.append(out[-1].parent)
     return out
 
 

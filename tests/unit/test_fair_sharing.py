@@ -19,7 +19,8 @@ def _cohort(b_weight: str | None = None):
     return [
         a_flavor("default"),
         a_cluster_queue("lender").cohort("all").flavor("default", cpu=12),
-        a_cluster_queue("cq-a").cohort("all").flavor("default", cpu=0).preemption(reclaim="Any", within="LowerPriority"),
+        a_cluster_queue("cq-a").cohort("all").flavor("default", cpu=0)
+        .preemption(reclaim="Any", within="LowerPriority"),
         b,
         a_local_queue("a", "lq", "cq-a"),
         a_local_queue("b", "lq", "cq-b"),
