@@ -27,7 +27,7 @@ from services.scheduler import fairsharing
 from services.scheduler.flavors import Assignment, Mode, Policy, assign, selector_matches
 from services.scheduler.preemption import Preemptor, Target, preemption_message
 from services.scheduler.quota import FR, Node
-from services.scheduler.state import ClusterQueueQueue, State, WorkloadRecord
+from services.scheduler.state import ClusterQueueQueue, State, WorkloadRecord, generation
 
 NOT_NOMINATED, NOMINATED, SKIPPED, ASSUMED = "notNominated", "nominated", "skipped", "assumed"
 GENERIC, NAMESPACE_MISMATCH, FAILED_AFTER_NOMINATION, PENDING_PREEMPTION = (
@@ -45,6 +45,7 @@ class Entry:
     message: str = ""
     requeue_reason: str = GENERIC
     pending_reason: PendingReason = PendingReason.WAITING_FOR_QUOTA
+    forget_flavors: bool = False  # skipped or preempting: the next attempt tries every flavor again
 
     @property
     def mode(self) -> Mode:
@@ -115,7 +116,8 @@ def _get_assignments(state: State, e: Entry) -> None:
     """Kueue's ``getAssignments``: full assignment, preemption, then partial admission."""
     cq, rec = e.cq, e.rec
     policy, oracle = _policy(state, cq), _oracle_for(state, cq, rec)
-    full = assign(state, cq, rec, policy, oracle)
+    resume = rec.last_tried if rec.last_generation == generation(state, cq.name) else None
+    full = assign(state, cq, rec, policy, oracle, resume=resume)
     e.assignment, e.pending_reason = full, full.pending_reason
     if full.mode == Mode.FIT:
         return
@@ -134,7 +136,7 @@ def _get_assignments(state: State, e: Entry) -> None:
     while lo < hi:
         k = (lo + hi) // 2
         counts = [counts_full[i] - (deltas[i] * k) // total for i in range(len(counts_full))]
-        a = assign(state, cq, rec, policy, oracle, counts)
+        a = assign(state, cq, rec, policy, oracle, counts, resume=resume)
         if a.mode == Mode.FIT:
             results[k] = (a, [])
             hi = k
@@ -409,6 +411,7 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
                 continue
             evict(state, out, victim, "Preempted", preemption_message(e.rec, t.reason), t.reason, e.rec.key)
         e.message += f". Pending the preemption of {count} workload(s)"
+        e.forget_flavors = True
         e.requeue_reason = PENDING_PREEMPTION
         e.pending_reason = PendingReason.PREEMPTION_PENDING
         return
@@ -451,6 +454,7 @@ def _cluster_queue_of(state: State, key: str) -> str:
 
 
 def _skip(e: Entry, message: str) -> None:
+    e.forget_flavors = True
     e.status = SKIPPED
     e.message = message
     e.pending_reason = PendingReason.SKIPPED_IN_CYCLE
@@ -461,10 +465,16 @@ def _requeue(state: State, out: _Decisions, e: Entry) -> bool:
     if e.status != NOT_NOMINATED and e.requeue_reason == GENERIC:
         e.requeue_reason = FAILED_AFTER_NOMINATION
     rec = e.rec
+    if e.assignment is None or e.forget_flavors:
+        rec.last_tried = None
+    else:
+        rec.last_tried = dict(e.assignment.tried)
+        rec.last_generation = generation(state, e.cq.name)
+    pending_flavors = e.assignment is not None and not e.forget_flavors and e.assignment.pending_flavors()
     if e.cq.queueing_strategy == o.QueueingStrategy.STRICT_FIFO:
         immediate = e.requeue_reason != NAMESPACE_MISMATCH
     else:
-        immediate = e.requeue_reason in (FAILED_AFTER_NOMINATION, PENDING_PREEMPTION)
+        immediate = e.requeue_reason in (FAILED_AFTER_NOMINATION, PENDING_PREEMPTION) or pending_flavors
     queue = state.queues.setdefault(e.cq.name, ClusterQueueQueue())
     _set_pending(state, out, rec, e.message, e.pending_reason, inadmissible=not immediate)
     if immediate:

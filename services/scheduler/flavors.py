@@ -62,6 +62,11 @@ class Assignment:
     borrowing: int
     usage: dict[FR, int]
     pending_reason: PendingReason = PendingReason.WAITING_FOR_QUOTA
+    tried: dict[tuple[int, int], int] = field(default_factory=dict)  # (podSet, group) -> last flavor index
+
+    def pending_flavors(self) -> bool:
+        """Whether a later attempt would start past the first flavor somewhere (Kueue's PendingFlavors)."""
+        return any(i != -1 for i in self.tried.values())
 
     def message(self) -> str:
         return "; ".join(ps.message() for ps in self.pod_sets if ps.mode != Mode.FIT and ps.reasons)
@@ -223,6 +228,7 @@ class _FlavorTry:
     modes: dict[str, Mode]
     mode: Mode
     borrowing: int
+    tried: int = -1
 
 
 def _find_flavor(
@@ -236,12 +242,17 @@ def _find_flavor(
     policy: Policy,
     oracle: Oracle,
     reasons: list[str],
+    start: int = 0,
 ) -> _FlavorTry:
+    """Try the group's flavors from index ``start``; the result records the last index tried
+    (-1 once the search reached the last flavor), which the next attempt resumes after."""
     keys = frozenset(
         k for fq in group.flavors if fq.name in state.flavors for k, _ in state.flavors[fq.name].node_labels
     )
     best: _FlavorTry | None = None
-    for fq in group.flavors:
+    attempted = start
+    for attempted in range(start, len(group.flavors)):
+        fq = group.flavors[attempted]
         flavor = state.flavors.get(fq.name)
         if flavor is None:
             reasons.append(f"flavor {fq.name} not found")
@@ -282,7 +293,11 @@ def _find_flavor(
             break
         if best is None or is_preferred(mode, borrowing, best.mode, best.borrowing, cq.flavor_fungibility):
             best = attempt
-    return best if best is not None else _FlavorTry({}, {}, Mode.NO_FIT, 0)
+    tried = -1 if attempted >= len(group.flavors) - 1 else attempted
+    if best is None:
+        return _FlavorTry({}, {}, Mode.NO_FIT, 0, tried)
+    best.tried = tried
+    return best
 
 
 def pod_set_requests(state: State, cq: o.ClusterQueue, ps: o.PodSet, count: int) -> dict[str, int]:
@@ -299,7 +314,7 @@ def pod_set_requests(state: State, cq: o.ClusterQueue, ps: o.PodSet, count: int)
 
 def assign(
     state: State, cq: o.ClusterQueue, rec: WorkloadRecord, policy: Policy, oracle: Oracle,
-    counts: list[int] | None = None,
+    counts: list[int] | None = None, resume: dict[tuple[int, int], int] | None = None,
 ) -> Assignment:
     """Kueue's ``FlavorAssigner.Assign`` for one workload in one ClusterQueue."""
     node = state.cq_node(cq.name)
@@ -308,6 +323,7 @@ def assign(
     overall, borrowing = Mode.FIT, 0
     reason = PendingReason.WAITING_FOR_QUOTA
     group_of = {res: i for i, g in enumerate(cq.resource_groups) for res in g.covered_resources}
+    tried: dict[tuple[int, int], int] = {}
     for i, ps in enumerate(rec.obj.pod_sets):
         count = counts[i] if counts is not None else ps.count
         requests = pod_set_requests(state, cq, ps, count)
@@ -325,7 +341,9 @@ def assign(
             if not wanted:
                 continue
             before = len(psa.reasons)
-            found = _find_flavor(state, cq, node, group, ps, wanted, usage, policy, oracle, psa.reasons)
+            start = (resume or {}).get((i, gi), -1) + 1
+            found = _find_flavor(state, cq, node, group, ps, wanted, usage, policy, oracle, psa.reasons, start)
+            tried[(i, gi)] = found.tried
             psa.mode = min(psa.mode, found.mode)
             psa.borrowing = max(psa.borrowing, found.borrowing)
             if found.mode == Mode.NO_FIT:
@@ -345,7 +363,8 @@ def assign(
     if overall == Mode.FIT:
         for psa in result:
             psa.reasons.clear()
-    return Assignment(pod_sets=result, mode=overall, borrowing=borrowing, usage=usage, pending_reason=reason)
+    return Assignment(pod_sets=result, mode=overall, borrowing=borrowing, usage=usage, pending_reason=reason,
+                      tried=tried)
 
 
 def _classify(reasons: list[str]) -> PendingReason:

@@ -33,6 +33,8 @@ def _record(rec: WorkloadRecord) -> dict[str, Any]:
         "inadmissible": rec.inadmissible,
         "conditions": list(rec.conditions.values()),
         "pending_reason": rec.pending_reason,
+        "last_tried": None if rec.last_tried is None else sorted([*k, v] for k, v in rec.last_tried.items()),
+        "last_generation": list(rec.last_generation),
     }
 
 
@@ -54,6 +56,8 @@ def canonical(state: State) -> dict[str, Any]:
         "workloads": {k: _record(r) for k, r in state.workloads.items()},
         "anomalies": state.anomalies,
         "held": list(state.held),
+        "epoch": state.epoch,
+        "generations": state.generations,
     }
 
 
@@ -74,6 +78,8 @@ class _RecordWire(msgspec.Struct, kw_only=True):
     inadmissible: bool
     conditions: list[Condition]
     pending_reason: str
+    last_tried: list[list[int]] | None
+    last_generation: list[int]
 
 
 class _StateWire(msgspec.Struct, kw_only=True):
@@ -93,6 +99,8 @@ class _StateWire(msgspec.Struct, kw_only=True):
     workloads: dict[str, _RecordWire]
     anomalies: list[str]
     held: list[str]
+    epoch: int
+    generations: dict[str, int]
 
 
 _decoder = msgspec.json.Decoder(_StateWire)
@@ -112,11 +120,15 @@ def decode_state(data: bytes) -> State:
                              evicting=r.evicting, finished=r.finished, inadmissible=r.inadmissible,
                              pending_reason=r.pending_reason)
         rec.usage = admission_usage(r.admission) if r.admission is not None else {}
+        rec.last_tried = None if r.last_tried is None else {(a, b): c for a, b, c in r.last_tried}
+        rec.last_generation = (r.last_generation[0], r.last_generation[1])
         for c in r.conditions:
             rec.conditions[c.type] = c
         state.workloads[key] = rec
     state.held = dict.fromkeys(wire.held)
+    state.generations = dict(wire.generations)
     state.mark_dirty()
+    state.epoch = wire.epoch
     for key, r in wire.workloads.items():
         state.workloads[key].inadmissible = r.inadmissible  # mark_dirty reset them; the snapshot knows better
     return state

@@ -53,6 +53,10 @@ class WorkloadRecord:
     conditions: dict[str, Condition] = field(default_factory=dict)
     pending_reason: str = ""
     history: list[str] = field(default_factory=list)
+    # Kueue's LastAssignment: where the flavor search resumes, valid while the ClusterQueue's
+    # generation is unchanged.
+    last_tried: dict[tuple[int, int], int] | None = None
+    last_generation: tuple[int, int] = (0, 0)
 
     @property
     def key(self) -> str:
@@ -117,6 +121,10 @@ class State:
         self.workloads: dict[str, WorkloadRecord] = {}
         self.anomalies: list[str] = []
         self.held: dict[str, None] = {}  # drained by a stopped queue, waiting for it to restart
+        # Bumped when a ClusterQueue's quota or usage shape changes (configuration, a workload
+        # leaving it): a remembered flavor search is stale after that (Kueue's generation).
+        self.epoch = 0  # every ClusterQueue at once: configuration changed
+        self.generations: dict[str, int] = {}  # per ClusterQueue: a workload left it
         # Derived indices, rebuilt lazily after configuration changes.
         self._dirty = True
         self.nodes: dict[str, Node] = {}
@@ -138,6 +146,7 @@ class State:
 
     def mark_dirty(self) -> None:
         self._dirty = True
+        self.epoch += 1
         for rec in self.workloads.values():
             rec.inadmissible = False  # configuration changed: every parked workload gets another try
 
@@ -329,8 +338,14 @@ def reserve_quota(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) 
     state.admitted.setdefault(adm.cluster_queue, {})[rec.key] = None
 
 
+def generation(state: State, cq: str) -> tuple[int, int]:
+    return state.epoch, state.generations.get(cq, 0)
+
+
 def release_usage(state: State, rec: WorkloadRecord) -> None:
     adm = rec.admission
+    if adm is not None:
+        state.generations[adm.cluster_queue] = state.generations.get(adm.cluster_queue, 0) + 1
     if adm is not None and not state._dirty and adm.cluster_queue in state.cluster_queues:
         node = state.cq_node(adm.cluster_queue)
         for fr, v in sorted(rec.usage.items()):
