@@ -270,7 +270,13 @@ def _admit(state: State, out: _Decisions, e: Entry) -> None:
 
 def _drain_stopped(state: State, out: _Decisions) -> None:
     """HoldAndDrain on a ClusterQueue or LocalQueue evicts what it has admitted."""
-    for cq_name in sorted(state.admitted):
+    draining_lqs = {lq.cluster_queue for lq in state.local_queues.values()
+                    if lq.stop_policy == o.StopPolicy.HOLD_AND_DRAIN}
+    draining = sorted(name for name, cq in state.cluster_queues.items()
+                      if cq.stop_policy == o.StopPolicy.HOLD_AND_DRAIN or name in draining_lqs)
+    for cq_name in draining:
+        if cq_name not in state.admitted:
+            continue
         cq = state.cluster_queues.get(cq_name)
         for key in list(state.admitted[cq_name]):
             rec = state.workloads[key]
