@@ -120,6 +120,10 @@ class SqliteLog:
             raise LogError(f"cannot start a write transaction: {e}", retriable=True) from e
         try:
             yield self._db
+        except sqlite3.Error as e:
+            self._db.execute("ROLLBACK")
+            # "database is locked" and I/O trouble may pass; a constraint violation will not.
+            raise LogError(f"write failed: {e}", retriable=isinstance(e, sqlite3.OperationalError)) from e
         except BaseException:
             self._db.execute("ROLLBACK")
             raise

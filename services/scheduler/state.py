@@ -188,6 +188,10 @@ def fold(state: State, event: ClusterEvent) -> State:
     """Apply one event to the state (in place) and return it."""
     state.now = max(state.now, event.time)
     state.seq += 1
+    if not _is_configuration(event):
+        # Workload events update the indices incrementally, so they must be current (after a
+        # configuration change or a snapshot load they are rebuilt here, once).
+        state.ensure_indexed()
     if isinstance(event, ObjectApplied):
         _apply(state, event.object)
     elif isinstance(event, ObjectDeleted):
@@ -207,6 +211,14 @@ def fold(state: State, event: ClusterEvent) -> State:
     elif isinstance(event, ClockTicked):
         pass
     return state
+
+
+def _is_configuration(event: ClusterEvent) -> bool:
+    if isinstance(event, ObjectApplied):
+        return not isinstance(event.object, o.Workload)
+    if isinstance(event, ObjectDeleted):
+        return event.kind != "Workload"
+    return isinstance(event, ClockTicked)
 
 
 def _on(cluster: str) -> str:
