@@ -1,0 +1,126 @@
+"""The simulated cluster's API: the records of the ``<prefix>.sim-cluster`` topic.
+
+The simulated cluster stands in for a Kubernetes API server, and like one it
+is a shared record that two parties write: the actuator writes *commands*
+(start this admitted workload, stop this evicted one — the equivalent of
+unsuspending or suspending a Job), and the simulated cluster writes *status*
+(this run started at T and will end at T + duration; it reported pods ready,
+finished, eviction completed — the equivalent of a kubelet writing Pod status).
+
+Both live here, in the contract package, because the actuator and the
+simulated cluster must not import each other: they meet only in this topic.
+Status records make the simulated cluster's state a pure fold of the topic, so
+it can be rebuilt after a crash by re-reading the topic from offset 0 (start
+times and end times, which came from a clock, are recorded, not recomputed).
+
+Same evolution rules as ``events.messages``: explicit stable tags, new fields
+only with defaults.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from enum import StrEnum
+from typing import Final
+
+import msgspec
+
+from events.codec import MalformedRecord, UnknownEventType
+from events.envelope import Topics
+from events.objects import Admission
+
+
+def sim_cluster_topic(topics: Topics) -> str:
+    """The simulated API server's topic, next to the others under the same prefix."""
+    return f"{topics.prefix}.sim-cluster"
+
+
+class SimRecord(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """A record of the sim-cluster topic. ``time`` is when it happened (ms); ``cluster``
+    names the simulated cluster it is for, so several can share one topic."""
+
+    time: int = 0
+    cluster: str = ""
+
+
+# --- commands (written by the actuator) ------------------------------------------------------
+
+
+class StartWorkload(SimRecord, frozen=True, tag="sim.start-workload"):
+    """Run an admitted workload (Kubernetes: unsuspend the Job with the flavors' node labels)."""
+
+    decision_id: str
+    namespace: str
+    name: str
+    admission: Admission
+
+
+class StopWorkload(SimRecord, frozen=True, tag="sim.stop-workload"):
+    """Stop an evicted workload's pods (Kubernetes: suspend the Job)."""
+
+    decision_id: str
+    namespace: str
+    name: str
+    reason: str = ""
+
+
+# --- status (written by the simulated cluster itself) ----------------------------------------
+
+
+class ReportKind(StrEnum):
+    PODS_READY = "pods-ready"
+    FINISHED = "finished"
+    EVICTION_COMPLETED = "eviction-completed"
+
+
+class RunStarted(SimRecord, frozen=True, tag="sim.run-started"):
+    """Run number ``run`` of a workload began at ``time``; its timeline is fixed from now on."""
+
+    decision_id: str
+    namespace: str
+    name: str
+    run: int  # 1 for the first start of this workload, 2 after a re-admission, ...
+    ready_at: int
+    end_at: int
+    duration_source: str = ""  # "annotation" or "default": for explain-style debugging
+
+
+class Reported(SimRecord, frozen=True, tag="sim.reported"):
+    """The simulated cluster reported ``kind`` to cluster-events (in the same transaction).
+
+    ``n`` counts reports of this kind for this workload (1, 2, ...) and makes the
+    envelope id deterministic; ``run`` is the run it ended or made ready (0: none was
+    running, e.g. a stop for a workload that already finished)."""
+
+    kind: ReportKind
+    namespace: str
+    name: str
+    n: int
+    run: int = 0
+    decision_id: str = ""  # the stop command an eviction completion answers
+    envelope_id: str = ""
+
+
+SimClusterRecord = StartWorkload | StopWorkload | RunStarted | Reported
+
+SIM_RECORD_TYPES: Final = frozenset(
+    str(msgspec.inspect.type_info(cls).tag)  # type: ignore[attr-defined]
+    for cls in (StartWorkload, StopWorkload, RunStarted, Reported)
+)
+
+_decoder: Final = msgspec.json.Decoder(SimClusterRecord)
+
+
+def decode_sim_record(data: bytes) -> SimClusterRecord:
+    """One sim-cluster record; :class:`UnknownEventType` for a newer producer's type,
+    :class:`MalformedRecord` for anything else that is wrong."""
+    try:
+        record: SimClusterRecord = _decoder.decode(data)
+    except msgspec.DecodeError as e:
+        raw: object = None
+        with contextlib.suppress(msgspec.DecodeError):
+            raw = msgspec.json.decode(data)
+        if isinstance(raw, dict) and isinstance(raw.get("type"), str) and raw["type"] not in SIM_RECORD_TYPES:
+            raise UnknownEventType(raw["type"]) from None
+        raise MalformedRecord(str(e)) from None
+    return record

@@ -1,0 +1,282 @@
+"""Running the services: asyncio runners, one process running them all, and a sync driver.
+
+Each service is a synchronous state machine over the log (``Scheduler``,
+``Actuator``, ``SimCluster``, ``Ticker``, ``ArrivalStream``); this module owns
+*when* they step. The runners poll the log (the embedded log has no
+notifications) and, within one process, wake each other through a
+:class:`Bell` as soon as one of them commits, so that hand-offs do not wait
+for a poll interval.
+
+Time. In real mode the wall clock (:func:`wall_clock_ms`, injected everywhere
+it is used) drives the simulated cluster's finishes, the ticker and the
+arrival stream. In simulated mode nothing reads the wall clock: when the whole
+system is idle, :func:`advance_time` lets the earliest time source act — the
+simulated cluster's next report or the arrival stream's next object (on a tie
+the cluster goes first: a finish frees quota before the next submission is
+seen, as in a real cluster where both happen "at once"). Only one task ever
+calls it, so two time sources can never both jump.
+
+:func:`drive_until_idle` steps scheduler, actuator and simulated cluster
+round-robin in the calling thread — deterministic, for tests and
+simulate-through-services — until nothing is left to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from events.envelope import Topics
+from services.actuator.actuator import ActuationPort, Actuator, SimClusterPort
+from services.runtime.log import Log
+from services.schedulerd import Scheduler
+from services.simcluster.cluster import SimCluster, SimConfig
+from services.watcher.seed import ArrivalStream
+from services.watcher.ticker import Ticker
+
+ClockMode = Literal["simulated", "real"]
+POLL_SECONDS = 0.05
+
+
+def wall_clock_ms() -> int:
+    """The only wall clock of the services: milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+@runtime_checkable
+class SupportsExclusive(Protocol):
+    def exclusive(self, name: str) -> None: ...
+
+    def release(self, name: str) -> None: ...
+
+
+class Bell:
+    """Wakes the runners of one process when one of them committed something."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def ring(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, seconds: float) -> None:
+        """Until the next ring or ``seconds``, whichever comes first."""
+        event = self._event
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), seconds)
+
+
+async def _pace(bell: Bell, did: int, idle_seconds: float) -> None:
+    if did:
+        bell.ring()
+        await asyncio.sleep(0)  # let the others run between busy steps
+    else:
+        await bell.wait(idle_seconds)
+
+
+# --- the runners --------------------------------------------------------------------------------
+
+
+async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None = None, bell: Bell | None = None,
+                        poll_seconds: float = POLL_SECONDS) -> Scheduler:
+    """The single writer: takes the ``scheduler`` lock (embedded log), recovers, then steps until ``stop``."""
+    bell = bell or Bell()
+    # One writer per log: a second scheduler fails here (WriterLockHeld) instead of interleaving decisions.
+    lock = log if isinstance(log, SupportsExclusive) else None
+    if lock is not None:
+        lock.exclusive("scheduler")
+    try:
+        scheduler = Scheduler(log, topics=topics or Topics())
+        scheduler.recover()
+        while not stop.is_set():
+            await _pace(bell, scheduler.step(), poll_seconds)
+        return scheduler
+    finally:
+        if lock is not None:
+            lock.release("scheduler")
+
+
+async def run_actuator(log: Log, stop: asyncio.Event, *, port: ActuationPort | None = None,
+                       topics: Topics | None = None, bell: Bell | None = None,
+                       poll_seconds: float = POLL_SECONDS) -> Actuator:
+    topics = topics or Topics()
+    bell = bell or Bell()
+    actuator = Actuator(log, port or SimClusterPort(topics), topics=topics)
+    actuator.recover()
+    while not stop.is_set():
+        await _pace(bell, actuator.step(), poll_seconds)
+    return actuator
+
+
+def advance_time(sim: SimCluster, arrivals: ArrivalStream | None) -> int:
+    """Simulated mode, system idle: let the earliest time source act; returns events appended."""
+    t_sim = sim.next_due()
+    t_arr = arrivals.next_due() if arrivals is not None else None
+    if arrivals is not None and t_arr is not None and (t_sim is None or t_arr < t_sim):
+        return arrivals.release_until(t_arr) if sim.system_idle() else 0
+    return sim.jump()
+
+
+def finished(sim: SimCluster, arrivals: ArrivalStream | None) -> bool:
+    """Nothing runs, nothing will arrive, every consumer is at the end of its input."""
+    return (arrivals is None or arrivals.exhausted) and sim.done()
+
+
+async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "simulated",
+                         config: SimConfig | None = None, topics: Topics | None = None, bell: Bell | None = None,
+                         arrivals: ArrivalStream | None = None, done: asyncio.Event | None = None,
+                         wall_clock: Callable[[], int] = wall_clock_ms,
+                         poll_seconds: float = POLL_SECONDS) -> SimCluster:
+    """The simulated cluster. In simulated mode it also owns time: it advances the clock (its own
+    reports and ``arrivals``) whenever the system is idle. ``done`` is set once nothing is left
+    (in real mode ``arrivals`` is released by :func:`run_arrivals` and only consulted for that)."""
+    topics = topics or Topics()
+    bell = bell or Bell()
+    if clock == "simulated":
+        sim = SimCluster.simulated(log, config, topics)
+    else:
+        sim = SimCluster.real(log, wall_clock, config, topics)
+    sim.recover()
+    while not stop.is_set():
+        did = sim.step()
+        if not did and clock == "simulated":
+            did = advance_time(sim, arrivals)
+        if did:
+            await _pace(bell, did, poll_seconds)
+            continue
+        if done is not None and finished(sim, arrivals):
+            done.set()
+        hint = sim.wait_hint_ms() if clock == "real" else None
+        await bell.wait(poll_seconds if hint is None else min(poll_seconds, hint / 1000))
+    return sim
+
+
+async def run_arrivals(stream: ArrivalStream, stop: asyncio.Event, *, wall_clock: Callable[[], int] = wall_clock_ms,
+                       bell: Bell | None = None, poll_seconds: float = POLL_SECONDS) -> int:
+    """Real mode: release the stream's objects as the wall clock reaches them."""
+    bell = bell or Bell()
+    while not stop.is_set() and not stream.exhausted:
+        if stream.release_until(wall_clock()):
+            bell.ring()
+        due = stream.next_due()
+        wait = poll_seconds if due is None else max(0.0, min(poll_seconds, (due - wall_clock()) / 1000))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), wait)
+    return stream.released
+
+
+async def run_ticker(log: Log, stop: asyncio.Event, *, interval_ms: int = 1000, topics: Topics | None = None,
+                     cluster: str = "", wall_clock: Callable[[], int] = wall_clock_ms,
+                     bell: Bell | None = None) -> Ticker:
+    """Real mode only (see ``services.watcher.ticker`` for why simulated time needs no ticks)."""
+    ticker = Ticker(log, wall_clock, interval_ms=interval_ms, topics=topics, cluster=cluster)
+    while not stop.is_set():
+        if ticker.tick() and bell is not None:
+            bell.ring()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), ticker.due_in_ms() / 1000)
+    return ticker
+
+
+# --- all in one process --------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    scheduler: Scheduler
+    actuator: Actuator
+    simcluster: SimCluster
+    done: bool  # stopped because nothing was left (rather than by ``stop``)
+
+
+async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Event | None = None,
+                  arrivals: ArrivalStream | None = None, config: SimConfig | None = None,
+                  topics: Topics | None = None, port: ActuationPort | None = None, tick_interval_ms: int = 1000,
+                  until_done: bool | None = None, wall_clock: Callable[[], int] = wall_clock_ms,
+                  poll_seconds: float = POLL_SECONDS) -> RunResult:
+    """Scheduler, actuator, simulated cluster (and in real mode ticker and arrivals) as tasks of one
+    process, until ``stop`` — or, by default in simulated mode, until nothing is left to do."""
+    topics = topics or Topics()
+    config = config or SimConfig()
+    stop = stop or asyncio.Event()
+    done = asyncio.Event()
+    bell = Bell()
+    if until_done is None:
+        until_done = clock == "simulated"
+
+    async def stop_when_done() -> None:
+        waiters = [asyncio.ensure_future(done.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        stop.set()
+        bell.ring()
+
+    common: dict[str, Any] = {"topics": topics, "bell": bell, "poll_seconds": poll_seconds}
+    coros: list[Coroutine[Any, Any, object]] = [
+        run_scheduler(log, stop, **common),
+        run_actuator(log, stop, port=port or SimClusterPort(topics, config.cluster), **common),
+        run_simcluster(log, stop, clock=clock, config=config, arrivals=arrivals, done=done if until_done else None,
+                       wall_clock=wall_clock, **common),
+    ]
+    if clock == "real":
+        coros.append(run_ticker(log, stop, interval_ms=tick_interval_ms, topics=topics, cluster=config.cluster,
+                                wall_clock=wall_clock, bell=bell))
+        if arrivals is not None:
+            coros.append(run_arrivals(arrivals, stop, wall_clock=wall_clock, bell=bell, poll_seconds=poll_seconds))
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(stop_when_done())
+            tasks = [group.create_task(c) for c in coros]
+    except BaseExceptionGroup as eg:
+        if len(eg.exceptions) == 1:
+            raise eg.exceptions[0] from None  # one service failed: say which, not "unhandled errors in a TaskGroup"
+        raise
+    scheduler, actuator, sim = (t.result() for t in tasks[:3])
+    assert isinstance(scheduler, Scheduler) and isinstance(actuator, Actuator) and isinstance(sim, SimCluster)
+    return RunResult(scheduler, actuator, sim, done.is_set())
+
+
+# --- the deterministic in-process driver ---------------------------------------------------------
+
+
+@dataclass
+class DriveResult:
+    scheduler: Scheduler
+    actuator: Actuator
+    simcluster: SimCluster
+    rounds: int
+
+
+class NotIdle(RuntimeError):
+    pass
+
+
+def drive_until_idle(log: Log, *, topics: Topics | None = None, config: SimConfig | None = None,
+                     arrivals: ArrivalStream | None = None, port: ActuationPort | None = None,
+                     max_rounds: int = 1_000_000) -> DriveResult:
+    """Step scheduler, actuator and simulated cluster round-robin in simulated time until
+    nothing is left to do; deterministic (no asyncio, no wall clock, no threads)."""
+    topics = topics or Topics()
+    config = config or SimConfig()
+    scheduler = Scheduler(log, topics=topics)
+    scheduler.recover()
+    actuator = Actuator(log, port or SimClusterPort(topics, config.cluster), topics=topics)
+    actuator.recover()
+    sim = SimCluster.simulated(log, config, topics)
+    sim.recover()
+    for rounds in range(1, max_rounds + 1):
+        did = scheduler.step() + actuator.step() + sim.step()
+        if not did and not advance_time(sim, arrivals):
+            if not finished(sim, arrivals):
+                # Every step was empty yet some consumer is behind: someone else shares this log.
+                raise NotIdle("nothing to step, but the system is not idle: is another process consuming?")
+            return DriveResult(scheduler, actuator, sim, rounds)
+    raise NotIdle(f"still busy after {max_rounds} rounds")

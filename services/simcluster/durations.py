@@ -1,0 +1,115 @@
+"""How long a simulated workload runs: the ``kueuelog.io/sim-duration`` annotation.
+
+A real cluster decides how long a Job runs by running it; the simulated cluster
+decides it from the Workload's annotation (a Job's annotations are copied to
+its Workload), a Go-style duration (``90s``, ``5m``, ``1h30m``, ``1.5h``,
+``250ms``) or a bare integer of milliseconds, with a configured default for
+workloads without one.
+
+The simulated cluster — not the actuator — owns this lookup, because run
+length is a property of the cluster the job runs on: a Kubernetes actuator has
+no such notion, and keeping it out of the actuation port keeps that port the
+same for both clusters. The index folds ``ObjectApplied(Workload)`` events
+from cluster-events in log order, so a lookup made after catching up to a
+given offset is a function of the log.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Final
+
+from events.codec import MalformedRecord, UnknownEventType, decode_envelope
+from events.envelope import Topics
+from events.messages import ObjectApplied, ObjectDeleted
+from events.objects import Workload
+from services.runtime.log import Log
+
+DURATION_ANNOTATION: Final = "kueuelog.io/sim-duration"
+
+_NS_PER: Final = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
+                  "m": 60_000_000_000, "h": 3_600_000_000_000}
+_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_INTEGER: Final = re.compile(r"\d+")
+
+
+class DurationError(ValueError):
+    pass
+
+
+def parse_duration(text: str) -> int:
+    """A duration in whole milliseconds (rounded down): Go syntax, or an integer of ms.
+
+    Exact arithmetic (``Fraction``), so ``1.1h`` is 3 960 000 ms, not a float's guess.
+    """
+    text = text.strip()
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    if not text:
+        raise DurationError("empty duration")
+    pos, total = 0, Fraction(0)
+    for m in _PART.finditer(text):
+        if m.start() != pos:
+            break
+        total += Fraction(m.group(1)) * _NS_PER[m.group(2)]
+        pos = m.end()
+    if pos != len(text):
+        raise DurationError(f"invalid duration {text!r} (expected e.g. 90s, 5m, 1h30m or milliseconds)")
+    return int(total // 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Duration:
+    ms: int
+    source: str  # "annotation" | "default" | "default (invalid annotation: ...)"
+
+
+def duration_of(annotations: tuple[tuple[str, str], ...] | None, default_ms: int) -> Duration:
+    """The run length for a workload with these annotations (``None``: workload unknown)."""
+    raw = dict(annotations or ()).get(DURATION_ANNOTATION)
+    if raw is None:
+        return Duration(default_ms, "default")
+    try:
+        return Duration(parse_duration(raw), "annotation")
+    except DurationError as e:
+        # Bad input never stops the line: the workload still runs, for the default time.
+        return Duration(default_ms, f"default (invalid annotation: {e})")
+
+
+@dataclass
+class AnnotationIndex:
+    """Workload annotations by ``namespace/name``, folded from cluster-events.
+
+    In memory only: after a restart it is rebuilt by reading cluster-events from
+    0, which is cheap next to everything else a restart re-reads, and avoids a
+    second committed position whose only job would be to speed that up.
+    """
+
+    log: Log
+    topics: Topics = field(default_factory=Topics)
+    next_offset: int = 0
+    annotations: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    skipped: int = 0  # records that are not (decodable) events: not ours to judge
+
+    def catch_up(self, batch_size: int = 1000) -> None:
+        """Fold every cluster event appended so far."""
+        while True:
+            batch = self.log.read(self.topics.cluster_events, self.next_offset, batch_size)
+            if not batch:
+                return
+            for rec in batch:
+                try:
+                    event = decode_envelope(rec.value).event
+                except (MalformedRecord, UnknownEventType):
+                    self.skipped += 1
+                    continue
+                if isinstance(event, ObjectApplied) and isinstance(event.object, Workload):
+                    self.annotations[event.object.key] = event.object.annotations
+                elif isinstance(event, ObjectDeleted) and event.kind == "Workload":
+                    self.annotations.pop(f"{event.namespace}/{event.name}", None)
+            self.next_offset = batch[-1].offset + 1
+
+    def lookup(self, key: str) -> tuple[tuple[str, str], ...] | None:
+        return self.annotations.get(key)
