@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.installed-*; touch $@
 
 run: install
-	$(BIN)/kueuelog simulate examples/*.yaml -o table
+	$(BIN)/kueuelog demo
 
 lint: install
 	$(BIN)/ruff check events services tests bench

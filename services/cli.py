@@ -149,6 +149,81 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from services.demo import new_directory, run_demo, summary
+
+    paths = args.files or sorted(str(p) for p in Path("examples").glob("*.yaml"))
+    if not paths:
+        print("error: no manifests given and no examples/*.yaml here", file=sys.stderr)
+        return 2
+    directory = Path(args.dir) if args.dir else new_directory(Path.cwd())
+    if directory.exists() and any(directory.iterdir()):
+        print(f"error: {directory} is not empty; the demo writes a fresh log", file=sys.stderr)
+        return 2
+    console = Console()
+    try:
+        result = run_demo(paths, directory, console=console, pace=args.pace,
+                          default_duration_ms=args.default_duration * 1000)
+    except ManifestError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    console.print()
+    for line in summary(result):
+        console.print(line, highlight=False)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+    import signal
+
+    from services.runtime import services as svc
+    from services.runtime.log import LogError, SqliteLog
+    from services.simcluster.cluster import SimConfig
+    from services.watcher.seed import ArrivalStream, read_files
+
+    try:
+        log = SqliteLog(args.log)
+    except LogError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        config = SimConfig(cluster=args.cluster)
+        if args.service == "scheduler":
+            await svc.run_scheduler(log, stop)
+        elif args.service == "actuator":
+            await svc.run_actuator(log, stop)
+        elif args.service == "simcluster":
+            await svc.run_simcluster(log, stop, clock=args.clock, config=config)
+        else:
+            arrivals = None
+            if args.seed:
+                start = None if args.clock == "simulated" else svc.wall_clock_ms()
+                arrivals = ArrivalStream.from_files(log, read_files(args.seed), start=start,
+                                                    compress=args.compress, cluster=args.cluster)
+            result = await svc.run_all(log, clock=args.clock, stop=stop, arrivals=arrivals, config=config,
+                                       until_done=args.until_done)
+            print(f"stopped: {result.scheduler.stats.cycles} cycles, {result.scheduler.stats.decisions} decisions")
+
+    try:
+        asyncio.run(main())
+    except LogError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        log.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kueuelog",
@@ -191,6 +266,35 @@ def build_parser() -> argparse.ArgumentParser:
     tl.add_argument("--queue", metavar="CLUSTERQUEUE", help="only decisions about this ClusterQueue")
     tl.add_argument("--from-start", action="store_true", help="print the whole history first")
     tl.set_defaults(func=_tail)
+
+    demo = sub.add_parser("demo", help="the whole loop on the embedded log, with a live view (make run)",
+                          description="Seed a simulated cluster from manifests (examples/*.yaml by default), run "
+                                      "scheduler, actuator and simulated cluster over a new embedded log in "
+                                      "simulated time, show ClusterQueue usage and decisions live, and leave the "
+                                      "log on disk for replay, explain and tail.")
+    demo.add_argument("files", nargs="*", metavar="FILE", help="manifests (default: examples/*.yaml)")
+    demo.add_argument("--dir", metavar="PATH", help="where to write the log (default: ./kueuelog-demo-<time>)")
+    demo.add_argument("--pace", type=float, default=0.0, metavar="SECONDS",
+                      help="real seconds to wait at each step of simulated time (to watch it unfold)")
+    demo.add_argument("--default-duration", type=int, default=60, metavar="SECONDS",
+                      help="how long a Job runs without a kueuelog.io/sim-duration annotation")
+    demo.set_defaults(func=_demo)
+
+    run = sub.add_parser("run", help="run a service (or all of them) over an embedded log",
+                         description="Run the scheduler (the single writer), the actuator, the simulated cluster, "
+                                     "or all three in one process, over the embedded log in PATH, until SIGINT or "
+                                     "SIGTERM (or, for 'all' in simulated time, until nothing is left to do).")
+    run.add_argument("service", choices=("scheduler", "actuator", "simcluster", "all"))
+    run.add_argument("--log", required=True, metavar="PATH", help="the embedded log directory (created if missing)")
+    run.add_argument("--clock", choices=("simulated", "real"), default="real",
+                     help="time for the simulated cluster (default: real)")
+    run.add_argument("--cluster", default="sim", help="cluster name stamped on the simulated cluster's events")
+    run.add_argument("--seed", nargs="*", metavar="FILE", help="'all' only: manifests to submit as they arrive")
+    run.add_argument("--compress", type=int, default=1, metavar="N",
+                     help="real clock: submit the seeded Jobs N times faster than their creationTimestamps")
+    run.add_argument("--until-done", action=argparse.BooleanOptionalAction, default=None,
+                     help="'all': stop once nothing is left to do (default: in simulated time only)")
+    run.set_defaults(func=_run)
 
     sch = sub.add_parser("schema", help="JSON Schema of every message and an AsyncAPI document")
     sch.add_argument("--out", metavar="DIR", help="write one file per document into DIR")

@@ -1,0 +1,201 @@
+"""``kueuelog demo``: the whole loop on the embedded default, with a live view.
+
+A simulated cluster is seeded from manifest files (``examples/`` by default):
+queues and flavors at time 0, then every Job at its creationTimestamp. The
+scheduler, the actuator and the simulated cluster run over a fresh embedded
+log in simulated time; the live view shows ClusterQueue usage, pending counts
+and the latest decisions as the simulated morning unfolds. The log is left on
+disk for ``kueuelog replay``, ``explain`` and ``tail``.
+
+The demo drives the services itself, step by step in one thread, exactly as
+:func:`services.runtime.services.drive_until_idle` does, so that the view can
+be refreshed between steps and a run can be paced for human eyes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.table import Table
+
+from events.codec import decode_decision
+from events.envelope import Topics
+from events.manifests import format_time
+from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload
+from events.quantity import format_amount
+from services.actuator.actuator import Actuator, SimClusterPort
+from services.inspect import format_decision
+from services.runtime.log import SqliteLog
+from services.runtime.services import advance_time, finished
+from services.schedulerd import Scheduler
+from services.simcluster.cluster import SimCluster, SimConfig
+from services.watcher.seed import ArrivalStream, read_files
+
+VIEW_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
+
+
+@dataclass
+class DemoResult:
+    directory: Path
+    workloads: int
+    finished: int
+    admissions: int
+    evictions: int
+    cycles: int
+    decisions: int
+    simulated_ms: int
+    waits_ms: dict[str, list[int]] = field(default_factory=dict)
+
+
+class _Decisions:
+    """Follows the decisions topic for the view and the summary."""
+
+    def __init__(self, log: SqliteLog, topics: Topics) -> None:
+        self.log, self.topics, self.offset = log, topics, 0
+        self.latest: deque[str] = deque(maxlen=10)
+        self.admissions = self.evictions = 0
+        self.first_admit: dict[str, int] = {}
+
+    def poll(self) -> None:
+        while batch := self.log.read(self.topics.decisions, self.offset, 2000):
+            for rec in batch:
+                d = decode_decision(rec.value)
+                if isinstance(d, CycleCompleted):
+                    continue
+                if isinstance(d, AdmitWorkload):
+                    self.admissions += 1
+                    self.first_admit.setdefault(f"{d.namespace}/{d.name}", d.time)
+                elif isinstance(d, EvictWorkload):
+                    self.evictions += 1
+                else:
+                    continue
+                line = format_decision(d)
+                if line:
+                    self.latest.append(line)
+            self.offset = batch[-1].offset + 1
+
+
+def _usage_table(scheduler: Scheduler) -> Table:
+    state = scheduler.state
+    table = Table(title="ClusterQueues", expand=True)
+    table.add_column("CLUSTERQUEUE")
+    table.add_column("COHORT")
+    for res in VIEW_RESOURCES:
+        table.add_column(f"{res} used / nominal", justify="right")
+    table.add_column("ADMITTED", justify="right")
+    table.add_column("PENDING", justify="right")
+    for name in sorted(state.cluster_queues):
+        cq = state.cluster_queues[name]
+        if name not in state.nodes and not state.nodes:
+            continue
+        node = state.nodes.get("cq/" + name)
+        cells = []
+        for res in VIEW_RESOURCES:
+            used = sum(v for (f, r), v in (node.usage.items() if node else []) if r == res)
+            nominal = sum(q.nominal for (f, r), q in (node.quotas.items() if node else []) if r == res)
+            cells.append("-" if not nominal and not used else
+                         f"{format_amount(res, used)} / {format_amount(res, nominal)}")
+        queue = state.queues.get(name)
+        admitted = len(state.admitted.get(name, {}))
+        table.add_row(name, cq.cohort or "-", *cells, str(admitted), str(len(queue) if queue else 0))
+    return table
+
+
+def _view(scheduler: Scheduler, decisions: _Decisions, sim_now: int, finished_count: int, total: int) -> Group:
+    header = (f"simulated time {format_time(sim_now) if sim_now else '-'}   "
+              f"workloads {total}   finished {finished_count}   admissions {decisions.admissions}   "
+              f"evictions {decisions.evictions}   cycles {scheduler.state.cycles}")
+    latest = "\n".join(decisions.latest) or "(no decisions yet)"
+    return Group(Panel(header, title="kueuelog demo"), _usage_table(scheduler),
+                 Panel(latest, title="latest decisions"))
+
+
+def new_directory(base: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = base / f"kueuelog-demo-{stamp}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"kueuelog-demo-{stamp}-{n}"
+    return path
+
+
+def run_demo(paths: Sequence[str], directory: Path, *, console: Console, pace: float = 0.0,
+             default_duration_ms: int = 60_000) -> DemoResult:
+    topics = Topics()
+    log = SqliteLog(directory)
+    log.exclusive("scheduler")
+    config = SimConfig(default_duration_ms=default_duration_ms)
+    arrivals = ArrivalStream.from_files(log, read_files(paths), topics=topics)
+    total = sum(1 for a in arrivals.pending if type(a.envelope.event).__name__ == "ObjectApplied"
+                and type(getattr(a.envelope.event, "object", None)).__name__ == "Workload")
+    scheduler = Scheduler(log, topics=topics)
+    actuator = Actuator(log, SimClusterPort(topics, config.cluster), topics=topics)
+    sim = SimCluster.simulated(log, config, topics)
+    decisions = _Decisions(log, topics)
+    last_draw = 0.0
+    with Live(_view(scheduler, decisions, 0, 0, total), console=console, refresh_per_second=8,
+              transient=False, auto_refresh=False) as live:
+        while True:
+            did = scheduler.step() + actuator.step() + sim.step()
+            if not did:
+                if not advance_time(sim, arrivals):
+                    if finished(sim, arrivals):
+                        break
+                    raise RuntimeError("the demo's services stalled: nothing to step but not idle")
+                if pace:
+                    time.sleep(pace)
+            now = time.monotonic()
+            if now - last_draw > 0.1:
+                decisions.poll()
+                done = sum(1 for r in scheduler.state.workloads.values() if r.finished)
+                live.update(_view(scheduler, decisions, scheduler.state.now, done, total), refresh=True)
+                last_draw = now
+        decisions.poll()
+        done = sum(1 for r in scheduler.state.workloads.values() if r.finished)
+        live.update(_view(scheduler, decisions, scheduler.state.now, done, total), refresh=True)
+    scheduler.write_snapshot()
+    waits: dict[str, list[int]] = {}
+    for key, rec in scheduler.state.workloads.items():
+        if key in decisions.first_admit and rec.obj.creation_time is not None:
+            cq = rec.admission.cluster_queue if rec.admission else _last_queue(scheduler, key)
+            waits.setdefault(cq, []).append(decisions.first_admit[key] - rec.obj.creation_time)
+    result = DemoResult(
+        directory=directory, workloads=len(scheduler.state.workloads),
+        finished=sum(1 for r in scheduler.state.workloads.values() if r.finished),
+        admissions=decisions.admissions, evictions=decisions.evictions, cycles=scheduler.state.cycles,
+        decisions=scheduler.stats.decisions, simulated_ms=scheduler.state.now, waits_ms=waits,
+    )
+    log.close()
+    return result
+
+
+def _last_queue(scheduler: Scheduler, key: str) -> str:
+    rec = scheduler.state.workloads[key]
+    lq = scheduler.state.local_queues.get(f"{rec.obj.namespace}/{rec.obj.queue_name}")
+    return lq.cluster_queue if lq else "?"
+
+
+def summary(result: DemoResult) -> list[str]:
+    lines = [
+        f"{result.workloads} workloads, {result.finished} finished; {result.admissions} admissions, "
+        f"{result.evictions} evictions in {result.cycles} cycles ({result.decisions} decisions)",
+    ]
+    for cq in sorted(result.waits_ms):
+        waits = result.waits_ms[cq]
+        lines.append(f"  {cq}: {len(waits)} admitted, average wait {sum(waits) / len(waits) / 1000:.0f} s, "
+                     f"longest {max(waits) / 1000:.0f} s")
+    lines += [
+        f"the event log is in {result.directory}",
+        f"  kueuelog replay {result.directory} --verify",
+        f"  kueuelog explain team-a/release-000 --log {result.directory}",
+        f"  kueuelog tail --log {result.directory} --from-start --type Evict",
+    ]
+    return lines
