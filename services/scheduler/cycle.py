@@ -251,6 +251,7 @@ def _admit(state: State, out: _Decisions, e: Entry) -> None:
     from services.scheduler.state import reserve_quota
 
     reserve_quota(state, rec, adm, now)
+    rec.sticky = False
     rec.set_condition(cond.quota_reserved(e.cq.name, now))
     if e.cq.admission_checks:
         rec.set_condition(cond.pending_admission_checks(now))
@@ -477,6 +478,8 @@ def _requeue(state: State, out: _Decisions, e: Entry) -> bool:
         rec.last_tried = dict(e.assignment.tried)
         rec.last_generation = generation(state, e.cq.name)
     pending_flavors = e.assignment is not None and not e.forget_flavors and e.assignment.pending_flavors()
+    rec.sticky = (e.requeue_reason == PENDING_PREEMPTION
+                  and e.cq.queueing_strategy == o.QueueingStrategy.BEST_EFFORT_FIFO)
     if e.cq.queueing_strategy == o.QueueingStrategy.STRICT_FIFO:
         immediate = e.requeue_reason != NAMESPACE_MISMATCH
     else:

@@ -35,6 +35,7 @@ def _record(rec: WorkloadRecord) -> dict[str, Any]:
         "pending_reason": rec.pending_reason,
         "last_tried": None if rec.last_tried is None else sorted([*k, v] for k, v in rec.last_tried.items()),
         "last_generation": list(rec.last_generation),
+        "sticky": rec.sticky,
     }
 
 
@@ -80,6 +81,7 @@ class _RecordWire(msgspec.Struct, kw_only=True):
     pending_reason: str
     last_tried: list[list[int]] | None
     last_generation: list[int]
+    sticky: bool
 
 
 class _StateWire(msgspec.Struct, kw_only=True):
@@ -122,6 +124,7 @@ def decode_state(data: bytes) -> State:
         rec.usage = admission_usage(r.admission) if r.admission is not None else {}
         rec.last_tried = None if r.last_tried is None else {(a, b): c for a, b, c in r.last_tried}
         rec.last_generation = (r.last_generation[0], r.last_generation[1])
+        rec.sticky = r.sticky
         for c in r.conditions:
             rec.conditions[c.type] = c
         state.workloads[key] = rec

@@ -32,8 +32,8 @@ from events.messages import (
 from services.scheduler import conditions as cond
 from services.scheduler.quota import FR, Node
 
-QueueKey = tuple[int, int, int, str]
-"""Queue order: (-priority, queue timestamp, input order, namespace/name)."""
+QueueKey = tuple[int, int, int, int, str]
+"""Queue order: (not a sticky preemptor, -priority, queue timestamp, input order, namespace/name)."""
 
 
 @dataclass(slots=True)
@@ -57,13 +57,16 @@ class WorkloadRecord:
     # generation is unchanged.
     last_tried: dict[tuple[int, int], int] | None = None
     last_generation: tuple[int, int] = (0, 0)
+    # Issued preemptions and waits for its victims: heads its BestEffortFIFO queue until admitted,
+    # so that a workload unparked meanwhile cannot take its place every time (as in Kueue's main).
+    sticky: bool = False
 
     @property
     def key(self) -> str:
         return f"{self.obj.namespace}/{self.obj.name}"
 
     def queue_key(self) -> QueueKey:
-        return (-self.priority, self.queue_time, self.seq, self.key)
+        return (0 if self.sticky else 1, -self.priority, self.queue_time, self.seq, self.key)
 
     @property
     def pending(self) -> bool:

@@ -522,3 +522,24 @@ def test_a_cluster_queue_within_its_nominal_quota_never_loses_a_workload_to_a_bo
     out = simulate(*objs, cycles=1)
     assert out.preempted() == want_preempted
     assert "ns/theirs" not in simulate(*objs).preempted()
+
+
+def test_a_preemptor_keeps_the_head_of_its_queue_until_admitted():
+    """BestEffortFIFO: while b-small waits for its victim, the eviction unparks the older b-big; without
+    the sticky preemptor (Kueue main) b-big would head cq-b next cycle, the victim would be re-admitted
+    and preempted again, forever."""
+    from tests.builders import a_cluster_queue, a_flavor, a_local_queue, a_workload, simulate
+
+    out = simulate(
+        a_flavor("f"),
+        a_cluster_queue("cq-a").cohort("c").flavor("f", cpu=(4, 4)),
+        a_cluster_queue("cq-b").cohort("c").flavor("f", cpu=4).preemption(reclaim="Any"),
+        a_local_queue("ns", "lq-a", "cq-a"), a_local_queue("ns", "lq-b", "cq-b"),
+        a_workload("ns", "a-borrower").queue("lq-a").request(cpu=6).priority(100).admitted("cq-a", {"cpu": "f"}),
+        a_workload("ns", "b-big").queue("lq-b").request(cpu=6).created(0),
+        a_workload("ns", "b-small").queue("lq-b").request(cpu=3).created(10),
+    )
+    assert out.result.converged
+    assert out.admitted() == {"ns/b-small": "cq-b"}
+    assert out.preempted() == ["ns/a-borrower"]
+    assert out.wl("ns/a-borrower").pending and out.wl("ns/b-big").pending
