@@ -1,0 +1,126 @@
+"""The command line over the embedded log, as a user runs it: demo, replay --verify, explain, tail,
+run, schema."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+KUEUELOG = [sys.executable, "-m", "services.cli"]
+
+
+def _run(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*KUEUELOG, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def demo_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    where = tmp_path_factory.mktemp("demo")
+    examples = sorted(str(p) for p in (ROOT / "examples").glob("*.yaml"))
+    done = subprocess.run([*KUEUELOG, "demo", *examples], cwd=where, capture_output=True, text=True, timeout=600,
+                          check=False, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert "320 workloads, 320 finished" in done.stdout
+    logs = list(where.glob("kueuelog-demo-*"))
+    assert len(logs) == 1, "the demo leaves its log in a new directory under the current one"
+    assert str(logs[0]) in done.stdout, "and prints where"
+    return logs[0]
+
+
+def test_replay_verify_passes_on_the_demo_log(demo_log: Path) -> None:
+    out = _run("replay", str(demo_log), "--verify")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "reproduce their recorded decisions byte for byte" in out.stdout
+
+
+def test_replay_until_an_offset_stops_there(demo_log: Path) -> None:
+    out = _run("replay", str(demo_log), "--until", "100")
+    assert out.returncode == 0
+    assert "up to input offset 100" in out.stdout
+
+
+def test_explain_tells_where_a_job_was_admitted_and_that_it_finished(demo_log: Path) -> None:
+    out = _run("explain", "team-a/release-000", "--log", str(demo_log))
+    assert out.returncode == 0, out.stderr
+    assert "submitted as Workload team-a/job-release-000-" in out.stdout
+    assert "admitted to ClusterQueue team-a-cq" in out.stdout
+    assert "is finished" in out.stdout
+
+
+def test_explain_tells_who_preempted_a_workload(demo_log: Path) -> None:
+    from events.codec import decode_decision
+    from events.envelope import Topics
+    from events.messages import EvictWorkload
+    from services.runtime.log import SqliteLog
+
+    log = SqliteLog(demo_log, create=False)
+    victims = [d for r in log.read(Topics().decisions, 0, 1_000_000)
+               if isinstance(d := decode_decision(r.value), EvictWorkload)]
+    log.close()
+    assert victims, "the demo preempts"
+    v = victims[0]
+    out = _run("explain", f"{v.namespace}/{v.name}", "--log", str(demo_log))
+    assert f"evicted: Preempted ({v.preemption_reason}) by {v.preemptor}" in out.stdout
+
+
+def test_tail_prints_decisions_as_they_come(demo_log: Path) -> None:
+    proc = subprocess.Popen([*KUEUELOG, "tail", "--log", str(demo_log), "--from-start", "--type", "Evict"],
+                            cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(10)
+    assert "EvictWorkload" in line and "Preempted" in line
+
+
+def test_explain_and_tail_refuse_bad_arguments(demo_log: Path, tmp_path: Path) -> None:
+    assert _run("explain", "no-namespace", "--log", str(demo_log)).returncode == 2
+    bad = _run("tail", "--log", str(demo_log), "--type", "Admit,Teleport")
+    assert bad.returncode == 2 and "Teleport" in bad.stderr
+    missing = _run("replay", str(tmp_path / "nothing"))
+    assert missing.returncode != 0 and "no embedded log" in (missing.stderr + missing.stdout)
+
+
+def test_run_all_in_simulated_time_finishes_a_seeded_cluster(tmp_path: Path) -> None:
+    examples = sorted(str(p) for p in (ROOT / "examples").glob("*.yaml"))
+    out = _run("run", "all", "--log", str(tmp_path / "log"), "--clock", "simulated", "--seed", *examples, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "stopped:" in out.stdout
+    verify = _run("replay", str(tmp_path / "log"), "--verify")
+    assert verify.returncode == 0, verify.stdout
+
+
+def test_a_second_scheduler_on_the_same_log_is_refused(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    first = subprocess.Popen([*KUEUELOG, "run", "scheduler", "--log", str(log)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (log / "scheduler.lock").exists() and time.monotonic() < deadline:
+            assert first.poll() is None, first.stderr.read() if first.stderr else ""
+            time.sleep(0.05)
+        second = _run("run", "scheduler", "--log", str(log), timeout=60)
+        assert second.returncode == 1
+        assert "only one scheduler may write" in second.stderr
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(30)
+    assert first.returncode == 0
+
+
+def test_schema_writes_json_schemas_and_asyncapi(tmp_path: Path) -> None:
+    out = _run("schema", "--out", str(tmp_path))
+    assert out.returncode == 0
+    decision = json.loads((tmp_path / "decision.schema.json").read_text())
+    api = json.loads((tmp_path / "asyncapi.json").read_text())
+    assert api["asyncapi"].startswith("3.")
+    assert "AdmitWorkload" in decision["$defs"]
+    assert api["channels"]["decisions"]["address"] == "kueuelog.decisions"
