@@ -234,8 +234,6 @@ def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: str, messa
     rec.set_condition(cond.evicted(reason, message, now))
     if preemption_reason:
         rec.set_condition(cond.preempted(preemption_reason, message, now))
-    rec.history.append(f"cycle {out.cycle}: evicted ({reason}{': ' + preemption_reason if preemption_reason else ''})"
-                       f"{' by ' + preemptor if preemptor else ''}")
     assert rec.admission is not None
     out.out.append(EvictWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
@@ -262,7 +260,6 @@ def _admit(state: State, out: _Decisions, e: Entry) -> None:
         if old is not None and old.status == "True":
             rec.set_condition(cond._c(ctype, False, "QuotaReserved", f"Previously: {old.message}", now))
     rec.pending_reason = ""
-    rec.history.append(f"cycle {out.cycle}: admitted to {e.cq.name}")
     out.out.append(AdmitWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=e.cq.name, admission=adm,
@@ -330,7 +327,6 @@ def _set_pending(state: State, out: _Decisions, rec: WorkloadRecord, message: st
         return
     rec.set_condition(c)
     rec.pending_reason = reason
-    rec.history.append(f"cycle {out.cycle}: pending ({reason}): {message}")
     out.out.append(MarkPending(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=rec.queued_in, reason=reason, message=message, inadmissible=inadmissible,

@@ -52,7 +52,6 @@ class WorkloadRecord:
     queued_in: str = ""  # the ClusterQueue whose queue holds it while pending
     conditions: dict[str, Condition] = field(default_factory=dict)
     pending_reason: str = ""
-    history: list[str] = field(default_factory=list)
     # Kueue's LastAssignment: where the flavor search resumes, valid while the ClusterQueue's
     # generation is unchanged.
     last_tried: dict[tuple[int, int], int] | None = None
@@ -233,7 +232,6 @@ def _note(state: State, namespace: str, name: str, what: str, *, pods_ready: boo
     if rec is None:
         state.anomalies.append(f"{what} for unknown Workload {namespace}/{name}")
         return
-    rec.history.append(f"{what} at seq {state.seq}")
     if pods_ready and rec.admission is not None:
         rec.set_condition(cond.pods_ready(state.now))
 
@@ -308,7 +306,6 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
     queue_time = wl.creation_time if wl.creation_time is not None else state.now
     rec = WorkloadRecord(obj=wl, seq=state.seq, queue_time=queue_time, priority=priority, priority_error=error)
     state.workloads[key] = rec
-    rec.history.append(f"submitted at seq {state.seq}")
     if wl.admission is not None:
         at = wl.reserved_at if wl.reserved_at is not None else wl.creation_time
         _take_admission(state, rec, wl.admission, at if at is not None else state.now)
@@ -468,7 +465,6 @@ def _finish(state: State, ev: WorkloadFinished) -> None:
     release_usage(state, rec)
     rec.finished = True
     rec.set_condition(cond.finished(ev.succeeded, ev.message, ev.time or state.now))
-    rec.history.append(f"finished at seq {state.seq}")
     if cq:
         requeue_inadmissible(state, cq)
 
