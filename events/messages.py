@@ -145,16 +145,31 @@ class MarkPending(Decision, frozen=True, tag="pending"):
     reason: PendingReason
     message: str
     inadmissible: bool = False
+    condition_reason: str = "Pending"  # Kueue's QuotaReserved=False reason: Pending or Inadmissible
+
+
+class HeadOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What became of one head of a cycle that was not admitted: back in its queue or parked,
+    whether it keeps the head as a preemptor, and where its flavor search resumes."""
+
+    key: str
+    cluster_queue: str
+    parked: bool = False
+    sticky: bool = False
+    last_tried: tuple[tuple[int, int, int], ...] | None = None  # (podSet, resource group, flavor index)
 
 
 class CycleCompleted(msgspec.Struct, frozen=True, kw_only=True, tag="cycle", tag_field="type"):
-    """The last record of every cycle: which input it was computed at. Replay folds the
-    input log up to ``input_offset`` and runs the cycle again to check the decisions."""
+    """The last record of every cycle: which input it was computed at, and what became of the
+    heads it did not admit. Replay folds the input log up to ``input_offset`` and applies the
+    cycle's decisions and head outcomes; ``--verify`` runs the cycle again and compares."""
 
     cycle: int
     input_offset: int
     time: int
     decisions: int
+    admitted_heads: tuple[str, ...] = ()
+    heads: tuple[HeadOutcome, ...] = ()
 
 
 AnyDecision = AdmitWorkload | EvictWorkload | MarkPending

@@ -78,7 +78,9 @@ def _table(topic: str) -> str:
 class SqliteLog:
     """The embedded log: one SQLite database per data directory."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, create: bool = True) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, create: bool = True, durable: bool = True) -> None:
+        """``durable=False`` (``synchronous=OFF``) trades crash safety for speed: for scratch logs
+        and benchmark fixtures only, never for a log whose decisions matter."""
         self.directory = Path(directory)
         if create:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -87,7 +89,7 @@ class SqliteLog:
         self._db = sqlite3.connect(self.directory / DB_FILE, timeout=30.0, isolation_level=None,
                                    check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=OFF")
         self._db.execute("PRAGMA busy_timeout=30000")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS positions (grp TEXT NOT NULL, topic TEXT NOT NULL, "

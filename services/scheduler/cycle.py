@@ -21,13 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from events import objects as o
-from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, MarkPending, PendingReason
+from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, HeadOutcome, MarkPending, PendingReason
 from services.scheduler import conditions as cond
-from services.scheduler import fairsharing
+from services.scheduler import effects, fairsharing
 from services.scheduler.flavors import Assignment, Mode, Policy, assign, selector_matches
 from services.scheduler.preemption import Preemptor, Target, preemption_message
 from services.scheduler.quota import FR, Node
-from services.scheduler.state import ClusterQueueQueue, State, WorkloadRecord, generation
+from services.scheduler.state import State, WorkloadRecord, generation
 
 NOT_NOMINATED, NOMINATED, SKIPPED, ASSUMED = "notNominated", "nominated", "skipped", "assumed"
 GENERIC, NAMESPACE_MISMATCH, FAILED_AFTER_NOMINATION, PENDING_PREEMPTION = (
@@ -57,6 +57,7 @@ class _Decisions:
         self.cycle = state.cycles
         self.time = state.now
         self.out: list[AnyDecision] = []
+        self.admitted_heads: list[str] = []
 
     def next_id(self) -> str:
         return f"c{self.cycle}-{len(self.out)}"
@@ -229,11 +230,7 @@ class _Overlay:
 
 def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: str, message: str,
           preemption_reason: str = "", preemptor: str = "") -> None:
-    now = state.now
-    rec.evicting = True
-    rec.set_condition(cond.evicted(reason, message, now))
-    if preemption_reason:
-        rec.set_condition(cond.preempted(preemption_reason, message, now))
+    effects.mark_evicted(state, rec, reason, message, preemption_reason)
     assert rec.admission is not None
     out.out.append(EvictWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
@@ -244,22 +241,10 @@ def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: str, messa
 
 def _admit(state: State, out: _Decisions, e: Entry) -> None:
     assert e.assignment is not None
-    rec, now = e.rec, state.now
+    rec = e.rec
     adm = e.assignment.to_admission(e.cq.name)
-    from services.scheduler.state import reserve_quota
-
-    reserve_quota(state, rec, adm, now)
-    rec.sticky = False
-    rec.set_condition(cond.quota_reserved(e.cq.name, now))
-    if e.cq.admission_checks:
-        rec.set_condition(cond.pending_admission_checks(now))
-    else:
-        rec.set_condition(cond.admitted(now))
-    for ctype in ("Evicted", "Preempted"):
-        old = rec.conditions.get(ctype)
-        if old is not None and old.status == "True":
-            rec.set_condition(cond._c(ctype, False, "QuotaReserved", f"Previously: {old.message}", now))
-    rec.pending_reason = ""
+    effects.commit_admission(state, rec, adm)
+    out.admitted_heads.append(rec.key)
     out.out.append(AdmitWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=e.cq.name, admission=adm,
@@ -287,7 +272,7 @@ def _drain_stopped(state: State, out: _Decisions) -> None:
                 evict(state, out, rec, "LocalQueueStopped", "The LocalQueue is stopped")
 
 
-def _restart_held(state: State) -> None:
+def restart_held(state: State) -> None:
     """Workloads drained by a stopped queue go back once the queue runs again."""
     for key in list(state.held):
         rec = state.workloads.get(key)
@@ -320,16 +305,12 @@ def _mark_inactive(state: State, out: _Decisions) -> None:
 
 def _set_pending(state: State, out: _Decisions, rec: WorkloadRecord, message: str, reason: PendingReason,
                  *, inadmissible: bool, kueue_reason: str = "Pending") -> None:
-    old = rec.conditions.get("QuotaReserved")
-    c = cond.inadmissible(message, state.now) if kueue_reason == "Inadmissible" else cond.pending(message, state.now)
-    if old is not None and old.status == c.status and old.reason == c.reason and old.message == c.message \
-            and rec.pending_reason == reason:
+    if not effects.mark_pending(state, rec, message, reason, kueue_reason):
         return
-    rec.set_condition(c)
-    rec.pending_reason = reason
     out.out.append(MarkPending(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=rec.queued_in, reason=reason, message=message, inadmissible=inadmissible,
+        condition_reason=kueue_reason,
     ))
 
 
@@ -339,6 +320,8 @@ class CycleResult:
     admitted: int
     evicted: int
     parked: int  # heads moved to the inadmissible list
+    admitted_heads: list[str]
+    heads: list[HeadOutcome]
 
     @property
     def changed(self) -> bool:
@@ -349,9 +332,8 @@ def run_cycle(state: State) -> CycleResult:
     state.ensure_indexed()
     state.cycles += 1
     out = _Decisions(state)
-    evictions_before = 0
     _drain_stopped(state, out)
-    _restart_held(state)
+    restart_held(state)
     _mark_inactive(state, out)
     entries: list[Entry] = []
     for cq_name in sorted(state.queues):
@@ -376,12 +358,10 @@ def run_cycle(state: State) -> CycleResult:
                 admitted += 1
     finally:
         overlay.undo()
-    parked = 0
-    for e in entries:
-        if e.status != ASSUMED and _requeue(state, out, e):
-            parked += 1
-    evicted = sum(1 for d in out.out if isinstance(d, EvictWorkload)) - evictions_before
-    return CycleResult(decisions=out.out, admitted=admitted, evicted=evicted, parked=parked)
+    heads = [_requeue(state, out, e) for e in entries if e.status != ASSUMED]
+    evicted = sum(1 for d in out.out if isinstance(d, EvictWorkload))
+    return CycleResult(decisions=out.out, admitted=admitted, evicted=evicted, parked=sum(h.parked for h in heads),
+                       admitted_heads=out.admitted_heads, heads=heads)
 
 
 def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempted: dict[str, WorkloadRecord]) -> None:
@@ -463,29 +443,23 @@ def _skip(e: Entry, message: str) -> None:
     e.pending_reason = PendingReason.SKIPPED_IN_CYCLE
 
 
-def _requeue(state: State, out: _Decisions, e: Entry) -> bool:
-    """Kueue's ``requeueAndUpdate``; returns whether the workload was parked as inadmissible."""
+def _requeue(state: State, out: _Decisions, e: Entry) -> HeadOutcome:
+    """Kueue's ``requeueAndUpdate``: back in the queue at once, or parked as inadmissible."""
     if e.status != NOT_NOMINATED and e.requeue_reason == GENERIC:
         e.requeue_reason = FAILED_AFTER_NOMINATION
-    rec = e.rec
-    if e.assignment is None or e.forget_flavors:
-        rec.last_tried = None
-    else:
-        rec.last_tried = dict(e.assignment.tried)
-        rec.last_generation = generation(state, e.cq.name)
-    pending_flavors = e.assignment is not None and not e.forget_flavors and e.assignment.pending_flavors()
-    rec.sticky = (e.requeue_reason == PENDING_PREEMPTION
-                  and e.cq.queueing_strategy == o.QueueingStrategy.BEST_EFFORT_FIFO)
+    keep_flavors = e.assignment is not None and not e.forget_flavors
+    pending_flavors = keep_flavors and e.assignment is not None and e.assignment.pending_flavors()
     if e.cq.queueing_strategy == o.QueueingStrategy.STRICT_FIFO:
         immediate = e.requeue_reason != NAMESPACE_MISMATCH
     else:
         immediate = e.requeue_reason in (FAILED_AFTER_NOMINATION, PENDING_PREEMPTION) or pending_flavors
-    queue = state.queues.setdefault(e.cq.name, ClusterQueueQueue())
-    _set_pending(state, out, rec, e.message, e.pending_reason, inadmissible=not immediate)
-    if immediate:
-        rec.inadmissible = False
-        queue.push(rec)
-        return False
-    rec.inadmissible = True
-    queue.inadmissible[rec.key] = None
-    return True
+    outcome = HeadOutcome(
+        key=e.rec.key, cluster_queue=e.cq.name, parked=not immediate,
+        sticky=(e.requeue_reason == PENDING_PREEMPTION
+                and e.cq.queueing_strategy == o.QueueingStrategy.BEST_EFFORT_FIFO),
+        last_tried=(tuple(sorted((ps, g, i) for (ps, g), i in e.assignment.tried.items()))
+                    if keep_flavors and e.assignment is not None else None),
+    )
+    _set_pending(state, out, e.rec, e.message, e.pending_reason, inadmissible=not immediate)
+    effects.requeue(state, e.rec, outcome)
+    return outcome

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from events import objects as o
-from events.messages import AdmitWorkload, EvictWorkload, ObjectApplied, WorkloadFinished
+from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, ObjectApplied, WorkloadFinished
+from services.scheduler.apply import apply_cycle
 from services.scheduler.cycle import run_cycle
 from services.scheduler.index import rebuild
 from services.scheduler.snapshot import encode_state
@@ -96,11 +97,16 @@ actions = st.lists(
 )
 
 
+def _queues(state: State) -> dict[str, tuple[list[str], list[str]]]:
+    return {name: ([k for _, k in q.active], sorted(q.inadmissible)) for name, q in sorted(state.queues.items())}
+
+
 class Run:
     """Plays a history, checking the invariants after every step."""
 
     def __init__(self, world: list[o.AnyObject]) -> None:
         self.state = State()
+        self.shadow = State()  # follows by applying recorded cycles instead of running them
         self.events: list[object] = []
         self.admitted_now: set[str] = set()
         self.n = 0
@@ -112,6 +118,7 @@ class Run:
     def apply(self, ev: object) -> None:
         self.events.append(ev)
         fold(self.state, ev)  # type: ignore[arg-type]
+        fold(self.shadow, ev)  # type: ignore[arg-type]
 
     def step(self, action: object) -> None:
         s = self.state
@@ -137,9 +144,15 @@ class Run:
         s = self.state
         for key in sorted(k for k, r in s.workloads.items() if r.evicting):
             finish_eviction(s, s.workloads[key])
+            finish_eviction(self.shadow, self.shadow.workloads[key])
             self.admitted_now.discard(key)
         before = {k: (r.admission.cluster_queue if r.admission else None) for k, r in s.workloads.items()}
         result = run_cycle(s)
+        record = CycleCompleted(cycle=s.cycles, input_offset=0, time=s.now, decisions=len(result.decisions),
+                                admitted_heads=tuple(result.admitted_heads), heads=tuple(result.heads))
+        apply_cycle(self.shadow, result.decisions, record)
+        assert encode_state(self.shadow) == encode_state(s), "applying the recorded cycle differs from running it"
+        assert _queues(self.shadow) == _queues(s)
         for d in result.decisions:
             key = f"{d.namespace}/{d.name}"
             if isinstance(d, AdmitWorkload):
