@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from bench import engine
+from bench import engine, replay
 
 
 def main() -> int:
     for line in engine.main():
+        print(line, flush=True)
+    for line in replay.main():
         print(line, flush=True)
     return 0
 

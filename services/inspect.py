@@ -60,7 +60,7 @@ def resolve_until(log: Log, topics: Topics, until: str | None) -> int | None:
 
 def replay(log: Log, topics: Topics, *, verify: bool, until: int | None = None,
            progress: Progress | None = None) -> ReplayReport:
-    sched = Scheduler(log, topics)
+    sched = Scheduler(log, topics, batch_size=20_000)
     report = ReplayReport(scheduler=sched)
     total = log.end_offset(topics.cluster_events) if until is None else until
     for record, recorded in sched.recorded_cycles(0):

@@ -24,7 +24,7 @@ import msgspec
 
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope, encode
 from events.envelope import Topics
-from events.messages import AnyDecision, CycleCompleted
+from events.messages import ActuationFailed, AnyDecision, CycleCompleted, DecisionApplied, PodsReady
 from services.runtime.log import Log, Record
 from services.scheduler.apply import apply_cycle
 from services.scheduler.cycle import run_cycle
@@ -32,6 +32,8 @@ from services.scheduler.snapshot import decode_state, encode_state
 from services.scheduler.state import State, fold
 
 GROUP = "scheduler"
+# Events that cannot change what a cycle decides (until waitForPodsReady makes readiness count).
+NO_SCHEDULING_EFFECT = (DecisionApplied, ActuationFailed, PodsReady)
 MAX_CYCLES_PER_BATCH = 1000
 
 
@@ -71,6 +73,7 @@ class Scheduler:
     next_input: int = 0
     stats: Stats = field(default_factory=Stats)
     _since_snapshot: int = 0
+    _needs_cycle: bool = True  # until a cycle has been quiet (also after a restart: one cycle to be sure)
 
     # --- folding -----------------------------------------------------------------------
 
@@ -86,6 +89,8 @@ class Scheduler:
                                     "value": rec.value.decode("utf-8", "replace")})
         fold(self.state, env.event)
         self.stats.events += 1
+        if not isinstance(env.event, NO_SCHEDULING_EFFECT):
+            self._needs_cycle = True
         return None
 
     def fold_until(self, offset: int) -> list[tuple[str, bytes]]:
@@ -116,12 +121,18 @@ class Scheduler:
         return result.decisions, record, result.changed
 
     def cycles_until_quiet(self) -> list[bytes]:
+        """Cycles until one changes nothing; none at all when nothing that could change a decision
+        happened since the last quiet cycle (a quiet cycle is a fixed point: running it again
+        would decide the same, write nothing and change nothing)."""
         out: list[bytes] = []
+        if not self._needs_cycle:
+            return out
         for _ in range(MAX_CYCLES_PER_BATCH):
             decisions, record, changed = self.cycle()
             out.extend(encode(d) for d in decisions)
             out.append(encode(record))
             if not changed:
+                self._needs_cycle = False
                 break
         return out
 

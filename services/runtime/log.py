@@ -169,7 +169,7 @@ class SqliteLog:
         rows = self._db.execute(
             f'SELECT off, key, value FROM "{table}" WHERE off >= ? ORDER BY off LIMIT ?', (start, limit)
         ).fetchall()
-        return [Record(topic, off, key, bytes(value)) for off, key, value in rows]
+        return [Record(topic, off, key, value) for off, key, value in rows]  # BLOBs come back as bytes
 
     def end_offset(self, topic: str) -> int:
         table = self._ensure(topic)

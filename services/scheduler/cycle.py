@@ -325,7 +325,11 @@ class CycleResult:
 
     @property
     def changed(self) -> bool:
-        return bool(self.admitted or self.evicted or self.parked)
+        """Whether another cycle could decide differently: something was admitted, evicted or
+        parked, or a head will resume its flavor search further down the list."""
+        return bool(self.admitted or self.evicted or self.parked) or any(
+            h.last_tried is not None and any(i != -1 for _, _, i in h.last_tried) for h in self.heads
+        )
 
 
 def run_cycle(state: State) -> CycleResult:

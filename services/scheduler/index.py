@@ -94,6 +94,7 @@ def rebuild(state: State) -> None:
         if node.parent is None:
             recompute_subtree(node)
     state.nodes = nodes
+    state.tree_members = {}
     state.queues = {name: ClusterQueueQueue() for name in sorted(state.cluster_queues)}
     for key in sorted(state.workloads):
         rec = state.workloads[key]

@@ -59,10 +59,10 @@ class WorkloadRecord:
     # Issued preemptions and waits for its victims: heads its BestEffortFIFO queue until admitted,
     # so that a workload unparked meanwhile cannot take its place every time (as in Kueue's main).
     sticky: bool = False
+    key: str = ""  # namespace/name, fixed for the record's life (an update keeps the name)
 
-    @property
-    def key(self) -> str:
-        return f"{self.obj.namespace}/{self.obj.name}"
+    def __post_init__(self) -> None:
+        self.key = f"{self.obj.namespace}/{self.obj.name}"
 
     def queue_key(self) -> QueueKey:
         return (0 if self.sticky else 1, -self.priority, self.queue_time, self.seq, self.key)
@@ -93,11 +93,25 @@ class ClusterQueueQueue:
         bisect.insort(self.active, (rec.queue_key(), rec.key))
 
     def remove(self, rec: WorkloadRecord) -> None:
+        if self.active and self.active[0][1] == rec.key:
+            del self.active[0]  # the head, as when a cycle's pops are replayed
+            return
         entry = (rec.queue_key(), rec.key)
         i = bisect.bisect_left(self.active, entry)
         if i < len(self.active) and self.active[i] == entry:
             del self.active[i]
         self.inadmissible.pop(rec.key, None)
+
+    def unpark_all(self, workloads: dict[str, WorkloadRecord]) -> None:
+        """Every parked workload back into the ordered queue, merged in one sort."""
+        if not self.inadmissible:
+            return
+        for key in self.inadmissible:
+            rec = workloads[key]
+            rec.inadmissible = False
+            self.active.append((rec.queue_key(), key))
+        self.inadmissible.clear()
+        self.active.sort()
 
     def __len__(self) -> int:
         return len(self.active) + len(self.inadmissible)
@@ -132,6 +146,7 @@ class State:
         self.nodes: dict[str, Node] = {}
         self.queues: dict[str, ClusterQueueQueue] = {}
         self.admitted: dict[str, dict[str, None]] = {}  # cq -> workloads holding its quota
+        self.tree_members: dict[str, list[str]] = {}  # root node -> ClusterQueues under it (cache)
         self.inactive: dict[str, tuple[str, str]] = {}  # cq -> (reason, message)
 
     # --- derived indices -----------------------------------------------------------
@@ -205,7 +220,8 @@ def fold(state: State, event: ClusterEvent) -> State:
     elif isinstance(event, PodsReady):
         _note(state, event.namespace, event.name, "pods ready", pods_ready=True)
     elif isinstance(event, DecisionApplied):
-        _note(state, event.namespace, event.name, f"decision {event.decision_id} applied{_on(event.cluster)}")
+        if f"{event.namespace}/{event.name}" not in state.workloads:
+            _note(state, event.namespace, event.name, f"decision {event.decision_id} applied{_on(event.cluster)}")
     elif isinstance(event, ActuationFailed):
         _note(state, event.namespace, event.name,
               f"decision {event.decision_id} failed{_on(event.cluster)}: {event.error}")
@@ -374,15 +390,13 @@ def requeue_inadmissible(state: State, cq_name: str) -> None:
     if state._dirty or cq_name not in state.cluster_queues:
         return
     root = state.cq_node(cq_name).root()
-    for name in _cluster_queues_under(root):
+    names = state.tree_members.get(root.name)
+    if names is None:
+        names = state.tree_members[root.name] = _cluster_queues_under(root)
+    for name in names:
         queue = state.queues.get(name)
-        if queue is None:
-            continue
-        for key in list(queue.inadmissible):
-            rec = state.workloads[key]
-            rec.inadmissible = False
-            queue.push(rec)
-        queue.inadmissible.clear()
+        if queue is not None:
+            queue.unpark_all(state.workloads)
 
 
 def _cluster_queues_under(node: Node) -> list[str]:
