@@ -20,7 +20,7 @@ from events.manifests import format_time, parse_time
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, MarkPending, ObjectApplied
 from events.objects import Workload
 from services.runtime.log import Log
-from services.schedulerd import Scheduler
+from services.schedulerd import Scheduler, first_difference
 
 Progress = Callable[[int, int], None]
 
@@ -76,7 +76,7 @@ def replay(log: Log, topics: Topics, *, verify: bool, until: int | None = None,
             report.decisions += len(decisions)
             derived = [encode(d) for d in decisions]
             if derived != recorded:
-                report.mismatches.append((record.cycle, _first_difference(recorded, derived)))
+                report.mismatches.append((record.cycle, first_difference(recorded, derived)))
             elif again != record:
                 report.mismatches.append((record.cycle, f"the cycle record differs: re-derived {again}"))
         if progress is not None:
@@ -88,13 +88,6 @@ def replay(log: Log, topics: Topics, *, verify: bool, until: int | None = None,
     if progress is not None:
         progress(sched.next_input, total)
     return report
-
-
-def _first_difference(recorded: list[bytes], derived: list[bytes]) -> str:
-    for i, (a, b) in enumerate(zip(recorded, derived, strict=False)):
-        if a != b:
-            return f"decision {i}: recorded {a.decode()[:240]} but re-derived {b.decode()[:240]}"
-    return f"recorded {len(recorded)} decisions but re-derived {len(derived)}"
 
 
 # --- explain ----------------------------------------------------------------------------------

@@ -231,7 +231,7 @@ class Scheduler:
             decisions, again, _ = self.cycle()
             derived = [encode(d) for d in decisions]
             if derived != recorded:
-                yield record.cycle, _diff(recorded, derived)
+                yield record.cycle, first_difference(recorded, derived)
             elif again != record:
                 yield record.cycle, f"the cycle record differs: recorded {record} but re-derived {again}"
 
@@ -253,7 +253,7 @@ class Scheduler:
                     await asyncio.wait_for(stop.wait(), idle_seconds)
 
 
-def _diff(recorded: list[bytes], derived: list[bytes]) -> str:
+def first_difference(recorded: list[bytes], derived: list[bytes]) -> str:
     for i, (a, b) in enumerate(zip(recorded, derived, strict=False)):
         if a != b:
             return f"decision {i}: recorded {a.decode()[:300]} but derived {b.decode()[:300]}"
