@@ -3,6 +3,7 @@ record are told apart (malformed -> dead letter, unknown type -> stop)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import msgspec
@@ -83,14 +84,12 @@ def test_every_decision_round_trips(decision: object) -> None:
 
 @given(st.binary())
 def test_arbitrary_bytes_are_malformed_or_unknown_never_a_crash(data: bytes) -> None:
-    try:
+    with contextlib.suppress(MalformedRecord, UnknownEventType):
         decode_envelope(data)
-    except (MalformedRecord, UnknownEventType):
-        pass
 
 
 def test_an_unknown_event_type_is_not_malformed() -> None:
-    with pytest.raises(UnknownEventType, match="workload.teleported"):
+    with pytest.raises(UnknownEventType, match=r"workload\.teleported"):
         decode_envelope(b'{"id":"1","source":"s","event":{"type":"workload.teleported","time":1}}')
     with pytest.raises(UnknownEventType):
         decode_decision(b'{"type":"reticulate","id":"1"}')
