@@ -63,13 +63,14 @@ def replay(log: Log, topics: Topics, *, verify: bool, until: int | None = None,
     sched = Scheduler(log, topics, batch_size=20_000)
     report = ReplayReport(scheduler=sched)
     total = log.end_offset(topics.cluster_events) if until is None else until
-    for record, recorded in sched.recorded_cycles(0):
+    for recorded_cycle in sched.recorded_cycles(0):
+        record, recorded = recorded_cycle.record, recorded_cycle.raw
         if until is not None and record.input_offset > until:
             break
         sched.fold_until(record.input_offset)
         report.cycles += 1
         if not verify:
-            sched.apply_recorded(record, recorded)
+            sched.apply_recorded(recorded_cycle)
             report.decisions += len(recorded)
         else:
             decisions, again, _ = sched.cycle()

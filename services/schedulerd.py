@@ -52,6 +52,13 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     state: msgspec.Raw
 
 
+@dataclass(frozen=True, slots=True)
+class RecordedCycle:
+    record: CycleCompleted
+    raw: list[bytes]  # its decisions as written
+    decisions: list[AnyDecision]  # and decoded
+
+
 @dataclass
 class Stats:
     events: int = 0
@@ -79,14 +86,17 @@ class Scheduler:
 
     def fold_record(self, rec: Record) -> tuple[str, bytes] | None:
         """Fold one cluster event; returns a dead letter for a malformed one."""
+        return self.fold_value(rec.offset, rec.value, rec.key)
+
+    def fold_value(self, offset: int, value: bytes, key: str = "") -> tuple[str, bytes] | None:
         try:
-            env = decode_envelope(rec.value)
+            env = decode_envelope(value)
         except UnknownEventType as e:
-            raise SchedulerStopped(f"cluster-events offset {rec.offset}: {e}") from e
+            raise SchedulerStopped(f"cluster-events offset {offset}: {e}") from e
         except MalformedRecord as e:
             self.stats.dead_letters += 1
-            return rec.key, encode({"topic": rec.topic, "offset": rec.offset, "reason": str(e),
-                                    "value": rec.value.decode("utf-8", "replace")})
+            return key, encode({"topic": self.topics.cluster_events, "offset": offset, "reason": str(e),
+                                "value": value.decode("utf-8", "replace")})
         fold(self.state, env.event)
         self.stats.events += 1
         if not isinstance(env.event, NO_SCHEDULING_EFFECT):
@@ -97,15 +107,15 @@ class Scheduler:
         """Fold cluster events up to (not including) ``offset``; returns dead letters."""
         dead: list[tuple[str, bytes]] = []
         while self.next_input < offset:
-            batch = self.log.read(self.topics.cluster_events, self.next_input, min(self.batch_size,
-                                                                                  offset - self.next_input))
+            batch = self.log.read_values(self.topics.cluster_events, self.next_input,
+                                         min(self.batch_size, offset - self.next_input))
             if not batch:
                 raise ReplayMismatch(f"cluster-events ends at {self.next_input}, expected records up to {offset}")
-            for rec in batch:
-                letter = self.fold_record(rec)
+            for off, value in batch:
+                letter = self.fold_value(off, value)
                 if letter is not None:
                     dead.append(letter)
-            self.next_input = batch[-1].offset + 1
+            self.next_input = batch[-1][0] + 1
         return dead
 
     # --- cycles ------------------------------------------------------------------------
@@ -196,37 +206,40 @@ class Scheduler:
             offset -= 1
         return 0
 
-    def apply_recorded(self, record: CycleCompleted, recorded: list[bytes]) -> None:
+    def apply_recorded(self, cycle: RecordedCycle) -> None:
         """Apply a recorded cycle (its decisions and head outcomes) instead of running it."""
-        apply_cycle(self.state, [decode_decision(b) for b in recorded], record)
+        apply_cycle(self.state, cycle.decisions, cycle.record)
         self.stats.cycles += 1
-        self.stats.decisions += len(recorded)
+        self.stats.decisions += len(cycle.decisions)
 
-    def recorded_cycles(self, start: int) -> Iterator[tuple[CycleCompleted, list[bytes]]]:
-        """Recorded cycles from decisions offset ``start``: each with its decisions' bytes."""
-        pending: list[bytes] = []
+    def recorded_cycles(self, start: int) -> Iterator[RecordedCycle]:
+        """Recorded cycles from decisions offset ``start``, each with its decisions (decoded, and as bytes)."""
+        raw: list[bytes] = []
+        decisions: list[AnyDecision] = []
         offset = start
         while True:
-            batch = self.log.read(self.topics.decisions, offset, 5000)
+            batch = self.log.read_values(self.topics.decisions, offset, 5000)
             if not batch:
                 return
-            for rec in batch:
-                d = decode_decision(rec.value)
+            for _, value in batch:
+                d = decode_decision(value)
                 if isinstance(d, CycleCompleted):
-                    yield d, pending
-                    pending = []
+                    yield RecordedCycle(d, raw, decisions)
+                    raw, decisions = [], []
                 else:
-                    pending.append(rec.value)
-            offset = batch[-1].offset + 1
+                    raw.append(value)
+                    decisions.append(d)
+            offset = batch[-1][0] + 1
 
     def replay(self, start: int, *, verify: bool, until_input: int | None = None) -> Iterator[tuple[int, str]]:
         """Re-run recorded cycles from decisions offset ``start``; yields (cycle, mismatch) when verifying."""
-        for record, recorded in self.recorded_cycles(start):
+        for recorded_cycle in self.recorded_cycles(start):
+            record, recorded = recorded_cycle.record, recorded_cycle.raw
             if until_input is not None and record.input_offset > until_input:
                 break
             self.fold_until(record.input_offset)
             if not verify:
-                self.apply_recorded(record, recorded)
+                self.apply_recorded(recorded_cycle)
                 continue
             decisions, again, _ = self.cycle()
             derived = [encode(d) for d in decisions]

@@ -14,7 +14,9 @@ is recorded as an anomaly, never raised.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from events import objects as o
 from events.messages import (
@@ -205,30 +207,34 @@ def fold(state: State, event: ClusterEvent) -> State:
     """Apply one event to the state (in place) and return it."""
     state.now = max(state.now, event.time)
     state.seq += 1
-    if not _is_configuration(event):
+    if state._dirty and not _is_configuration(event):
         # Workload events update the indices incrementally, so they must be current (after a
         # configuration change or a snapshot load they are rebuilt here, once).
         state.ensure_indexed()
-    if isinstance(event, ObjectApplied):
-        _apply(state, event.object)
-    elif isinstance(event, ObjectDeleted):
-        _delete(state, event)
-    elif isinstance(event, WorkloadFinished):
-        _finish(state, event)
-    elif isinstance(event, EvictionCompleted):
-        _eviction_completed(state, event)
-    elif isinstance(event, PodsReady):
-        _note(state, event.namespace, event.name, "pods ready", pods_ready=True)
-    elif isinstance(event, DecisionApplied):
-        if f"{event.namespace}/{event.name}" not in state.workloads:
-            _note(state, event.namespace, event.name, f"decision {event.decision_id} applied{_on(event.cluster)}")
-    elif isinstance(event, ActuationFailed):
-        _note(state, event.namespace, event.name,
-              f"decision {event.decision_id} failed{_on(event.cluster)}: {event.error}")
-        state.anomalies.append(f"actuation of {event.decision_id} failed: {event.error}")
-    elif isinstance(event, ClockTicked):
-        pass
+    _FOLD[type(event)](state, event)
     return state
+
+
+def _fold_applied(state: State, event: ObjectApplied) -> None:
+    _apply(state, event.object)
+
+
+def _fold_pods_ready(state: State, event: PodsReady) -> None:
+    _note(state, event.namespace, event.name, "pods ready", pods_ready=True)
+
+
+def _fold_applied_decision(state: State, event: DecisionApplied) -> None:
+    if f"{event.namespace}/{event.name}" not in state.workloads:
+        _note(state, event.namespace, event.name, f"decision {event.decision_id} applied{_on(event.cluster)}")
+
+
+def _fold_actuation_failed(state: State, event: ActuationFailed) -> None:
+    _note(state, event.namespace, event.name, f"decision {event.decision_id} failed{_on(event.cluster)}: {event.error}")
+    state.anomalies.append(f"actuation of {event.decision_id} failed: {event.error}")
+
+
+def _fold_tick(state: State, event: ClockTicked) -> None:
+    """Time moved on; nothing else (time-based rules read ``state.now``)."""
 
 
 def _is_configuration(event: ClusterEvent) -> bool:
@@ -512,3 +518,15 @@ def finish_eviction(state: State, rec: WorkloadRecord) -> None:
     _enqueue(state, rec)
     if cq:
         requeue_inadmissible(state, cq)
+
+
+_FOLD: dict[type, Callable[[State, Any], None]] = {
+    ObjectApplied: _fold_applied,
+    ObjectDeleted: _delete,
+    WorkloadFinished: _finish,
+    EvictionCompleted: _eviction_completed,
+    PodsReady: _fold_pods_ready,
+    DecisionApplied: _fold_applied_decision,
+    ActuationFailed: _fold_actuation_failed,
+    ClockTicked: _fold_tick,
+}
