@@ -45,9 +45,22 @@ def main() -> list[str]:
         wall, cpu = time.perf_counter(), time.process_time()
         result = drive_until_idle(log, topics=topics, arrivals=arrivals)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        waits: dict[str, list[int]] = defaultdict(list)
+        running_since: dict[str, int] = {}
+        admissions = 0
+        first_admit: dict[str, int] = {}
+        offset = 0
+        while batch := log.read(topics.decisions, offset, 20_000):
+            for rec in batch:
+                d = decode_decision(rec.value)
+                if isinstance(d, AdmitWorkload):
+                    admissions += 1
+                    key = f"{d.namespace}/{d.name}"
+                    running_since[key] = d.time
+                    first_admit.setdefault(key, d.time)
+            offset = batch[-1].offset + 1
         created: dict[str, int] = {}
         cpu_of: dict[str, int] = {}
-        running_since: dict[str, int] = {}
         used_ms = 0
         last = 0
         offset = 0
@@ -65,19 +78,6 @@ def main() -> list[str]:
                     key = f"{ev.namespace}/{ev.name}"
                     if key in running_since:
                         used_ms += (ev.time - running_since.pop(key)) * cpu_of[key]
-            offset = batch[-1].offset + 1
-        waits: dict[str, list[int]] = defaultdict(list)
-        admissions = 0
-        first_admit: dict[str, int] = {}
-        offset = 0
-        while batch := log.read(topics.decisions, offset, 20_000):
-            for rec in batch:
-                d = decode_decision(rec.value)
-                if isinstance(d, AdmitWorkload):
-                    admissions += 1
-                    key = f"{d.namespace}/{d.name}"
-                    running_since[key] = d.time
-                    first_admit.setdefault(key, d.time)
             offset = batch[-1].offset + 1
         for key, at in first_admit.items():
             waits[scenario.klass[key]].append(at - created[key])
