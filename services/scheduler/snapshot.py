@@ -56,6 +56,7 @@ def canonical(state: State) -> dict[str, Any]:
         "config": state.config,
         "workloads": {k: _record(r) for k, r in state.workloads.items()},
         "anomalies": state.anomalies,
+        "anomaly_count": state.anomaly_count,
         "held": list(state.held),
         "epoch": state.epoch,
         "generations": state.generations,
@@ -100,6 +101,7 @@ class _StateWire(msgspec.Struct, kw_only=True):
     config: o.Configuration
     workloads: dict[str, _RecordWire]
     anomalies: list[str]
+    anomaly_count: int
     held: list[str]
     epoch: int
     generations: dict[str, int]
@@ -114,7 +116,7 @@ def decode_state(data: bytes) -> State:
     state = State()
     for name in ("now", "seq", "cycles", "flavors", "cluster_queues", "cohorts", "local_queues", "namespaces",
                  "workload_priority_classes", "priority_classes", "admission_checks", "provisioning_configs",
-                 "config", "anomalies"):
+                 "config", "anomalies", "anomaly_count"):
         setattr(state, name, getattr(wire, name))
     for key, r in wire.workloads.items():
         rec = WorkloadRecord(obj=r.obj, seq=r.seq, queue_time=r.queue_time, priority=r.priority,

@@ -137,7 +137,8 @@ class State:
         self.provisioning_configs: dict[str, o.ProvisioningRequestConfig] = {}
         self.config = o.Configuration()
         self.workloads: dict[str, WorkloadRecord] = {}
-        self.anomalies: list[str] = []
+        self.anomalies: list[str] = []  # the most recent MAX_ANOMALIES odd facts, for explain and metrics
+        self.anomaly_count = 0
         self.held: dict[str, None] = {}  # drained by a stopped queue, waiting for it to restart
         # Bumped when a ClusterQueue's quota or usage shape changes (configuration, a workload
         # leaving it): a remembered flavor search is stale after that (Kueue's generation).
@@ -181,6 +182,17 @@ class State:
         if lq.stop_policy != o.StopPolicy.NONE:
             return "", f"LocalQueue {lq.name} is inactive"
         return lq.cluster_queue, ""
+
+
+MAX_ANOMALIES = 100
+
+
+def note_anomaly(state: State, message: str) -> None:
+    """A legal but odd fact (a finish for an unknown workload, a duplicate): counted, the latest kept."""
+    state.anomaly_count += 1
+    state.anomalies.append(message)
+    if len(state.anomalies) > MAX_ANOMALIES:
+        del state.anomalies[0]
 
 
 def resolve_priority(state: State, wl: o.Workload) -> tuple[int, str]:
@@ -230,7 +242,7 @@ def _fold_applied_decision(state: State, event: DecisionApplied) -> None:
 
 def _fold_actuation_failed(state: State, event: ActuationFailed) -> None:
     _note(state, event.namespace, event.name, f"decision {event.decision_id} failed{_on(event.cluster)}: {event.error}")
-    state.anomalies.append(f"actuation of {event.decision_id} failed: {event.error}")
+    note_anomaly(state, f"actuation of {event.decision_id} failed: {event.error}")
 
 
 def _fold_tick(state: State, event: ClockTicked) -> None:
@@ -252,7 +264,7 @@ def _on(cluster: str) -> str:
 def _note(state: State, namespace: str, name: str, what: str, *, pods_ready: bool = False) -> None:
     rec = state.workloads.get(f"{namespace}/{name}")
     if rec is None:
-        state.anomalies.append(f"{what} for unknown Workload {namespace}/{name}")
+        note_anomaly(state, f"{what} for unknown Workload {namespace}/{name}")
         return
     if pods_ready and rec.admission is not None:
         rec.set_condition(cond.pods_ready(state.now))
@@ -447,7 +459,7 @@ def _delete(state: State, ev: ObjectDeleted) -> None:
         key = f"{ev.namespace}/{ev.name}"
         rec = state.workloads.pop(key, None)
         if rec is None:
-            state.anomalies.append(f"delete of unknown Workload {key}")
+            note_anomaly(state, f"delete of unknown Workload {key}")
             return
         _unqueue(state, rec)
         cq = rec.admission.cluster_queue if rec.admission else ""
@@ -469,7 +481,7 @@ def _delete(state: State, ev: ObjectDeleted) -> None:
     table = tables.get(ev.kind)
     key = f"{ev.namespace}/{ev.name}" if ev.kind == "LocalQueue" else ev.name
     if table is None or table.pop(key, None) is None:
-        state.anomalies.append(f"delete of unknown {ev.kind} {key}")
+        note_anomaly(state, f"delete of unknown {ev.kind} {key}")
         return
     state.mark_dirty()
 
@@ -478,7 +490,7 @@ def _finish(state: State, ev: WorkloadFinished) -> None:
     key = f"{ev.namespace}/{ev.name}"
     rec = state.workloads.get(key)
     if rec is None or rec.finished:
-        state.anomalies.append(f"finish of unknown or finished Workload {key}")
+        note_anomaly(state, f"finish of unknown or finished Workload {key}")
         return
     _unqueue(state, rec)
     cq = rec.admission.cluster_queue if rec.admission else ""
@@ -493,7 +505,7 @@ def _eviction_completed(state: State, ev: EvictionCompleted) -> None:
     key = f"{ev.namespace}/{ev.name}"
     rec = state.workloads.get(key)
     if rec is None or not rec.evicting:
-        state.anomalies.append(f"eviction completion for {key}, which is not being evicted")
+        note_anomaly(state, f"eviction completion for {key}, which is not being evicted")
         return
     finish_eviction(state, rec)
 
