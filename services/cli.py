@@ -173,7 +173,7 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     console.print()
     for line in summary(result):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     return 0
 
 
