@@ -84,3 +84,31 @@ def test_admission_order_prefers_the_lower_share():
     assert "no longer fits after processing another workload" in fair.message("a/a-new")
     classical = simulate(*objs[1:], cycles=1)
     assert set(classical.admitted()) == {"a/a-running", "a/a-new"}
+
+
+@pytest.mark.parametrize(
+    ("strategies", "want_preempted"),
+    [
+        pytest.param(["LessThanOrEqualToFinalShare"], [],
+                     id="S2-a alone: evicting b's 12-CPU job would leave b below a, so it is kept"),
+        pytest.param(["LessThanInitialShare"], ["b/big"],
+                     id="S2-b alone: a after admission (1) is below b before (12), so b is preempted"),
+        pytest.param(None, ["b/big"], id="default: S2-a finds nothing, then S2-b preempts"),
+    ],
+)
+def test_fair_preemption_strategies(strategies, want_preempted):
+    config = {"apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration",
+              "fairSharing": {"enable": True}}
+    if strategies is not None:
+        config["fairSharing"]["preemptionStrategies"] = strategies
+    out = simulate(
+        config, a_flavor("default"),
+        a_cluster_queue("lender").cohort("all").flavor("default", cpu=12),
+        a_cluster_queue("cq-a").cohort("all").flavor("default", cpu=0).preemption(reclaim="Any"),
+        a_cluster_queue("cq-b").cohort("all").flavor("default", cpu=0).preemption(reclaim="Any"),
+        a_local_queue("a", "lq", "cq-a"), a_local_queue("b", "lq", "cq-b"),
+        a_workload("b", "big").queue("lq").request(cpu=12).admitted("cq-b", {"cpu": "default"}),
+        a_workload("a", "small").queue("lq").request(cpu=1).created(10),
+    )
+    assert out.preempted() == want_preempted
+    assert ("a/small" in out.admitted()) is bool(want_preempted)
