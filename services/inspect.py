@@ -14,13 +14,13 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope, encode
+from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope
 from events.envelope import Topics
 from events.manifests import format_time, parse_time
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, MarkPending, ObjectApplied
 from events.objects import Workload
 from services.runtime.log import Log
-from services.schedulerd import Scheduler, first_difference
+from services.schedulerd import Scheduler
 
 Progress = Callable[[int, int], None]
 
@@ -60,35 +60,20 @@ def resolve_until(log: Log, topics: Topics, until: str | None) -> int | None:
 
 def replay(log: Log, topics: Topics, *, verify: bool, until: int | None = None,
            progress: Progress | None = None) -> ReplayReport:
+    """The state at input offset ``until`` (default: the end of the log), cycles applied or re-run."""
     sched = Scheduler(log, topics, batch_size=20_000)
-    report = ReplayReport(scheduler=sched)
     total = log.end_offset(topics.cluster_events) if until is None else until
-    for recorded_cycle in sched.recorded_cycles(0):
-        record, recorded = recorded_cycle.record, recorded_cycle.raw
-        if until is not None and record.input_offset > until:
-            break
-        sched.fold_until(record.input_offset)
-        report.cycles += 1
-        if not verify:
-            sched.apply_recorded(recorded_cycle)
-            report.decisions += len(recorded)
-        else:
-            decisions, again, _ = sched.cycle()
-            report.decisions += len(decisions)
-            derived = [encode(d) for d in decisions]
-            if derived != recorded:
-                report.mismatches.append((record.cycle, first_difference(recorded, derived)))
-            elif again != record:
-                report.mismatches.append((record.cycle, f"the cycle record differs: re-derived {again}"))
+
+    def tick() -> None:
         if progress is not None:
             progress(sched.next_input, total)
-    sched.fold_until(total if until is not None else sched.next_input)
-    report.events = sched.stats.events
-    report.dead_letters = sched.stats.dead_letters
-    report.input_offset = sched.next_input
-    if progress is not None:
-        progress(sched.next_input, total)
-    return report
+
+    mismatches = list(sched.replay(0, verify=verify, until_input=until, on_cycle=tick))
+    sched.fold_until(total)
+    tick()
+    return ReplayReport(events=sched.stats.events, cycles=sched.stats.cycles, decisions=sched.stats.decisions,
+                        dead_letters=sched.stats.dead_letters, mismatches=mismatches,
+                        input_offset=sched.next_input, scheduler=sched)
 
 
 # --- explain ----------------------------------------------------------------------------------

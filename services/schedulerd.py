@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import msgspec
@@ -231,8 +231,10 @@ class Scheduler:
                     decisions.append(d)
             offset = batch[-1][0] + 1
 
-    def replay(self, start: int, *, verify: bool, until_input: int | None = None) -> Iterator[tuple[int, str]]:
-        """Re-run recorded cycles from decisions offset ``start``; yields (cycle, mismatch) when verifying."""
+    def replay(self, start: int, *, verify: bool, until_input: int | None = None,
+               on_cycle: Callable[[], None] | None = None) -> Iterator[tuple[int, str]]:
+        """Apply (or with ``verify`` re-run and compare) the recorded cycles from decisions offset
+        ``start``; yields (cycle, what differs) for every mismatch."""
         for recorded_cycle in self.recorded_cycles(start):
             record, recorded = recorded_cycle.record, recorded_cycle.raw
             if until_input is not None and record.input_offset > until_input:
@@ -240,13 +242,15 @@ class Scheduler:
             self.fold_until(record.input_offset)
             if not verify:
                 self.apply_recorded(recorded_cycle)
-                continue
-            decisions, again, _ = self.cycle()
-            derived = [encode(d) for d in decisions]
-            if derived != recorded:
-                yield record.cycle, first_difference(recorded, derived)
-            elif again != record:
-                yield record.cycle, f"the cycle record differs: recorded {record} but re-derived {again}"
+            else:
+                decisions, again, _ = self.cycle()
+                derived = [encode(d) for d in decisions]
+                if derived != recorded:
+                    yield record.cycle, first_difference(recorded, derived)
+                elif again != record:
+                    yield record.cycle, f"the cycle record differs: recorded {record} but re-derived {again}"
+            if on_cycle is not None:
+                on_cycle()
 
     def recover(self, *, verify: bool = False) -> None:
         """Start-up: newest snapshot, then the recorded tail (applied, or re-run and compared with
