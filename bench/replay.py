@@ -35,7 +35,7 @@ from events.messages import (
 )
 from services.inspect import replay
 from services.runtime.log import SqliteLog
-from services.schedulerd import Scheduler
+from services.schedulerd import Scheduler, bulk_fold
 
 ROUND_MS = 90_000  # one baseline round of arrivals, then the next
 TICK_MS = 100  # how much simulated time one scheduler read covers
@@ -129,7 +129,8 @@ def measure(title: str, target_events: int, slowdown: int) -> list[str]:
 
         def fold_only() -> int:
             s = Scheduler(log, topics=topics, batch_size=20_000)
-            s.fold_until(log.end_offset(topics.cluster_events))
+            with bulk_fold():
+                s.fold_until(log.end_offset(topics.cluster_events))
             return s.stats.events
 
         events, wall, _ = _timed(fold_only)

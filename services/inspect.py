@@ -20,7 +20,7 @@ from events.manifests import format_time, parse_time
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, MarkPending, ObjectApplied
 from events.objects import Workload
 from services.runtime.log import Log
-from services.schedulerd import Scheduler
+from services.schedulerd import Scheduler, bulk_fold
 
 Progress = Callable[[int, int], None]
 
@@ -68,8 +68,9 @@ def replay(log: Log, topics: Topics, *, verify: bool, until: int | None = None,
         if progress is not None:
             progress(sched.next_input, total)
 
-    mismatches = list(sched.replay(0, verify=verify, until_input=until, on_cycle=tick))
-    sched.fold_until(total)
+    with bulk_fold():
+        mismatches = list(sched.replay(0, verify=verify, until_input=until, on_cycle=tick))
+        sched.fold_until(total)
     tick()
     return ReplayReport(events=sched.stats.events, cycles=sched.stats.cycles, decisions=sched.stats.decisions,
                         dead_letters=sched.stats.dead_letters, mismatches=mismatches,
