@@ -49,6 +49,7 @@ from services.simcluster.cluster import SimCluster, SimConfig
 from services.simcluster.durations import DURATION_ANNOTATION
 from services.watcher.seed import ArrivalStream, arrival_schedule, read_files, seed_all
 from tests.builders import a_job
+from tests.crashing_log import CrashingLog
 
 # Each test runs the whole loop (hundreds of fsynced commits): seconds, more on a busy or slow disk.
 pytestmark = pytest.mark.integration
@@ -286,21 +287,6 @@ def test_stopping_and_restarting_every_service_changes_nothing(tmp_path: Path, s
     assert dump(restarted) == dump(straight)
 
 
-class CrashingLog:
-    """The actuator's view of the log: its commit fails (the process dies) on chosen calls."""
-
-    def __init__(self, inner: SqliteLog, crash_on: set[int]) -> None:
-        self.inner, self.crash_on, self.calls = inner, crash_on, 0
-
-    def transact(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
-                 commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
-        self.calls += 1
-        if self.calls in self.crash_on:
-            raise LogError("simulated crash before commit", retriable=False)
-        return self.inner.transact(appends, commits)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
 
 
 def test_an_actuator_that_crashes_before_or_after_its_commits_applies_nothing_twice(log: SqliteLog) -> None:

@@ -22,6 +22,7 @@ from events.messages import (
 from events.simcluster import StartWorkload, StopWorkload, decode_sim_record, sim_cluster_topic
 from services.actuator.actuator import GROUP, ActuationError, Actuator, SimClusterPort, Staged
 from services.runtime.log import LogError, SqliteLog
+from tests.crashing_log import CrashingLog
 
 TOPICS = Topics()
 SIM = sim_cluster_topic(TOPICS)
@@ -138,19 +139,6 @@ def test_a_decision_that_appears_twice_is_applied_once(log: SqliteLog) -> None:
     assert actuator.stats.duplicates == 3
 
 
-class CrashingLog:
-    def __init__(self, inner: SqliteLog, crash_on: set[int]) -> None:
-        self.inner, self.crash_on, self.calls = inner, crash_on, 0
-
-    def transact(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
-                 commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
-        self.calls += 1
-        if self.calls in self.crash_on:
-            raise LogError("simulated crash before commit", retriable=False)
-        return self.inner.transact(appends, commits)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
 
 
 def test_a_crash_before_commit_applies_nothing_and_the_restart_applies_everything_once(log: SqliteLog) -> None:

@@ -7,8 +7,6 @@ positions (that is all "idle" looks at).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import pytest
 
 from events import objects as o
@@ -21,6 +19,7 @@ from services.runtime.log import LogError, SqliteLog
 from services.simcluster.cluster import GROUP, SimCluster, SimConfig
 from services.simcluster.durations import DURATION_ANNOTATION, DurationError, duration_of, parse_duration
 from tests.builders import a_job
+from tests.crashing_log import CrashingLog
 
 TOPICS = Topics()
 SIM = sim_cluster_topic(TOPICS)
@@ -340,21 +339,6 @@ def test_a_restarted_simulated_cluster_rebuilds_its_state_from_the_topic(log: Sq
     assert finishes == [f"sim:finished:{a}:1", f"sim:finished:{b}:1"]  # each exactly once
 
 
-class CrashingLog:
-    """A log whose ``transact`` fails (the process "dies" before its commit) on chosen calls."""
-
-    def __init__(self, inner: SqliteLog, crash_on: set[int]) -> None:
-        self.inner, self.crash_on, self.calls = inner, crash_on, 0
-
-    def transact(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
-                 commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
-        self.calls += 1
-        if self.calls in self.crash_on:
-            raise LogError("simulated crash before commit", retriable=False)
-        return self.inner.transact(appends, commits)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
 
 
 @pytest.mark.parametrize("crash_on", [pytest.param({1}, id="while starting"),
