@@ -112,6 +112,7 @@ class PendingReason(StrEnum):
     QUEUE_NOT_FOUND = "QueueNotFound"
     CLUSTER_QUEUE_INACTIVE = "ClusterQueueInactive"
     BLOCKED_BY_STRICT_FIFO = "BlockedByStrictFIFO"
+    QUEUED = "Queued"  # not looked at by a cycle yet
     PREEMPTION_PENDING = "PreemptionPending"
     PREEMPTION_NOT_ALLOWED = "PreemptionNotAllowed"
     SKIPPED_IN_CYCLE = "SkippedInCycle"

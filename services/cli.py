@@ -47,7 +47,7 @@ def _simulate(args: argparse.Namespace) -> int:
         for col in ("WORKLOAD", "QUEUE", "CLUSTERQUEUE", "STATE", "FLAVORS", "REASON"):
             table.add_column(col, overflow="fold")
         for key in sorted(result.state.workloads):
-            table.add_row(*summary_row(result.state.workloads[key]))
+            table.add_row(*summary_row(result.state, result.state.workloads[key]))
         Console(width=200).print(table)
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from events.manifests import format_time
+from events.messages import PendingReason
 from events.quantity import format_amount
 from services.scheduler.state import State, WorkloadRecord
 
@@ -37,8 +38,11 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
     if wl.labels:
         meta["labels"] = dict(wl.labels)
     annotations = dict(wl.annotations)
+    waiting = _not_yet_considered(state, rec)
     if rec.pending and rec.pending_reason:
         annotations[PENDING_REASON_ANNOTATION] = rec.pending_reason
+    elif rec.pending and waiting is not None:
+        annotations[PENDING_REASON_ANNOTATION] = waiting[0]
     if annotations:
         meta["annotations"] = annotations
     if wl.owner is not None:
@@ -74,10 +78,35 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
         }
         for c in rec.conditions.values()
     ]
+    if waiting:
+        # Never a head yet (behind a StrictFIFO head, or a cycle limit): Kueue writes nothing, but a
+        # pending workload should say why it waits.
+        conds.append({"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": waiting[1],
+                      "lastTransitionTime": format_time(state.now)})
     if conds:
         status["conditions"] = conds
     return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": meta, "spec": spec,
             "status": status}
+
+
+def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[str, str] | None:
+    """(reason, message) for a pending workload that no cycle has looked at yet."""
+    if not rec.pending or "QuotaReserved" in rec.conditions or not rec.queued_in:
+        return None
+    queue = state.queues.get(rec.queued_in)
+    cq = state.cluster_queues.get(rec.queued_in)
+    if queue is None or cq is None:
+        return None
+    ahead = next((i for i, (_, key) in enumerate(queue.active) if key == rec.key), None)
+    if ahead is None:
+        return None
+    if cq.queueing_strategy == "StrictFIFO" and ahead > 0:
+        head = queue.active[0][1]
+        return (PendingReason.BLOCKED_BY_STRICT_FIFO,
+                f"Waiting in StrictFIFO ClusterQueue {cq.name} behind {ahead} workload(s); "
+                f"the head, {head}, cannot be admitted yet")
+    return (PendingReason.QUEUED,
+            f"Queued in ClusterQueue {cq.name} at position {ahead + 1}; not considered by a cycle yet")
 
 
 def workload_list(state: State) -> dict[str, Any]:
@@ -85,7 +114,7 @@ def workload_list(state: State) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 
-def summary_row(rec: WorkloadRecord) -> tuple[str, str, str, str, str, str]:
+def summary_row(state: State, rec: WorkloadRecord) -> tuple[str, str, str, str, str, str]:
     """(workload, queue, cluster queue, state, flavors, reason) for table views."""
     wl = rec.obj
     name = f"{wl.namespace}/{wl.owner.name if wl.owner else wl.name}"
@@ -110,7 +139,13 @@ def summary_row(rec: WorkloadRecord) -> tuple[str, str, str, str, str, str]:
     reason = ""
     if state_ == "Pending":
         qr = rec.conditions.get("QuotaReserved")
-        reason = f"{rec.pending_reason}: {qr.message}" if qr is not None else rec.pending_reason
+        waiting = _not_yet_considered(state, rec)
+        if qr is not None:
+            reason = f"{rec.pending_reason}: {qr.message}"
+        elif waiting is not None:
+            reason = f"{waiting[0]}: {waiting[1]}"
+        else:
+            reason = rec.pending_reason
     elif state_ == "Evicting":
         ev = rec.conditions.get("Evicted")
         reason = ev.message if ev else ""
