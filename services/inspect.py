@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope
 from events.envelope import Topics
 from events.manifests import format_time, parse_time
-from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, MarkPending, ObjectApplied
+from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, HeadOutcome, MarkPending, ObjectApplied
 from events.objects import Workload
 from services.runtime.log import Log
 from services.schedulerd import Scheduler, bulk_fold
@@ -116,6 +116,7 @@ def explain(log: Log, topics: Topics, key: str, *, at: int | None = None) -> lis
         offset = batch[-1].offset + 1
     if not names:
         return [f"no Workload {key} in the log" + (f" before input offset {at}" if at is not None else "")]
+    considered = _Considered(lines)
     offset = 0
     while True:
         batch = log.read(topics.decisions, offset, 5000)
@@ -125,13 +126,51 @@ def explain(log: Log, topics: Topics, key: str, *, at: int | None = None) -> lis
             d = decode_decision(rec.value)
             if isinstance(d, CycleCompleted):
                 if at is not None and d.input_offset > at:
+                    considered.flush()
                     return lines + _status(log, topics, names, at)
+                for h in d.heads:
+                    if h.key in names:
+                        considered.note(d.cycle, d.time, _head_text(h))
                 continue
             if f"{d.namespace}/{d.name}" not in names:
                 continue
+            considered.flush()
             lines.append(f"cycle {d.cycle} @ {format_time(d.time)}: {_decision_text(d)}")
         offset = batch[-1].offset + 1
+    considered.flush()
     return lines + _status(log, topics, names, at)
+
+
+def _head_text(h: HeadOutcome) -> str:
+    if h.parked:
+        return "considered as its queue's head, not admitted, parked until quota is freed in its cohort"
+    if h.sticky:
+        return "considered as its queue's head, waiting for the workloads it preempted to stop"
+    return "considered as its queue's head, not admitted, back in its queue"
+
+
+class _Considered:
+    """Folds runs of identical head outcomes into one line: "cycles 12-40: considered 9 times, ..."."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.run: tuple[int, int, int, str, int] | None = None  # first, last cycle, first time, text, count
+
+    def note(self, cycle: int, time: int, text: str) -> None:
+        if self.run is not None and self.run[3] == text:
+            first, _, t0, _, n = self.run
+            self.run = (first, cycle, t0, text, n + 1)
+            return
+        self.flush()
+        self.run = (cycle, cycle, time, text, 1)
+
+    def flush(self) -> None:
+        if self.run is None:
+            return
+        first, last, t0, text, n = self.run
+        where = f"cycle {first}" if n == 1 else f"cycles {first}-{last} ({n} times)"
+        self.lines.append(f"{where} @ {format_time(t0)}: {text}")
+        self.run = None
 
 
 def _event_detail(ev: object) -> str:

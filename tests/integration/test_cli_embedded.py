@@ -55,6 +55,21 @@ def test_explain_tells_where_a_job_was_admitted_and_that_it_finished(demo_log: P
     assert "is finished" in out.stdout
 
 
+def test_explain_lists_the_cycles_that_considered_a_waiting_workload(demo_log: Path) -> None:
+    out = _run("explain", "team-b/train-001", "--log", str(demo_log))
+    assert out.returncode == 0, out.stderr
+    assert "considered as its queue's head, not admitted" in out.stdout
+    assert "pending (PreemptionNotAllowed)" in out.stdout
+
+
+def test_explain_piped_into_head_exits_quietly(demo_log: Path) -> None:
+    done = subprocess.run(f"{sys.executable} -m services.cli explain team-b/train-001 --log {demo_log} | head -1",
+                          shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0
+    assert "Traceback" not in done.stderr
+    assert done.stdout.count("\n") == 1
+
+
 def test_explain_tells_who_preempted_a_workload(demo_log: Path) -> None:
     from events.codec import decode_decision
     from events.envelope import Topics
