@@ -97,13 +97,19 @@ def _decode_slow(data: bytes) -> Envelope:
         raise MalformedRecord(str(e)) from None
 
 
+def decode_error(data: bytes, known_types: frozenset[str], error: Exception) -> ValueError:
+    """What a failed decode of a tagged record means: a type this version does not know
+    (:class:`UnknownEventType`) or a malformed record."""
+    raw: Any = None
+    with contextlib.suppress(msgspec.DecodeError):
+        raw = msgspec.json.decode(data)
+    if isinstance(raw, dict) and isinstance(raw.get("type"), str) and raw["type"] not in known_types:
+        return UnknownEventType(raw["type"])
+    return MalformedRecord(str(error))
+
+
 def decode_decision(data: bytes) -> Any:
     try:
         return _decision_decoder.decode(data)
     except msgspec.DecodeError as e:
-        raw: Any = None
-        with contextlib.suppress(msgspec.DecodeError):
-            raw = msgspec.json.decode(data)
-        if isinstance(raw, dict) and isinstance(raw.get("type"), str) and raw["type"] not in DECISION_TYPES:
-            raise UnknownEventType(raw["type"]) from None
-        raise MalformedRecord(str(e)) from None
+        raise decode_error(data, DECISION_TYPES, e) from None

@@ -19,13 +19,12 @@ only with defaults.
 
 from __future__ import annotations
 
-import contextlib
 from enum import StrEnum
 from typing import Final
 
 import msgspec
 
-from events.codec import MalformedRecord, UnknownEventType
+from events.codec import decode_error
 from events.envelope import Topics
 from events.objects import Admission
 
@@ -117,10 +116,5 @@ def decode_sim_record(data: bytes) -> SimClusterRecord:
     try:
         record: SimClusterRecord = _decoder.decode(data)
     except msgspec.DecodeError as e:
-        raw: object = None
-        with contextlib.suppress(msgspec.DecodeError):
-            raw = msgspec.json.decode(data)
-        if isinstance(raw, dict) and isinstance(raw.get("type"), str) and raw["type"] not in SIM_RECORD_TYPES:
-            raise UnknownEventType(raw["type"]) from None
-        raise MalformedRecord(str(e)) from None
+        raise decode_error(data, SIM_RECORD_TYPES, e) from None
     return record

@@ -25,7 +25,7 @@ from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, HeadOutco
 from services.scheduler import conditions as cond
 from services.scheduler import effects, fairsharing
 from services.scheduler.flavors import Assignment, Mode, Policy, assign, selector_matches
-from services.scheduler.preemption import Preemptor, Target, preemption_message
+from services.scheduler.preemption import Preemptor, Simulation, Target, preemption_message
 from services.scheduler.quota import FR, Node
 from services.scheduler.state import State, WorkloadRecord, generation
 
@@ -174,21 +174,14 @@ def _order_key(e: Entry) -> tuple[int, int, int, int, str]:
 
 
 def _fits_with_removals(state: State, node: Node, usage: dict[FR, int], removed: list[WorkloadRecord]) -> bool:
-    sim_removed: list[WorkloadRecord] = []
+    sim = Simulation(state)
     try:
         for w in removed:
-            if w.admission is None:
-                continue
-            wnode = state.cq_node(w.admission.cluster_queue)
-            for fr, v in sorted(w.usage.items()):
-                wnode.remove_usage(fr, v)
-            sim_removed.append(w)
+            if w.admission is not None:
+                sim.remove(w)
         return all(v <= max(0, node.available(fr)) for fr, v in usage.items())
     finally:
-        for w in reversed(sim_removed):
-            wnode = state.cq_node(w.admission.cluster_queue)  # type: ignore[union-attr]
-            for fr, v in sorted(w.usage.items()):
-                wnode.add_usage(fr, v)
+        sim.restore_all()
 
 
 def _resources_to_reserve(e: Entry, node: Node) -> dict[FR, int]:

@@ -361,27 +361,22 @@ def admission_usage(adm: o.Admission) -> dict[FR, int]:
 
 def _take_admission(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) -> None:
     """A workload that arrives holding quota: its usage counts even above today's quota."""
+    reserve_quota(state, rec, adm, at)
+    rec.set_condition(cond.quota_reserved(adm.cluster_queue, at))
+    rec.set_condition(cond.admitted(at))
+
+
+def reserve_quota(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) -> None:
+    """``rec`` holds quota from now on. Its usage enters the tree now if the ClusterQueue is
+    indexed; otherwise (a ClusterQueue not applied yet) the next rebuild counts it."""
     rec.admission = adm
     rec.usage = admission_usage(adm)
     rec.reserved_at = at
-    rec.set_condition(cond.quota_reserved(adm.cluster_queue, at))
-    rec.set_condition(cond.admitted(at))
     if not state._dirty and adm.cluster_queue in state.cluster_queues:
         node = state.cq_node(adm.cluster_queue)
         for fr, v in sorted(rec.usage.items()):
             node.add_usage(fr, v)
         state.admitted.setdefault(adm.cluster_queue, {})[rec.key] = None
-
-
-def reserve_quota(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) -> None:
-    """The scheduler admitted ``rec``: it holds quota from now on."""
-    rec.admission = adm
-    rec.usage = admission_usage(adm)
-    rec.reserved_at = at
-    node = state.cq_node(adm.cluster_queue)
-    for fr, v in sorted(rec.usage.items()):
-        node.add_usage(fr, v)
-    state.admitted.setdefault(adm.cluster_queue, {})[rec.key] = None
 
 
 def generation(state: State, cq: str) -> tuple[int, int]:
