@@ -26,7 +26,7 @@ import msgspec
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope, encode
 from events.envelope import Topics
 from events.messages import ActuationFailed, AnyDecision, CycleCompleted, DecisionApplied, PodsReady
-from services.runtime.log import Log, Record
+from services.runtime.log import Log, Record, read_backwards
 from services.scheduler.apply import apply_cycle
 from services.scheduler.cycle import run_cycle
 from services.scheduler.snapshot import decode_state, encode_state
@@ -48,7 +48,8 @@ class ReplayMismatch(RuntimeError):
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     input_offset: int  # every cluster event below this offset is folded
-    decisions_offset: int  # every decision record below this offset is reflected
+    decisions_offset: int  # every decision record below this offset is reflected (later ones may be too:
+    # replay skips recorded cycles numbered at or below ``cycles``)
     cycles: int
     state: msgspec.Raw
 
@@ -110,7 +111,11 @@ class Scheduler:
         while self.next_input < offset:
             batch = self.log.read_values(self.topics.cluster_events, self.next_input,
                                          min(self.batch_size, offset - self.next_input))
+            batch = [(off, value) for off, value in batch if off < offset]  # offsets may have gaps
             if not batch:
+                if self.log.end_offset(self.topics.cluster_events) >= offset:
+                    self.next_input = offset  # only control records (transaction markers) are left below it
+                    break
                 raise ReplayMismatch(f"cluster-events ends at {self.next_input}, expected records up to {offset}")
             for off, value in batch:
                 letter = self.fold_value(off, value)
@@ -167,8 +172,11 @@ class Scheduler:
             appends[self.topics.dead_letters] = dead
         self._since_snapshot += len(batch)
         if self._since_snapshot >= self.snapshot_every:
-            decisions_end = self.log.end_offset(self.topics.decisions) + len(decisions)
-            appends[self.topics.snapshots] = [("scheduler", self._snapshot(decisions_end))]
+            # The snapshot reflects this batch's cycles too. Where they will land is not known before
+            # the commit (a Kafka log puts control records between transactions), so the snapshot
+            # records where they start at the earliest, and replay skips cycles it already holds.
+            decisions_start = self.log.end_offset(self.topics.decisions)
+            appends[self.topics.snapshots] = [("scheduler", self._snapshot(decisions_start))]
             self._since_snapshot = 0
         self.log.transact(appends, {(GROUP, self.topics.cluster_events): self.next_input})
         self.stats.batches += 1
@@ -195,16 +203,13 @@ class Scheduler:
 
     def load_newest_snapshot(self, *, until_input: int | None = None) -> int:
         """Load the newest snapshot (at or before ``until_input``); returns the decisions offset to resume at."""
-        end = self.log.end_offset(self.topics.snapshots)
-        offset = end - 1
-        while offset >= 0:
-            (rec,) = self.log.read(self.topics.snapshots, offset, 1)
+        for rec in read_backwards(self.log, self.topics.snapshots, self.log.end_offset(self.topics.snapshots),
+                                  chunk=4):
             snap = msgspec.json.decode(rec.value, type=Snapshot)
             if until_input is None or snap.input_offset <= until_input:
                 self.state = decode_state(bytes(snap.state))
                 self.next_input = snap.input_offset
                 return snap.decisions_offset
-            offset -= 1
         return 0
 
     def apply_recorded(self, cycle: RecordedCycle) -> None:
@@ -238,6 +243,8 @@ class Scheduler:
         ``start``; yields (cycle, what differs) for every mismatch."""
         for recorded_cycle in self.recorded_cycles(start):
             record, recorded = recorded_cycle.record, recorded_cycle.raw
+            if record.cycle <= self.state.cycles:
+                continue  # already in the snapshot the state was loaded from
             if until_input is not None and record.input_offset > until_input:
                 break
             self.fold_until(record.input_offset)

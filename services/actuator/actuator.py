@@ -46,7 +46,7 @@ from events.messages import (
     MarkPending,
 )
 from events.simcluster import StartWorkload, StopWorkload, sim_cluster_topic
-from services.runtime.log import Log, Record
+from services.runtime.log import Log, Record, read_backwards
 
 GROUP: Final = "actuator"
 SOURCE: Final = "actuator"
@@ -163,9 +163,7 @@ class Actuator:
         self._attempts = {}
         # Walk back over the tail of the last cycle before the position (a batch may end mid-cycle).
         tail: list[AdmitWorkload | EvictWorkload | MarkPending] = []
-        offset = self.next_offset - 1
-        while offset >= 0:
-            (rec,) = self.log.read(self.topics.decisions, offset, 1)
+        for rec in read_backwards(self.log, self.topics.decisions, self.next_offset):
             d = self._decode(rec)
             if isinstance(d, CycleCompleted):
                 self.watermark.close(d)
@@ -174,7 +172,6 @@ class Actuator:
                 if tail and d.cycle != tail[-1].cycle:
                     break
                 tail.append(d)
-            offset -= 1
         for d in reversed(tail):
             if d.cycle >= self.watermark.cycle:
                 self.watermark.note(d)
@@ -195,7 +192,7 @@ class Actuator:
                 break
             consumed += 1
         if consumed:
-            self.next_offset = batch[0].offset + consumed
+            self.next_offset = batch[consumed - 1].offset + 1  # offsets may have gaps
             try:
                 self.log.transact(out.appends, {(GROUP, self.topics.decisions): self.next_offset})
             except BaseException:

@@ -70,6 +70,21 @@ class Log(Protocol):
     def close(self) -> None: ...
 
 
+def read_backwards(log: Log, topic: str, before: int, *, chunk: int = 64) -> Iterator[Record]:
+    """Records of ``topic`` below offset ``before``, newest first.
+
+    Offsets need not be contiguous (a Kafka topic written in transactions has a control
+    record after each commit, and a compacted topic has holes), so this reads windows
+    backwards instead of stepping one offset at a time."""
+    hi = before
+    while hi > 0:
+        lo = max(0, hi - chunk)
+        window = [r for r in log.read(topic, lo, hi - lo) if r.offset < hi]
+        yield from reversed(window)
+        hi = lo
+        chunk = min(chunk * 2, 4096)
+
+
 _SAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
