@@ -85,6 +85,13 @@ def read_backwards(log: Log, topic: str, before: int, *, chunk: int = 64) -> Ite
         chunk = min(chunk * 2, 4096)
 
 
+def caught_up(log: Log, group: str, topic: str) -> bool:
+    """Has ``group`` committed the end of ``topic``? (Past the end offset, or with only control
+    records left between its position and the end.)"""
+    position = log.position(group, topic)
+    return position >= log.end_offset(topic) or not log.read(topic, position, 1)
+
+
 _SAFE = re.compile(r"[^A-Za-z0-9_]")
 
 

@@ -30,15 +30,24 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import structlog
+
 from events.envelope import Topics
 from services.actuator.actuator import ActuationPort, Actuator, SimClusterPort
-from services.runtime.log import Log
+from services.runtime.log import Log, LogError
 from services.schedulerd import Scheduler
 from services.simcluster.cluster import SimCluster, SimConfig
 from services.watcher.seed import ArrivalStream
 from services.watcher.ticker import Ticker
 
+_log = structlog.get_logger(__name__)
+
 ClockMode = Literal["simulated", "real"]
+
+
+class LeadershipLost(RuntimeError):
+    """Another instance leads now: this one must stop writing (the process exits, and a
+    supervisor restarts it as a standby)."""
 POLL_SECONDS = 0.05
 
 
@@ -82,23 +91,91 @@ async def _pace(bell: Bell, did: int, idle_seconds: float) -> None:
 # --- the runners --------------------------------------------------------------------------------
 
 
+@runtime_checkable
+class SupportsLeadership(Protocol):
+    """A log whose writers elect a leader (Kafka): standbys wait in ``acquire``."""
+
+    async def acquire(self, name: str, stop: asyncio.Event | None = None) -> bool: ...
+
+    def holds(self, name: str) -> bool: ...
+
+    def release(self, name: str) -> None: ...
+
+
+class Backoff:
+    """Capped exponential back-off between attempts to reach an unavailable log."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
+        self.first, self.cap, self.current = first, cap, first
+
+    def next(self) -> float:
+        wait, self.current = self.current, min(self.cap, self.current * 2)
+        return wait
+
+    def reset(self) -> None:
+        self.current = self.first
+
+
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+def _unavailable(service: str, e: LogError, wait: float) -> None:
+    _log.warning("log unavailable; will recover from it", service=service, error=str(e), retry_in_s=round(wait, 2))
+
+
+async def lead(log: Log, name: str, stop: asyncio.Event) -> bool:
+    """Become the single writer ``name``: the embedded log's file lock (a second one fails at once
+    with WriterLockHeld), or Kafka's election (a standby waits here until the leader is gone)."""
+    if isinstance(log, SupportsLeadership):
+        return await log.acquire(name, stop)
+    if isinstance(log, SupportsExclusive):
+        log.exclusive(name)
+    return True
+
+
+def _still_leading(log: Log, name: str) -> None:
+    if isinstance(log, SupportsLeadership) and not log.holds(name):
+        raise LeadershipLost(f"lost the {name} leadership to another instance; stopping")
+
+
 async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None = None, bell: Bell | None = None,
                         poll_seconds: float = POLL_SECONDS) -> Scheduler:
-    """The single writer: takes the ``scheduler`` lock (embedded log), recovers, then steps until ``stop``."""
+    """The single writer: becomes leader (embedded log: a file lock; Kafka: the election, where a
+    standby waits), recovers, then steps until ``stop``. When the log fails in a way that may
+    pass (a broker restarting), the in-memory state may be ahead of what was committed, so the
+    scheduler is rebuilt from the log once it is reachable again."""
     bell = bell or Bell()
-    # One writer per log: a second scheduler fails here (WriterLockHeld) instead of interleaving decisions.
-    lock = log if isinstance(log, SupportsExclusive) else None
-    if lock is not None:
-        lock.exclusive("scheduler")
+    topics = topics or Topics()
+    scheduler = Scheduler(log, topics=topics)
+    if not await lead(log, "scheduler", stop):
+        return scheduler
+    backoff = Backoff()
     try:
-        scheduler = Scheduler(log, topics=topics or Topics())
-        scheduler.recover()
+        fresh = True
         while not stop.is_set():
-            await _pace(bell, scheduler.step(), poll_seconds)
+            try:
+                if fresh:
+                    scheduler = Scheduler(log, topics=topics)
+                    scheduler.recover()
+                    fresh = False
+                did = scheduler.step()
+            except LogError as e:
+                if not e.retriable:
+                    raise
+                wait = backoff.next()
+                _unavailable("scheduler", e, wait)
+                fresh = True
+                await _sleep_unless(stop, wait)
+                continue
+            backoff.reset()
+            _still_leading(log, "scheduler")
+            await _pace(bell, did, poll_seconds)
         return scheduler
     finally:
-        if lock is not None:
-            lock.release("scheduler")
+        if isinstance(log, SupportsExclusive | SupportsLeadership):
+            log.release("scheduler")
 
 
 async def run_actuator(log: Log, stop: asyncio.Event, *, port: ActuationPort | None = None,
@@ -107,9 +184,19 @@ async def run_actuator(log: Log, stop: asyncio.Event, *, port: ActuationPort | N
     topics = topics or Topics()
     bell = bell or Bell()
     actuator = Actuator(log, port or SimClusterPort(topics), topics=topics)
-    actuator.recover()
+    backoff = Backoff()
     while not stop.is_set():
-        await _pace(bell, actuator.step(), poll_seconds)
+        try:
+            did = actuator.step()  # recovers first when its view may be stale (start, a failed commit)
+        except LogError as e:
+            if not e.retriable:
+                raise
+            wait = backoff.next()
+            _unavailable("actuator", e, wait)
+            await _sleep_unless(stop, wait)
+            continue
+        backoff.reset()
+        await _pace(bell, did, poll_seconds)
     return actuator
 
 
@@ -141,11 +228,21 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
         sim = SimCluster.simulated(log, config, topics)
     else:
         sim = SimCluster.real(log, wall_clock, config, topics)
-    sim.recover()
+    backoff = Backoff()
     while not stop.is_set():
-        did = sim.step()
-        if not did and clock == "simulated":
-            did = advance_time(sim, arrivals)
+        try:
+            did = sim.step()  # recovers first when its view may be stale (start, a failed commit)
+            if not did and clock == "simulated":
+                did = advance_time(sim, arrivals)
+        except LogError as e:
+            if not e.retriable:
+                raise
+            wait = backoff.next()
+            _unavailable("simcluster", e, wait)
+            sim.invalidate()
+            await _sleep_unless(stop, wait)
+            continue
+        backoff.reset()
         if did:
             await _pace(bell, did, poll_seconds)
             continue
@@ -160,9 +257,19 @@ async def run_arrivals(stream: ArrivalStream, stop: asyncio.Event, *, wall_clock
                        bell: Bell | None = None, poll_seconds: float = POLL_SECONDS) -> int:
     """Real mode: release the stream's objects as the wall clock reaches them."""
     bell = bell or Bell()
+    backoff = Backoff()
     while not stop.is_set() and not stream.exhausted:
-        if stream.release_until(wall_clock()):
-            bell.ring()
+        try:
+            if stream.release_until(wall_clock()):
+                bell.ring()
+        except LogError as e:
+            if not e.retriable:
+                raise
+            wait = backoff.next()
+            _unavailable("arrivals", e, wait)
+            await _sleep_unless(stop, wait)
+            continue
+        backoff.reset()
         due = stream.next_due()
         wait = poll_seconds if due is None else max(0.0, min(poll_seconds, (due - wall_clock()) / 1000))
         with contextlib.suppress(TimeoutError):
@@ -176,8 +283,13 @@ async def run_ticker(log: Log, stop: asyncio.Event, *, interval_ms: int = 1000, 
     """Real mode only (see ``services.watcher.ticker`` for why simulated time needs no ticks)."""
     ticker = Ticker(log, wall_clock, interval_ms=interval_ms, topics=topics, cluster=cluster)
     while not stop.is_set():
-        if ticker.tick() and bell is not None:
-            bell.ring()
+        try:
+            if ticker.tick() and bell is not None:
+                bell.ring()
+        except LogError as e:
+            if not e.retriable:
+                raise
+            _unavailable("ticker", e, ticker.interval_ms / 1000)  # the next tick is the retry
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), ticker.due_in_ms() / 1000)
     return ticker
@@ -219,6 +331,8 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
         stop.set()
         bell.ring()
 
+    if isinstance(log, SupportsLeadership) and not await log.acquire("scheduler", stop):
+        raise LeadershipLost("stopped before becoming the leader")  # every service here writes as the leader
     common: dict[str, Any] = {"topics": topics, "bell": bell, "poll_seconds": poll_seconds}
     coros: list[Coroutine[Any, Any, object]] = [
         run_scheduler(log, stop, **common),

@@ -66,7 +66,7 @@ from events.simcluster import (
     decode_sim_record,
     sim_cluster_topic,
 )
-from services.runtime.log import Log, Record
+from services.runtime.log import Log, Record, caught_up
 from services.simcluster.durations import AnnotationIndex, duration_of
 
 GROUP: Final = "simcluster"
@@ -195,6 +195,10 @@ class SimCluster:
         return cls(log, mode="real", config=config or SimConfig(), topics=topics or Topics(), wall_clock=wall_clock)
 
     # --- recovery ----------------------------------------------------------------------------
+
+    def invalidate(self) -> None:
+        """The log failed under us: rebuild from it before the next step."""
+        self._stale = True
 
     def recover(self) -> None:
         """Rebuild the state from the sim-cluster topic (from 0) and resume at the committed position."""
@@ -340,9 +344,8 @@ class SimCluster:
     def system_idle(self) -> bool:
         """Every consumer has committed the end of its input: nothing can happen until a time source acts."""
         log, t = self.log, self.topics
-        return (log.position(SCHEDULER_GROUP, t.cluster_events) == log.end_offset(t.cluster_events)
-                and log.position(ACTUATOR_GROUP, t.decisions) == log.end_offset(t.decisions)
-                and log.position(GROUP, self.topic) == log.end_offset(self.topic))
+        return (caught_up(log, SCHEDULER_GROUP, t.cluster_events) and caught_up(log, ACTUATOR_GROUP, t.decisions)
+                and caught_up(log, GROUP, self.topic))
 
     def jump(self, limit: int | None = None) -> int:
         """Simulated mode: if the system is idle, move the clock to the next due time (if it is not

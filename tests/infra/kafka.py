@@ -397,6 +397,8 @@ class LocalKafka:
             "share.coordinator.state.topic.min.isr": "1",
             # Tests join groups one consumer at a time; waiting 3 s for more is pure latency.
             "group.initial.rebalance.delay.ms": "0",
+            # Standby take-over tests kill a leader and wait out its session: let them use short ones.
+            "group.min.session.timeout.ms": "500",
             "num.network.threads": "2",
             "num.io.threads": "2",
         }
@@ -453,7 +455,6 @@ class LocalKafka:
         props = run_dir / "server.properties"
         props.write_text(self._properties(data_dir))
         assert self.log_path is not None
-        log_path = self.log_path
 
         fmt = subprocess.run(
             [
@@ -479,6 +480,14 @@ class LocalKafka:
                 f"{fmt.stdout.decode('utf-8', 'replace')[-4000:]}"
             )
 
+        self._launch(props)
+
+    def _launch(self, props: Path) -> None:
+        """Start the JVM on an already formatted ``props`` and wait until it serves metadata."""
+        java = _java()
+        classpath = f"{self.libs}/*"
+        assert self.log_path is not None and self.run_dir is not None
+        log_path, run_dir = self.log_path, self.run_dir
         with log_path.open("ab") as log:
             self._log_offset = log.tell()
             log.write(
@@ -538,6 +547,25 @@ class LocalKafka:
             f"Kafka broker not ready after {START_TIMEOUT_S:.0f}s (last probe: {last_error!r})\n"
             f"{self.log_summary()}"
         )
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop the broker (SIGTERM, or SIGKILL with ``kill``) and start it again with the same
+        ports and data: to clients it is the same broker coming back."""
+        proc = self.process
+        if proc is None or self.run_dir is None:
+            raise KafkaError("restart: the broker was never started")
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        t0 = time.monotonic()
+        self._launch(self.run_dir / "server.properties")
+        self.start_seconds = time.monotonic() - t0
 
     def stop(self) -> None:
         """SIGTERM the broker, give it time for a clean shutdown, then SIGKILL. Idempotent."""

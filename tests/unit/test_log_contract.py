@@ -1,7 +1,5 @@
-"""The log port's contract, on the embedded SQLite backend.
-
-(The same suite runs against Kafka once that backend exists; see tests/integration.)
-"""
+"""The log port's contract on the embedded SQLite backend (the same suite runs against Kafka in
+tests/integration/test_kafka_log.py), and what only the embedded backend promises."""
 
 from __future__ import annotations
 
@@ -11,51 +9,35 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from services.runtime.log import LogError, SqliteLog, WriterLockHeld
+from tests.log_contract import LogContract
 
 
 @pytest.fixture
-def log(tmp_path: Path) -> SqliteLog:
+def log(tmp_path: Path) -> Iterator[SqliteLog]:
     lg = SqliteLog(tmp_path / "log")
     yield lg
     lg.close()
 
 
-def test_offsets_start_at_zero_and_increase_per_topic(log: SqliteLog) -> None:
+@pytest.fixture
+def topic() -> Callable[[str], str]:
+    return lambda name: name
+
+
+class TestSqliteLogContract(LogContract):
+    pass
+
+
+def test_embedded_offsets_are_contiguous(log: SqliteLog) -> None:
     assert log.append("a", [("k1", b"1"), ("k2", b"2")]) == [0, 1]
-    assert log.append("b", [("k", b"x")]) == [0]
-    assert log.append("a", [("k3", b"3")]) == [2]
-    assert [(r.offset, r.key, r.value) for r in log.read("a", 0)] == [
-        (0, "k1", b"1"), (1, "k2", b"2"), (2, "k3", b"3")]
+    assert log.transact({"a": [("k3", b"3")]}, {}) == {"a": [2]}
     assert log.end_offset("a") == 3
-    assert log.end_offset("never-written") == 0
-
-
-def test_read_from_an_offset_with_a_limit(log: SqliteLog) -> None:
-    log.append("t", [(str(i), str(i).encode()) for i in range(10)])
-    assert [r.offset for r in log.read("t", 4, 3)] == [4, 5, 6]
-    assert log.read("t", 10) == []
-
-
-def test_transaction_appends_and_commits_together(log: SqliteLog) -> None:
-    log.append("in", [("k", b"a"), ("k", b"b")])
-    out = log.transact({"out": [("k", b"A")], "dead": [("k", b"?")]}, {("g", "in"): 2})
-    assert out == {"out": [0], "dead": [0]}
-    assert log.position("g", "in") == 2
-    assert log.position("other", "in") == 0
-
-
-def test_a_failed_transaction_leaves_nothing_behind(log: SqliteLog) -> None:
-    log.append("out", [("k", b"before")])
-    with pytest.raises(LogError) as err:
-        log.transact({"out": [("k", b"ok"), (None, b"a record without a key")]}, {("g", "in"): 5})  # type: ignore[list-item]
-    assert err.value.retriable is False
-    assert [r.value for r in log.read("out", 0)] == [b"before"]
-    assert log.position("g", "in") == 0
 
 
 def test_the_single_writer_lock_is_exclusive_across_processes(tmp_path: Path) -> None:

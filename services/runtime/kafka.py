@@ -1,0 +1,531 @@
+"""The Kafka backend of the log port (aiokafka), and leadership through a consumer group.
+
+Mapping of the port onto Kafka:
+
+* A topic of the port is a Kafka topic; one :class:`KafkaLog` is one scheduler shard's view,
+  so every read and write goes to partition ``shard`` (cluster-events, decisions, snapshots
+  and dead letters all have one partition per shard). Keys are as DESIGN.md says (the
+  object for cluster events, the workload for decisions); values are JSON; every record
+  carries the schema version in a header.
+* ``transact`` is one Kafka transaction: the appends, then ``send_offsets_to_transaction``
+  for the consumer positions, then commit. Readers use ``read_committed``, so an aborted or
+  open transaction is never seen. Offsets are not contiguous (each commit leaves a control
+  record), which every reader of the port tolerates.
+* ``position`` is the consumer group's committed offset (group ``<prefix>.<group>``).
+* Single writer: a log opened with a ``role`` writes through a transactional producer whose
+  id is ``<prefix>.<role>.<shard>``. Starting it fences every older producer with that id
+  (a zombie's next commit fails), so it is started only by the instance that holds the
+  role's leadership (:meth:`KafkaLog.lead`): members of the group ``<prefix>.<role>.<shard>``
+  share the one-partition lease topic, and the member the (sticky) assignor gives it to
+  leads. When the leader dies the group coordinator notices within the session timeout
+  and a standby gets the partition.
+
+The port is synchronous (the scheduler core and its shells step deterministically), so
+the aiokafka clients live on an event loop of their own in a daemon thread, and each
+call of the port waits for its coroutine there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+import threading
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Final, TypeVar
+
+import aiokafka.producer.sender as _aiokafka_sender
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaError,
+    ProducerFenced,
+    TopicAlreadyExistsError,
+    TransactionalIdAuthorizationFailed,
+)
+from aiokafka.helpers import create_ssl_context
+from aiokafka.structs import OffsetAndMetadata
+
+from events.envelope import SCHEMA_VERSION
+from services.runtime.log import LogError, Record
+
+T = TypeVar("T")
+_log = structlog.get_logger(__name__)
+
+ENV_PREFIX: Final = "KUEUELOG_KAFKA_"
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MAX_RECORD_BYTES: Final = 100 * 1024 * 1024  # a snapshot of a large state is tens of MB
+LEASES_SUFFIX: Final = "leases"
+FETCH_WAIT_MS: Final = 20
+# A transaction begun right after a commit may meet CONCURRENT_TRANSACTIONS until the previous
+# markers are written; aiokafka retries after this back-off (its default, 100 ms, is most of
+# a decision's latency budget).
+RETRY_BACKOFF_MS: Final = 10
+# The same wait has its own constant in aiokafka (20 ms, "better than 100 ms", KAFKA-5477): the
+# broker writes the previous commit's markers in a few ms, so a back-to-back transaction waited
+# 20-30 ms for nothing. 2 ms brings a transaction on this machine from ~35 ms to ~10 ms.
+_aiokafka_sender.BACKOFF_OVERRIDE = 0.002
+HEADERS: Final = [("schema", str(SCHEMA_VERSION).encode()), ("content-type", b"application/json")]
+
+
+class Fenced(LogError):
+    """Another instance took over this writer's transactional id: this one must stop."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+class LeadershipLost(LogError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """How to reach the brokers. Every field can come from ``KUEUELOG_KAFKA_<FIELD>``; the
+    password is never part of ``repr`` or a log line."""
+
+    bootstrap_servers: str
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: str = field(default="", repr=False)
+    ssl_cafile: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    ssl_check_hostname: bool = True
+    client_id: str = "kueuelog"
+    request_timeout_ms: int = 30_000
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 1_000
+    shards: int = 1  # partitions of the shard-partitioned topics, fixed when they are created
+    replication_factor: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers.strip():
+            raise ValueError("kafka: bootstrap_servers is empty (set --bootstrap-servers or "
+                             "KUEUELOG_KAFKA_BOOTSTRAP_SERVERS)")
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ValueError(f"kafka: security_protocol {self.security_protocol!r} is not one of "
+                             f"{', '.join(SECURITY_PROTOCOLS)}")
+        sasl = self.security_protocol.startswith("SASL_")
+        if sasl and self.sasl_mechanism not in SASL_MECHANISMS:
+            raise ValueError(f"kafka: sasl_mechanism {self.sasl_mechanism!r} is not one of "
+                             f"{', '.join(SASL_MECHANISMS)} (needed with {self.security_protocol})")
+        if sasl and not (self.sasl_username and self.sasl_password):
+            raise ValueError(f"kafka: sasl_username and sasl_password are required with {self.security_protocol}")
+        if not sasl and self.sasl_mechanism:
+            raise ValueError(f"kafka: sasl_mechanism is set but security_protocol {self.security_protocol} "
+                             "does not use SASL")
+        if self.shards < 1:
+            raise ValueError(f"kafka: shards must be at least 1, not {self.shards}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KafkaSettings:
+        """Settings from ``KUEUELOG_KAFKA_*`` variables, then ``overrides`` (flags) that are not None."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None:
+                continue
+            if f.type in ("int", int):
+                try:
+                    values[f.name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"kafka: {ENV_PREFIX}{f.name.upper()}={raw!r} is not an integer") from None
+            elif f.type in ("bool", bool):
+                values[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            else:
+                values[f.name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "bootstrap_servers" not in values:
+            raise ValueError("kafka: no bootstrap servers "
+                             "(set --bootstrap-servers or KUEUELOG_KAFKA_BOOTSTRAP_SERVERS)")
+        return cls(**values)
+
+    def client_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers, "client_id": self.client_id,
+                              "request_timeout_ms": self.request_timeout_ms,
+                              "security_protocol": self.security_protocol}
+        if self.security_protocol.startswith("SASL_"):
+            kw |= {"sasl_mechanism": self.sasl_mechanism, "sasl_plain_username": self.sasl_username,
+                   "sasl_plain_password": self.sasl_password}
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            kw["ssl_context"] = self.ssl_context()
+        return kw
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx: ssl.SSLContext = create_ssl_context(cafile=self.ssl_cafile or None, certfile=self.ssl_certfile or None,
+                                 keyfile=self.ssl_keyfile or None)
+        ctx.check_hostname = self.ssl_check_hostname
+        return ctx
+
+
+def _wrap(what: str, e: BaseException) -> LogError:
+    if isinstance(e, LogError):
+        return e
+    if isinstance(e, ProducerFenced | InvalidProducerEpoch | TransactionalIdAuthorizationFailed):
+        return Fenced(f"{what}: fenced by a newer instance with the same transactional id ({type(e).__name__})")
+    retriable = bool(getattr(e, "retriable", False)) or isinstance(e, KafkaError | OSError | asyncio.TimeoutError)
+    return LogError(f"{what}: {type(e).__name__}: {e}", retriable=retriable)
+
+
+class _LoopThread:
+    """An event loop in a daemon thread; ``run`` waits for a coroutine there."""
+
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        if self.loop.is_running():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout=10)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+class _Leases(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, held: asyncio.Event) -> None:
+        self.held = held
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        if revoked:
+            self.held.clear()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        if assigned:
+            self.held.set()
+
+
+@dataclass
+class _Reader:
+    consumer: AIOKafkaConsumer
+    tp: TopicPartition
+    next: int = -1  # where the consumer's fetch position is, if we know
+    end: int = 0  # last known end (last stable offset)
+
+
+class KafkaLog:
+    """One shard's view of the kueuelog topics on a Kafka cluster."""
+
+    def __init__(self, settings: KafkaSettings, *, prefix: str = "kueuelog", shard: int = 0,
+                 role: str | None = None) -> None:
+        if not 0 <= shard < settings.shards:
+            raise ValueError(f"kafka: shard {shard} is outside 0..{settings.shards - 1}")
+        self.settings = settings
+        self.prefix = prefix
+        self.shard = shard
+        self.role = role
+        self.transactional_id = f"{prefix}.{role}.{shard}" if role else None
+        self._io = _LoopThread(f"kafka-{role or 'reader'}-{shard}")
+        self._admin: AIOKafkaAdminClient | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._producer_broken = False
+        self._readers: dict[str, _Reader] = {}
+        self._known: set[str] = set()
+        self._lease_consumer: AIOKafkaConsumer | None = None
+        self._lease_task: asyncio.Task[None] | None = None
+        self._lease_held: asyncio.Event | None = None
+        self._lease_name: str | None = None
+        self._closed = False
+        try:
+            self._run(self._start_admin(), "connect")
+        except BaseException:
+            self._io.close()
+            raise
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    def _run(self, coro: Coroutine[Any, Any, T], what: str) -> T:
+        try:
+            return self._io.run(coro, timeout=self.settings.request_timeout_ms / 1000 * 3)
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt | SystemExit):
+                raise
+            raise _wrap(f"kafka {what}", e) from e
+
+    async def _start_admin(self) -> None:
+        self._admin = AIOKafkaAdminClient(**self.settings.client_kwargs())
+        await self._admin.start()
+
+    def group_id(self, group: str) -> str:
+        return f"{self.prefix}.{group}"
+
+    def _tp(self, topic: str) -> TopicPartition:
+        return TopicPartition(topic, self.shard)
+
+    # --- topics ---------------------------------------------------------------------------
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """Settings a kueuelog topic is created with: the log is the truth, so nothing expires;
+        snapshots are a cache, so only the newest per key is kept."""
+        config = {"retention.ms": "-1", "retention.bytes": "-1", "max.message.bytes": str(MAX_RECORD_BYTES)}
+        if topic.endswith(".scheduler-snapshots"):
+            config |= {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}
+        return config
+
+    async def _ensure(self, topic: str, partitions: int | None = None) -> None:
+        if topic in self._known:
+            return
+        assert self._admin is not None
+        count = partitions or self.settings.shards
+        resp = await self._admin.create_topics(
+            [NewTopic(topic, count, self.settings.replication_factor, topic_configs=self.topic_config(topic))])
+        for _, code, *rest in resp.topic_errors:
+            if code not in (0, TopicAlreadyExistsError.errno):
+                raise LogError(f"kafka: cannot create topic {topic}: error {code} {rest}", retriable=False)
+        self._known.add(topic)
+
+    def ensure_topics(self, topics: Sequence[str]) -> None:
+        for t in topics:
+            self._run(self._ensure(t), f"create topic {t}")
+
+    # --- reading --------------------------------------------------------------------------
+
+    async def _reader(self, topic: str) -> _Reader:
+        r = self._readers.get(topic)
+        if r is None:
+            await self._ensure(topic)
+            consumer = AIOKafkaConsumer(**self.settings.client_kwargs(), isolation_level="read_committed",
+                                        enable_auto_commit=False, auto_offset_reset="earliest",
+                                        max_partition_fetch_bytes=MAX_RECORD_BYTES,
+                                        fetch_max_bytes=MAX_RECORD_BYTES,
+                                        # A fetch waiting at the end of the partition delays a seek
+                                        # until it returns; keep that wait short.
+                                        fetch_max_wait_ms=FETCH_WAIT_MS)
+            await consumer.start()
+            tp = self._tp(topic)
+            consumer.assign([tp])
+            r = self._readers[topic] = _Reader(consumer, tp)
+        return r
+
+    async def _end(self, r: _Reader) -> int:
+        offsets: dict[TopicPartition, int] = await r.consumer.end_offsets([r.tp])
+        r.end = offsets[r.tp]
+        return r.end
+
+    async def _read(self, topic: str, start: int, limit: int) -> list[Record]:
+        r = await self._reader(topic)
+        if start >= r.end and start >= await self._end(r):
+            return []
+        if r.next != start:
+            r.consumer.seek(r.tp, start)
+        while True:
+            got = await r.consumer.getmany(r.tp, timeout_ms=500, max_records=limit)
+            msgs = got.get(r.tp, [])
+            if msgs:
+                r.next = msgs[-1].offset + 1
+                return [Record(topic, m.offset, (m.key or b"").decode(), m.value or b"") for m in msgs]
+            position = await r.consumer.position(r.tp)
+            r.next = position
+            if position >= r.end:  # only control records were left before the end
+                return []
+
+    def read(self, topic: str, start: int, limit: int = 1000) -> list[Record]:
+        return self._run(self._read(topic, start, limit), f"read {topic}")
+
+    def read_values(self, topic: str, start: int, limit: int = 1000) -> list[tuple[int, bytes]]:
+        return [(r.offset, r.value) for r in self.read(topic, start, limit)]
+
+    def end_offset(self, topic: str) -> int:
+        async def end() -> int:
+            return await self._end(await self._reader(topic))
+        return self._run(end(), f"end offset of {topic}")
+
+    def position(self, group: str, topic: str) -> int:
+        async def committed() -> int:
+            assert self._admin is not None
+            tp = self._tp(topic)
+            offsets = await self._admin.list_consumer_group_offsets(self.group_id(group), partitions=[tp])
+            om = offsets.get(tp)
+            return om.offset if om is not None and om.offset >= 0 else 0
+        return self._run(committed(), f"position of {group} on {topic}")
+
+    # --- writing --------------------------------------------------------------------------
+
+    async def _producer_ready(self) -> AIOKafkaProducer:
+        if self._producer is not None and not self._producer_broken:
+            return self._producer
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self._producer.stop()
+            self._producer = None
+        if self.transactional_id and self._lease_name is not None and not self.holds(self._lease_name):
+            # Starting a transactional producer fences the current owner of the id: only the leader may.
+            raise LeadershipLost(f"kafka: {self._lease_name} leadership is not held; not starting "
+                                 f"transactional producer {self.transactional_id}")
+        producer = AIOKafkaProducer(**self.settings.client_kwargs(), transactional_id=self.transactional_id,
+                                    enable_idempotence=True, acks="all", max_request_size=MAX_RECORD_BYTES,
+                                    linger_ms=0, retry_backoff_ms=RETRY_BACKOFF_MS)
+        await producer.start()  # with a transactional id: InitProducerId, which fences older epochs
+        self._producer, self._producer_broken = producer, False
+        return producer
+
+    async def _send_all(self, producer: AIOKafkaProducer,
+                        appends: Mapping[str, Sequence[tuple[str, bytes]]]) -> dict[str, list[int]]:
+        futures: dict[str, list[asyncio.Future[Any]]] = {}
+        for topic, records in appends.items():
+            await self._ensure(topic)
+            futures[topic] = [await producer.send(topic, value, key=key.encode(), partition=self.shard,
+                                                  headers=HEADERS) for key, value in records]
+        return {topic: [(await f).offset for f in fs] for topic, fs in futures.items()}
+
+    async def _transact(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
+                        commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
+        for records in appends.values():
+            for key, _ in records:
+                if not isinstance(key, str):
+                    raise LogError(f"kafka: record key must be a string, not {type(key).__name__}", retriable=False)
+        producer = await self._producer_ready()
+        if not self.transactional_id:
+            if commits:
+                raise LogError("kafka: committing consumer positions needs a log opened with a role "
+                               "(a transactional producer)", retriable=False)
+            return await self._send_all(producer, appends)
+        try:
+            async with producer.transaction():
+                out = await self._send_all(producer, appends)
+                by_group: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+                for (group, topic), offset in commits.items():
+                    await self._ensure(topic)
+                    by_group.setdefault(self.group_id(group), {})[self._tp(topic)] = OffsetAndMetadata(offset, "")
+                for group_id, offsets in sorted(by_group.items()):
+                    await producer.send_offsets_to_transaction(offsets, group_id)
+        except BaseException as e:
+            wrapped = _wrap("kafka transaction", e)
+            if not isinstance(wrapped, Fenced):
+                self._producer_broken = True  # start afresh (and only as leader) before the next one
+            raise wrapped from e
+        return out
+
+    def transact(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
+                 commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
+        """Appends and consumer-position commits in one Kafka transaction."""
+        return self._run(self._transact(appends, commits), "transaction")
+
+    def append(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[int]:
+        """Append and wait until the records are acknowledged by all in-sync replicas."""
+        return self.transact({topic: records}, {})[topic]
+
+    def commit(self, group: str, topic: str, next_offset: int) -> None:
+        self.transact({}, {(group, topic): next_offset})
+
+    # --- leadership -----------------------------------------------------------------------
+
+    def lease_topic(self) -> str:
+        return f"{self.prefix}.{LEASES_SUFFIX}"
+
+    async def _lead(self, name: str) -> asyncio.Event:
+        await self._ensure(self.lease_topic(), partitions=1)
+        held = asyncio.Event()
+        consumer = AIOKafkaConsumer(**self.settings.client_kwargs(), group_id=f"{self.prefix}.{name}.{self.shard}",
+                                    enable_auto_commit=False,
+                                    partition_assignment_strategy=(StickyPartitionAssignor,),
+                                    session_timeout_ms=self.settings.session_timeout_ms,
+                                    heartbeat_interval_ms=self.settings.heartbeat_interval_ms)
+        await consumer.start()
+        consumer.subscribe([self.lease_topic()], listener=_Leases(held))
+
+        async def keep_polling() -> None:
+            # Membership needs polls (max_poll_interval); the records themselves mean nothing.
+            while True:
+                with contextlib.suppress(KafkaError):
+                    await consumer.getmany(timeout_ms=500)
+                await asyncio.sleep(0.2)
+
+        self._lease_consumer = consumer
+        self._lease_task = asyncio.ensure_future(keep_polling())
+        return held
+
+    async def acquire(self, name: str, stop: asyncio.Event | None = None, *, poll_seconds: float = 0.2) -> bool:
+        """Join the election for ``name`` (this shard) and wait until this instance leads it or
+        ``stop`` is set; True once leading. Called from the service's own event loop."""
+        if self._lease_name is None:
+            self._lease_held = self._run(self._lead(name), f"join {name} election")
+            self._lease_name = name
+            _log.info("waiting for leadership", role=name, shard=self.shard)
+        while not self.holds(name):
+            if stop is not None and stop.is_set():
+                return False
+            await asyncio.sleep(poll_seconds)
+        _log.info("leading", role=name, shard=self.shard)
+        return True
+
+    def holds(self, name: str) -> bool:
+        return self._lease_name == name and self._lease_held is not None and self._lease_held.is_set()
+
+    def release(self, name: str) -> None:
+        if self._lease_name != name:
+            return
+
+        async def leave() -> None:
+            if self._lease_task is not None:
+                self._lease_task.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._lease_task
+            if self._lease_consumer is not None:
+                await self._lease_consumer.stop()  # leaves the group: a standby takes over at once
+            self._lease_task = self._lease_consumer = None
+
+        with contextlib.suppress(LogError):
+            self._run(leave(), f"leave {name} election")
+        self._lease_name, self._lease_held = None, None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._lease_name is not None:
+            self.release(self._lease_name)
+
+        async def stop_all() -> None:
+            for r in self._readers.values():
+                with contextlib.suppress(Exception):
+                    await r.consumer.stop()
+            if self._producer is not None:
+                with contextlib.suppress(Exception):
+                    await self._producer.stop()
+            if self._admin is not None:
+                with contextlib.suppress(Exception):
+                    await self._admin.close()
+
+        with contextlib.suppress(Exception):
+            self._io.run(stop_all(), timeout=30)
+        self._io.close()
+
+    def __enter__(self) -> KafkaLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def with_role(self, role: str | None) -> KafkaLog:
+        """Another log on the same cluster, prefix and shard, writing as ``role``."""
+        return KafkaLog(self.settings, prefix=self.prefix, shard=self.shard, role=role)
+
+
+def settings_for(bootstrap_servers: str, **kw: Any) -> KafkaSettings:
+    return replace(KafkaSettings(bootstrap_servers=bootstrap_servers), **kw)
+
+
+def describe(settings: KafkaSettings) -> Iterator[tuple[str, str]]:
+    """Settings for a log line or ``--help`` output, with secrets masked."""
+    for f in fields(settings):
+        value = getattr(settings, f.name)
+        if f.name == "sasl_password":
+            value = "***" if value else ""
+        yield f.name, str(value)
