@@ -1,0 +1,392 @@
+"""Kubernetes API objects to cluster events: the watcher's pure core.
+
+:func:`translate` turns one watch (or list) notification — a kind, ADDED /
+MODIFIED / DELETED and the object as the API server serialises it (camelCase
+JSON) — into envelopes, the way ``events.manifests`` turns a manifest into an
+object: the same validation, the same normalised objects, the same Job ->
+Workload rules (Kueue's workload name from the Job's name and uid). On top of
+that it reads what only a live cluster says about a Job: it finished
+(``WorkloadFinished``), all its pods are ready (``PodsReady``), the pods of an
+evicted Job are gone (``EvictionCompleted``). A Workload owned by a Job is
+ignored: the Job is its source of truth.
+
+Envelope ids are deterministic (``watcher:<cluster>:<kind>:<namespace>/<name>:
+<resourceVersion>:<what>``), so a notification delivered twice gives the same
+envelopes. A bad object gives an error naming the object and the field, never
+an exception.
+
+The fold takes most repetitions in its stride, but not all of them (a
+re-applied configuration object invalidates every parked workload; a repeated
+``EvictionCompleted`` could complete a *later* eviction of the same workload).
+:class:`Published` is the watcher's memory of what it has published per API
+object, so that a relist or a re-delivered notification publishes only what
+changed, and a relist can publish the deletes of objects that vanished. It is
+pure too: the shell asks it what to publish and commits the answer only once
+the log has taken it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal, NamedTuple
+
+from events import objects as o
+from events.codec import encode
+from events.envelope import Envelope
+from events.manifests import KUEUE_GROUP, Document, ManifestError, normalize
+from events.messages import (
+    ClusterEvent,
+    EvictionCompleted,
+    ObjectApplied,
+    ObjectDeleted,
+    PodsReady,
+    WorkloadFinished,
+)
+
+SOURCE: Final = "watcher"
+ID_PREFIX: Final = "watcher:"
+EVICTED_ANNOTATION: Final = "kueuelog.io/evicted"
+"""Set by the actuator on a Job it suspended for an eviction; the value is the decision id."""
+ORIGINAL_ANNOTATION: Final = "kueuelog.io/original-pod-scheduling"
+"""Set by the actuator while the Job's pod template carries the flavors' node selector and
+tolerations (removed when it restores the template after an eviction)."""
+ACTUATION_ANNOTATIONS: Final = frozenset({
+    EVICTED_ANNOTATION, ORIGINAL_ANNOTATION, "kueuelog.io/decision-id", "kueuelog.io/decision-cycle",
+})
+"""The actuator's bookkeeping on a Job (services/actuator/kube.py; the watcher may not import it):
+not the user's Job, so not part of its Workload."""
+
+KUEUE_VERSION: Final = "v1beta1"
+API_VERSIONS: Final[Mapping[str, str]] = {
+    "ResourceFlavor": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+    "Cohort": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+    "ClusterQueue": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+    "LocalQueue": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+    "WorkloadPriorityClass": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+    "AdmissionCheck": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+    "ProvisioningRequestConfig": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+    "Namespace": "v1",
+    "PriorityClass": "scheduling.k8s.io/v1",
+    "Workload": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+    "Job": "batch/v1",
+}
+"""The kinds the watcher translates, configuration first, with the apiVersion an object of the
+kind is read as when it comes without one (items of a list response of built-in kinds do)."""
+
+NAMESPACED: Final = frozenset({"LocalQueue", "Workload", "Job"})
+
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+class Ref(NamedTuple):
+    """An object's identity: kind, namespace ("" when cluster-scoped), name."""
+
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True)
+class Translation:
+    """What one notification about ``source`` says.
+
+    ``frozen``: the object is a Job whose spec is not the user's to change its Workload: it runs
+    (not suspended, or pods still active) or carries the actuator's injected node selector and
+    tolerations (not yet restored after an eviction). Kueue does not take a started Job's spec
+    into its Workload (podSets are immutable while quota is reserved), and the actuator's own
+    changes (injected scheduling, partial-admission parallelism) must not flow back into it."""
+
+    source: Ref
+    envelopes: list[Envelope] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    resource_version: str = ""
+    frozen: bool = False
+
+
+def ref_of(obj: o.AnyObject) -> Ref:
+    tag = type(obj).__struct_config__.tag
+    return Ref(str(tag), getattr(obj, "namespace", ""), getattr(obj, "name", ""))
+
+
+def source_of(obj: o.AnyObject) -> Ref:
+    """The API object a published object was translated from: a Job for a Job's Workload."""
+    if isinstance(obj, o.Workload) and obj.owner is not None and _is_job_owner(obj.owner.api_version,
+                                                                              obj.owner.kind):
+        return Ref("Job", obj.namespace, obj.owner.name)
+    return ref_of(obj)
+
+
+def envelope_id(cluster: str, source: Ref, resource_version: str, what: str) -> str:
+    return f"{ID_PREFIX}{cluster}:{source.kind}:{source.namespace}/{source.name}:{resource_version}:{what}"
+
+
+def delete_envelope(cluster: str, source: Ref, target: Ref, resource_version: str, time_ms: int) -> Envelope:
+    """The delete of ``target`` (what was published for ``source``)."""
+    return Envelope(
+        id=envelope_id(cluster, source, resource_version, "deleted"), source=SOURCE, cluster=cluster,
+        event=ObjectDeleted(time=time_ms, kind=target.kind, name=target.name, namespace=target.namespace),
+    )
+
+
+def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, cluster: str,
+              time_ms: int) -> Translation:
+    """One watch notification to envelopes (or errors naming the object and the field)."""
+    where = f"cluster:{cluster}"
+    if not isinstance(obj, Mapping):
+        return Translation(Ref(kind, "", ""), errors=[f"{where}: {kind}: expected an object, got "
+                                                      f"{type(obj).__name__}"])
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(name, str) or not name:
+        return Translation(Ref(kind, "", ""), errors=[f"{where}: {kind}: metadata.name: required field is missing"])
+    namespace = meta.get("namespace") if kind in NAMESPACED else ""
+    source = Ref(kind, namespace if isinstance(namespace, str) else "", name)
+    rv = meta.get("resourceVersion")
+    rv = rv if isinstance(rv, str) else ""
+    located = f"{where}: {source}"
+    if kind not in API_VERSIONS:
+        return Translation(source, errors=[f"{located}: kind: unsupported kind {kind!r}"], resource_version=rv)
+    if obj.get("kind", kind) != kind:
+        return Translation(source, errors=[f"{located}: kind: expected {kind!r}, got {obj.get('kind')!r}"],
+                           resource_version=rv)
+    if kind == "Workload" and _owned_by_job(meta):
+        return Translation(source, resource_version=rv)  # the Job is its source of truth
+    body = dict(obj)
+    body.setdefault("kind", kind)
+    body.setdefault("apiVersion", API_VERSIONS[kind])
+    annotations = meta.get("annotations")
+    if kind == "Job" and isinstance(annotations, Mapping) and not ACTUATION_ANNOTATIONS.isdisjoint(annotations):
+        body["metadata"] = {**meta, "annotations": {k: v for k, v in annotations.items()
+                                                    if k not in ACTUATION_ANNOTATIONS}}
+    try:
+        normalized = normalize(Document(where, 0, body))
+    except ManifestError as e:
+        return Translation(source, errors=[str(e)], resource_version=rv)
+    if normalized is None:
+        return Translation(source, resource_version=rv)  # a Job without the queue-name label: not Kueue's
+
+    def envelope(what: str, event: ClusterEvent, correlation_id: str = "") -> Envelope:
+        return Envelope(id=envelope_id(cluster, source, rv, what), source=SOURCE, cluster=cluster, event=event,
+                        correlation_id=correlation_id)
+
+    if event_type == "DELETED":
+        return Translation(source, [delete_envelope(cluster, source, ref_of(normalized), rv, time_ms)],
+                           resource_version=rv)
+    envelopes = [envelope("applied", ObjectApplied(time=time_ms, object=normalized))]
+    frozen = False
+    errors: list[str] = []
+    if isinstance(normalized, o.Workload) and kind == "Job":
+        running, status_events, errors = _job_status(located, body, meta, normalized, time_ms)
+        frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_ANNOTATION in annotations)
+        envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status_events)
+    return Translation(source, envelopes, errors, resource_version=rv, frozen=frozen)
+
+
+def _is_job_owner(api_version: str, kind: str) -> bool:
+    return kind == "Job" and api_version == "batch/v1"
+
+
+def _owned_by_job(meta: Mapping[str, Any]) -> bool:
+    refs = meta.get("ownerReferences")
+    if not isinstance(refs, list):
+        return False
+    return any(isinstance(r, Mapping) and _is_job_owner(str(r.get("apiVersion", "")), str(r.get("kind", "")))
+               for r in refs)
+
+
+def _job_status(
+    located: str, body: Mapping[str, Any], meta: Mapping[str, Any], wl: o.Workload, time_ms: int
+) -> tuple[bool, list[tuple[str, ClusterEvent, str]], list[str]]:
+    """(running, (what, event, correlation id) for what the Job's status says, errors).
+
+    Kueue's job integration (``pkg/controller/jobs/job``): finished is a Complete or Failed
+    condition with status True (its message is the Workload's); pods ready is
+    ready + succeeded >= min(parallelism, completions) of the Job as it is now; a Job is
+    active while ``status.active`` is not 0."""
+    spec = body.get("spec") or {}
+    status = body.get("status")
+    if status is None:
+        status = {}
+    if not isinstance(status, Mapping):
+        return False, [], [f"{located}: status: expected an object, got {type(status).__name__}"]
+    counts: dict[str, int] = {}
+    for key in ("active", "ready", "succeeded"):
+        value = status.get(key)
+        if value is None:
+            value = 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            return False, [], [f"{located}: status.{key}: expected an integer, got {value!r}"]
+        counts[key] = value
+    conditions = status.get("conditions") or []
+    if not isinstance(conditions, list):
+        return False, [], [f"{located}: status.conditions: expected a list, got {type(conditions).__name__}"]
+    suspended = spec.get("suspend") is True
+    running = not suspended or counts["active"] > 0
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+            message = c.get("message")
+            finished = WorkloadFinished(time=time_ms, namespace=wl.namespace, name=wl.name,
+                                        succeeded=c.get("type") == "Complete",
+                                        message=message if isinstance(message, str) else "")
+            return running, [("finished", finished, "")], []
+    pods = wl.pod_sets[0].count if wl.pod_sets else 0
+    if not suspended and counts["ready"] + counts["succeeded"] >= pods:
+        return running, [("pods-ready", PodsReady(time=time_ms, namespace=wl.namespace, name=wl.name), "")], []
+    annotations = meta.get("annotations")
+    decision = annotations.get(EVICTED_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if suspended and decision and counts["active"] == 0:
+        completed = EvictionCompleted(time=time_ms, namespace=wl.namespace, name=wl.name)
+        return running, [("eviction-completed", completed, str(decision))], []
+    return running, [], []
+
+
+# --- what has been published -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    """What was last published for one API object."""
+
+    target: Ref  # the published object (a Job's Workload)
+    body: bytes  # its encoding, to recognise an unchanged object
+    finished: bool = False
+    ready: bool = False
+    evicted: str = ""  # the decision id of the last eviction whose completion was published
+
+
+@dataclass(frozen=True)
+class Change:
+    """What to publish for one notification, and the memory once it is published."""
+
+    source: Ref
+    before: Entry | None
+    after: Entry | None
+    envelopes: list[Envelope]
+    skipped: int = 0  # envelopes not published: already said
+
+
+class Published:
+    """The watcher's memory: per API object, what it has published (see the module docstring).
+
+    ``select`` and ``vanished`` decide; ``commit`` applies their answer once the log has taken
+    the envelopes, so a failed append leaves the memory as it was and a relist repeats it."""
+
+    def __init__(self) -> None:
+        self.entries: dict[Ref, Entry] = {}
+        self._sources: dict[Ref, Ref] = {}  # published target -> its source
+        self._refused: dict[Ref, str] = {}  # source -> resourceVersion whose refusal was reported
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def sources(self, kind: str) -> list[Ref]:
+        return sorted(s for s in self.entries if s.kind == kind)
+
+    def select(self, tr: Translation) -> Change:
+        before = self.entries.get(tr.source)
+        after = before
+        out: list[Envelope] = []
+        applied = False
+        for env in tr.envelopes:
+            ev = env.event
+            if isinstance(ev, ObjectDeleted):
+                if after is not None:
+                    out.append(env if ref_of_deleted(ev) == after.target else
+                               delete_envelope(env.cluster, tr.source, after.target, tr.resource_version, ev.time))
+                after = None
+                continue
+            if isinstance(ev, ObjectApplied):
+                applied = True
+                target, body = ref_of(ev.object), encode(ev.object)
+                if after is not None and after.target != target:
+                    # Another object under the same name (a Job recreated with a new uid while
+                    # its delete was missed): the old one is gone.
+                    out.append(delete_envelope(env.cluster, tr.source, after.target, tr.resource_version, ev.time))
+                    after = None
+                if after is None:
+                    after = Entry(target=target, body=body)
+                    out.append(env)
+                elif after.body != body and not tr.frozen:
+                    after = replace(after, body=body)
+                    out.append(env)
+                continue
+            if after is None:
+                continue  # about an object never published
+            if isinstance(ev, WorkloadFinished) and not after.finished:
+                after = replace(after, finished=True)
+                out.append(env)
+            elif isinstance(ev, PodsReady) and not after.ready:
+                after = replace(after, ready=True)
+                out.append(env)
+            elif isinstance(ev, EvictionCompleted) and after.evicted != env.correlation_id:
+                after = replace(after, evicted=env.correlation_id, ready=False)
+                out.append(env)
+        if applied and after is not None and after.ready and not any(isinstance(e.event, PodsReady)
+                                                                     for e in tr.envelopes):
+            after = replace(after, ready=False)  # no longer ready: the next readiness is news
+        return Change(tr.source, before, after, out, skipped=len(tr.envelopes) - len(out))
+
+    def vanished(self, source: Ref, *, cluster: str, resource_version: str, time_ms: int) -> Change:
+        """``source`` is gone (a relist no longer has it)."""
+        before = self.entries.get(source)
+        if before is None:
+            return Change(source, None, None, [])
+        return Change(source, before, None, [delete_envelope(cluster, source, before.target, resource_version,
+                                                             time_ms)])
+
+    def commit(self, change: Change) -> None:
+        before, after = change.before, change.after
+        if before is not None and (after is None or after.target != before.target):
+            self._sources.pop(before.target, None)
+        if after is None:
+            self.entries.pop(change.source, None)
+            self._refused.pop(change.source, None)
+            return
+        self.entries[change.source] = after
+        self._sources[after.target] = change.source
+        self._refused.pop(change.source, None)
+
+    def refuse(self, tr: Translation) -> bool:
+        """Whether ``tr``'s errors are news (not reported for this resourceVersion before); remembers them."""
+        if self._refused.get(tr.source) == tr.resource_version:
+            return False
+        self._refused[tr.source] = tr.resource_version
+        return True
+
+    def remember(self, env: Envelope) -> None:
+        """Rebuild the memory from what this watcher published before (its envelopes in the log)."""
+        ev = env.event
+        if isinstance(ev, ObjectApplied):
+            source, target = source_of(ev.object), ref_of(ev.object)
+            before = self.entries.get(source)
+            keep = before if before is not None and before.target == target else None
+            after = replace(keep, body=encode(ev.object)) if keep else Entry(target=target, body=encode(ev.object))
+            self.commit(Change(source, before, after, []))
+            return
+        if isinstance(ev, ObjectDeleted):
+            found = self._sources.get(ref_of_deleted(ev))
+            if found is not None:
+                self.commit(Change(found, self.entries.get(found), None, []))
+            return
+        if not isinstance(ev, WorkloadFinished | PodsReady | EvictionCompleted):
+            return
+        found = self._sources.get(Ref("Workload", ev.namespace, ev.name))
+        entry = self.entries.get(found) if found is not None else None
+        if found is None or entry is None:
+            return
+        source = found
+        if isinstance(ev, WorkloadFinished):
+            entry = replace(entry, finished=True)
+        elif isinstance(ev, PodsReady):
+            entry = replace(entry, ready=True)
+        else:
+            entry = replace(entry, evicted=env.correlation_id, ready=False)
+        self.commit(Change(source, self.entries[source], entry, []))
+
+
+def ref_of_deleted(ev: ObjectDeleted) -> Ref:
+    return Ref(ev.kind, ev.namespace, ev.name)
