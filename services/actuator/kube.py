@@ -1,0 +1,998 @@
+"""The actuator for a real Kubernetes API server: the scheduler's decisions become API writes.
+
+What each decision does (mirroring Kueue's job reconciler and Workload API):
+
+- ``AdmitWorkload``: find the ``kueue.x-k8s.io/v1beta1`` Workload and, through its ownerReference,
+  the ``batch/v1`` Job. Inject the assigned ResourceFlavors' ``nodeLabels`` (as ``nodeSelector``)
+  and ``tolerations`` into the Job's pod template, keeping the template's own in annotation
+  ``kueuelog.io/original-pod-scheduling`` (Kueue keeps "podset info" for the same purpose), set
+  ``spec.suspend=false`` and record the decision in ``kueuelog.io/decision-id`` (its cycle in
+  ``kueuelog.io/decision-cycle``). Then write the Workload's ``status.admission`` and conditions
+  ``QuotaReserved=True`` and ``Admitted=True``, with the texts of
+  :mod:`services.scheduler.conditions` (the ones ``simulate`` renders).
+- ``EvictWorkload``: suspend the Job, set ``kueuelog.io/evicted``, restore the original template
+  once the Job may be changed (Kubernetes lets a Job's scheduling directives change only while
+  it is suspended and not started: in a real cluster that is after the job controller stopped
+  its pods, so the restore may come some steps later), and write ``Evicted``, ``Preempted``
+  (when the decision has a preemption reason), ``QuotaReserved=False``, ``Admitted=False``,
+  ``Requeued`` and no ``status.admission``. Kueue writes the last three when the eviction
+  completes; we write them at once and the watcher reports ``EvictionCompleted`` when the Job
+  has no active pods.
+- ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (Kueue's ``Pending`` /
+  ``Inadmissible``) and our closed-set reason in ``kueuelog.io/pending-reason``, only when they
+  changed. A pending mark is status, not an order: it never holds up the decisions behind it,
+  is not reported to cluster-events, and when it cannot be written yet (no Workload object
+  yet) it is retried on later steps until a newer decision for the workload replaces it.
+
+Exactly once, in effect. Decisions are deduplicated by the actuator's :class:`Watermark`
+(recovered from the log before the committed position) and each write is idempotent: the Job
+records the decision it carries, so one it already shows — or a newer cycle's — is not applied
+again, and Workload status is compared before it is written. Every write is a JSON merge patch
+with the ``resourceVersion`` of the read, so a concurrent writer makes it fail with 409
+Conflict; then we re-read and try again. Reports (``DecisionApplied`` / ``ActuationFailed``) go
+to cluster-events in one ``Log.transact`` with the consumer position, as in
+:class:`~services.actuator.actuator.Actuator`, whose Watermark, error type, consumer group and
+report shape are reused; this is a runner of its own because the API client is asynchronous
+and pending marks and queue status need a per-step flush.
+
+A retriable failure of an admit or evict (see :mod:`services.actuator.kubeerrors`) stops the
+batch before it; it is retried with exponential back-off up to ``max_attempts`` times, then
+reported as ``ActuationFailed(retriable=True)`` and the line moves on. A non-retriable one is
+reported at once. A missing Workload or Job is retriable for an admission (the job reconciler
+creates the Workload after the Job) but not for an eviction (it existed when it was admitted:
+it is gone, and nothing runs). API calls are rate limited (``qps`` / ``burst``) and counted with
+their latency in ``stats.api`` (:class:`~services.actuator.kubeerrors.ApiStats`).
+
+The pure parts (patches and status payloads, :class:`QueueCounts`) come first; the shell
+(:class:`KubeActuator`, :func:`run_kube_actuator`) last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import structlog
+from kubernetes_asyncio import client
+
+from events import objects as o
+from events.codec import MalformedRecord, UnknownEventType, decode_decision, encode
+from events.envelope import Envelope, Topics, event_key
+from events.manifests import format_time
+from events.messages import (
+    ActuationFailed,
+    AdmitWorkload,
+    Condition,
+    CycleCompleted,
+    DecisionApplied,
+    EvictWorkload,
+    MarkPending,
+)
+from events.quantity import QuantityError, format_amount, to_amount
+from services.actuator.actuator import GROUP, SOURCE, ActuationError, Watermark
+from services.actuator.kubeerrors import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
+from services.runtime.log import Log, Record, read_backwards
+from services.scheduler import conditions as cond
+from services.scheduler.render import PENDING_REASON_ANNOTATION
+
+ANN_DECISION: Final = "kueuelog.io/decision-id"
+ANN_CYCLE: Final = "kueuelog.io/decision-cycle"
+ANN_EVICTED: Final = "kueuelog.io/evicted"
+ANN_ORIGINAL: Final = "kueuelog.io/original-pod-scheduling"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
+
+Json = dict[str, Any]
+Decision = AdmitWorkload | EvictWorkload | MarkPending
+_log = structlog.get_logger(__name__)
+
+
+def workload_ref(namespace: str, name: str) -> Ref:
+    return Ref("Workload", KUEUE_GROUP, KUEUE_VERSION, "workloads", name, namespace)
+
+
+def job_ref(namespace: str, name: str) -> Ref:
+    return Ref("Job", "batch", "v1", "jobs", name, namespace)
+
+
+def flavor_ref(name: str) -> Ref:
+    return Ref("ResourceFlavor", KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", name)
+
+
+def cluster_queue_ref(name: str) -> Ref:
+    return Ref("ClusterQueue", KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name)
+
+
+def local_queue_ref(namespace: str, name: str) -> Ref:
+    return Ref("LocalQueue", KUEUE_GROUP, KUEUE_VERSION, "localqueues", name, namespace)
+
+
+# --- pure: the Job's pod template ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlavorScheduling:
+    """What a ResourceFlavor adds to a pod: node labels to select and taints to tolerate."""
+
+    name: str
+    node_labels: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Json, ...] = ()
+
+
+def flavor_scheduling(obj: Mapping[str, Any]) -> FlavorScheduling:
+    """A ResourceFlavor object (as JSON) to what it injects; refuses a malformed one by field."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    what = f"ResourceFlavor {name}"
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise InvalidObject(what, "spec", "must be an object")
+    labels = spec.get("nodeLabels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise InvalidObject(what, "spec.nodeLabels", "must be a map of strings to strings")
+    tolerations = spec.get("tolerations") or []
+    if not isinstance(tolerations, list):
+        raise InvalidObject(what, "spec.tolerations", "must be a list")
+    for i, t in enumerate(tolerations):
+        if not isinstance(t, dict):
+            raise InvalidObject(what, f"spec.tolerations[{i}]", "must be an object")
+    return FlavorScheduling(name, tuple(sorted(labels.items())), tuple(tolerations))
+
+
+def flavor_names(d: AdmitWorkload) -> tuple[str, ...]:
+    """The flavors a Job's admission assigns (a Job is one pod set, ``main``), sorted."""
+    psas = d.admission.pod_set_assignments
+    if len(psas) != 1:
+        raise InvalidObject(f"decision {d.id} for Workload {d.namespace}/{d.name}", "admission.podSetAssignments",
+                            f"a Job has exactly one pod set, the admission assigns {len(psas)}")
+    return tuple(sorted({flavor for _, flavor in psas[0].flavors}))
+
+
+def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def _pod_spec(job: Mapping[str, Any]) -> Json:
+    spec = ((job.get("spec") or {}).get("template") or {}).get("spec")
+    if not isinstance(spec, dict):
+        meta = job.get("metadata") or {}
+        raise InvalidObject(f"Job {meta.get('namespace')}/{meta.get('name')}", "spec.template.spec", "missing")
+    return spec
+
+
+def pod_scheduling(pod_spec: Mapping[str, Any]) -> tuple[dict[str, str], list[Json]]:
+    return dict(pod_spec.get("nodeSelector") or {}), list(pod_spec.get("tolerations") or [])
+
+
+def encode_original(node_selector: Mapping[str, str], tolerations: Sequence[Json]) -> str:
+    return json.dumps({"nodeSelector": dict(node_selector), "tolerations": list(tolerations)},
+                      sort_keys=True, separators=(",", ":"))
+
+
+def original_scheduling(job: Mapping[str, Any], what: str) -> tuple[dict[str, str], list[Json]]:
+    """The template's own nodeSelector and tolerations: from the annotation while a flavor's are
+    injected, else the template as it is."""
+    text = _annotations(job).get(ANN_ORIGINAL)
+    if text is None:
+        return pod_scheduling(_pod_spec(job))
+    field_ = f"metadata.annotations.{ANN_ORIGINAL}"
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        raise InvalidObject(what, field_, f"not JSON: {e}") from None
+    ok = (isinstance(raw, dict) and isinstance(raw.get("nodeSelector", {}), dict)
+          and isinstance(raw.get("tolerations", []), list))
+    if not ok:
+        raise InvalidObject(what, field_, 'must be {"nodeSelector": {...}, "tolerations": [...]}')
+    return dict(raw.get("nodeSelector") or {}), list(raw.get("tolerations") or [])
+
+
+def injected(node_selector: Mapping[str, str], tolerations: Sequence[Json], flavors: Iterable[FlavorScheduling],
+             what: str) -> tuple[dict[str, str], list[Json]]:
+    """The template's scheduling with the flavors' added; a node label the template sets to a
+    different value is a conflict (Kueue's podset info merge refuses it too)."""
+    selector = dict(node_selector)
+    out = list(tolerations)
+    for f in flavors:
+        for key, value in f.node_labels:
+            if selector.get(key, value) != value:
+                raise InvalidObject(what, f"spec.template.spec.nodeSelector.{key}",
+                                    f"is {selector[key]!r}, but ResourceFlavor {f.name} needs {value!r}")
+            selector[key] = value
+        out.extend(t for t in f.tolerations if t not in out)
+    return selector, out
+
+
+def _scheduling_patch(pod_spec: Mapping[str, Any], selector: Mapping[str, str], tolerations: list[Json]) -> Json:
+    """Merge patch of a pod spec from its scheduling now to ``selector`` / ``tolerations``."""
+    current_selector, current_tolerations = pod_scheduling(pod_spec)
+    out: Json = {}
+    if current_selector != selector:
+        if selector:
+            change: Json = {k: v for k, v in selector.items() if current_selector.get(k) != v}
+            change.update({k: None for k in current_selector if k not in selector})
+            out["nodeSelector"] = change
+        else:
+            out["nodeSelector"] = None
+    if current_tolerations != tolerations:
+        out["tolerations"] = tolerations or None
+    return out
+
+
+def _deep_merge(a: Json, b: Mapping[str, Any]) -> Json:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def recorded_decision(job: Mapping[str, Any]) -> tuple[str, int]:
+    """(decision id, cycle) the Job records; ("", -1) when none."""
+    ann = _annotations(job)
+    try:
+        cycle = int(ann.get(ANN_CYCLE, "-1"))
+    except ValueError:
+        cycle = -1
+    return ann.get(ANN_DECISION, ""), cycle
+
+
+Verdict = Literal["apply", "applied", "stale"]
+
+
+def idempotency(job: Mapping[str, Any], d: AdmitWorkload | EvictWorkload) -> Verdict:
+    """Whether the Job still needs ``d``: "applied" when it records ``d`` itself, "stale" when it
+    records a newer cycle's decision (``d`` was superseded: never go back), else "apply"."""
+    rid, rcycle = recorded_decision(job)
+    if rid == d.id:
+        return "applied"
+    if rcycle > d.cycle:
+        return "stale"
+    return "apply"
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def job_admit_patch(job: Mapping[str, Any], d: AdmitWorkload, flavors: Sequence[FlavorScheduling]) -> Json:
+    what = f"Job {d.namespace}/{(job.get('metadata') or {}).get('name')}"
+    selector0, tolerations0 = original_scheduling(job, what)
+    selector, tolerations = injected(selector0, tolerations0, flavors, what)
+    ann = _annotations(job)
+    changes: dict[str, str | None] = {ANN_DECISION: d.id, ANN_CYCLE: str(d.cycle)}
+    if ANN_ORIGINAL not in ann:
+        changes[ANN_ORIGINAL] = encode_original(selector0, tolerations0)
+    if ANN_EVICTED in ann:
+        changes[ANN_EVICTED] = None
+    spec: Json = {"suspend": False}
+    template = _scheduling_patch(_pod_spec(job), selector, tolerations)
+    if template:
+        spec["template"] = {"spec": template}
+    return {"metadata": {"resourceVersion": _rv(job), "annotations": changes}, "spec": spec}
+
+
+def may_restore(job: Mapping[str, Any]) -> bool:
+    """Kubernetes accepts a change of the template's scheduling directives only for a Job that is
+    suspended and not started (``status.startTime`` unset; the job controller resets it once a
+    suspended Job's pods are gone)."""
+    return (job.get("spec") or {}).get("suspend") is True and not (job.get("status") or {}).get("startTime")
+
+
+def job_restore_patch(job: Mapping[str, Any]) -> Json | None:
+    """Back to the template's own nodeSelector / tolerations; None when nothing is injected."""
+    if ANN_ORIGINAL not in _annotations(job):
+        return None
+    meta = job.get("metadata") or {}
+    selector, tolerations = original_scheduling(job, f"Job {meta.get('namespace')}/{meta.get('name')}")
+    body: Json = {"metadata": {"resourceVersion": _rv(job), "annotations": {ANN_ORIGINAL: None}}}
+    template = _scheduling_patch(_pod_spec(job), selector, tolerations)
+    if template:
+        body["spec"] = {"template": {"spec": template}}
+    return body
+
+
+def job_evict_patch(job: Mapping[str, Any], d: EvictWorkload) -> Json:
+    """Suspend and mark; restores the template in the same write when the Job already may change."""
+    body: Json = {"metadata": {"resourceVersion": _rv(job),
+                               "annotations": {ANN_DECISION: d.id, ANN_CYCLE: str(d.cycle), ANN_EVICTED: d.id}},
+                  "spec": {"suspend": True}}
+    restore = job_restore_patch(job) if may_restore(job) else None
+    return _deep_merge(body, restore) if restore else body
+
+
+# --- pure: Workload status ------------------------------------------------------------------------
+
+
+def condition_json(c: Condition) -> Json:
+    # metav1.Time has second precision.
+    at = c.last_transition_time - c.last_transition_time % 1000
+    return {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+            "lastTransitionTime": format_time(at)}
+
+
+def set_condition(conditions: list[Json], c: Condition) -> None:
+    """Kueue's ``apimeta.SetStatusCondition``: replace the condition of that type, keeping its
+    lastTransitionTime when the status did not change."""
+    new = condition_json(c)
+    for i, old in enumerate(conditions):
+        if old.get("type") == c.type:
+            if old.get("status") == c.status and old.get("lastTransitionTime"):
+                new["lastTransitionTime"] = old["lastTransitionTime"]
+            conditions[i] = {**old, **new}
+            return
+    conditions.append(new)
+
+
+def admission_json(adm: o.Admission) -> Json:
+    """``status.admission`` as Kueue writes it (and :mod:`services.scheduler.render` renders it)."""
+    return {
+        "clusterQueue": adm.cluster_queue,
+        "podSetAssignments": [
+            {"name": psa.name, "flavors": dict(psa.flavors),
+             "resourceUsage": {r: format_amount(r, v) for r, v in psa.resource_usage}, "count": psa.count}
+            for psa in adm.pod_set_assignments
+        ],
+    }
+
+
+def _conditions(status: Mapping[str, Any]) -> list[Json]:
+    return [dict(c) for c in status.get("conditions") or [] if isinstance(c, dict)]
+
+
+def admitted_status(status: Mapping[str, Any], d: AdmitWorkload) -> Json:
+    conds = _conditions(status)
+    set_condition(conds, cond.quota_reserved(d.admission.cluster_queue, d.time))
+    set_condition(conds, cond.admitted(d.time))
+    for old in list(conds):  # as services.scheduler.effects.commit_admission: an old eviction is history
+        if old.get("type") in ("Evicted", "Preempted") and old.get("status") == "True":
+            previously = f"Previously: {old.get('message', '')}"
+            set_condition(conds, Condition(type=old["type"], status="False", reason="QuotaReserved",
+                                           message=previously, last_transition_time=d.time))
+    return {**status, "admission": admission_json(d.admission), "conditions": conds}
+
+
+def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
+    conds = _conditions(status)
+    set_condition(conds, cond.evicted(d.reason, d.message, d.time))
+    if d.preemption_reason:
+        set_condition(conds, cond.preempted(d.preemption_reason, d.message, d.time))
+    set_condition(conds, cond.pending(d.message or "The workload is pending after eviction", d.time))
+    set_condition(conds, cond.not_admitted(d.time))
+    # As services.scheduler.state.finish_eviction: only a preempted workload goes straight back.
+    set_condition(conds, cond.requeued(d.reason == "Preempted", d.reason, d.message, d.time))
+    out = {k: v for k, v in status.items() if k != "admission"}
+    out["conditions"] = conds
+    return out
+
+
+def pending_status(status: Mapping[str, Any], d: MarkPending) -> Json:
+    conds = _conditions(status)
+    set_condition(conds, Condition(type="QuotaReserved", status="False", reason=d.condition_reason,
+                                   message=d.message, last_transition_time=d.time))
+    return {**status, "conditions": conds}
+
+
+def holds_quota(workload: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "QuotaReserved" and c.get("status") == "True"
+               for c in _conditions(workload.get("status") or {}))
+
+
+def status_patch(workload: Mapping[str, Any], desired: Mapping[str, Any]) -> Json | None:
+    """Merge patch of ``/status`` from the Workload's status to ``desired``; None when equal."""
+    current = workload.get("status") or {}
+    changed: Json = {k: v for k, v in desired.items() if current.get(k) != v}
+    changed.update({k: None for k in current if k not in desired})
+    if not changed:
+        return None
+    return {"metadata": {"resourceVersion": _rv(workload)}, "status": changed}
+
+
+# --- pure: ClusterQueue and LocalQueue status -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Held:
+    cluster_queue: str
+    admitted: bool
+    usage: tuple[tuple[str, str, int], ...] = ()  # (flavor, resource, amount)
+
+
+FlavorQuotas = tuple[tuple[str, tuple[tuple[str, int | None], ...]], ...]
+"""A ClusterQueue's flavors in spec order, each with its resources and nominal quota (None: unreadable)."""
+
+
+def flavor_quotas(cq: Mapping[str, Any]) -> FlavorQuotas:
+    out: dict[str, dict[str, int | None]] = {}
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        for fq in (group or {}).get("flavors") or []:
+            resources = out.setdefault(str((fq or {}).get("name") or ""), {})
+            for r in (fq or {}).get("resources") or []:
+                name = str((r or {}).get("name") or "")
+                try:
+                    resources[name] = to_amount(name, (r or {}).get("nominalQuota", 0))
+                except QuantityError:
+                    resources[name] = None
+    return tuple((f, tuple(rs.items())) for f, rs in out.items())
+
+
+class QueueCounts:
+    """ClusterQueue / LocalQueue status counted from the decision stream.
+
+    Counted, per workload, from its latest decision: ``MarkPending`` → pending in its
+    ClusterQueue; ``AdmitWorkload`` → reserving and admitted (this actuator writes Admitted
+    together with QuotaReserved) with the admission's usage per flavor and resource;
+    ``EvictWorkload`` → pending again (Kueue requeues it), its quota released at once (Kueue
+    releases it when the pods are gone). The ClusterQueue counts are rebuilt from the whole
+    decisions topic at recovery.
+
+    Not counted (not visible in the decision stream): finishes — a finished workload stays
+    counted as admitted, with its usage, until a later decision about it; deletions; workloads
+    no cycle has looked at yet (no ``MarkPending`` for them). A LocalQueue counts only the
+    workloads whose Workload object this process has read (it learns ``spec.queueName`` there:
+    every admit and evict, and the first pending mark of a workload)."""
+
+    def __init__(self) -> None:
+        self.workloads: dict[str, _Held] = {}
+        self.local_queue_of: dict[str, str] = {}  # "ns/workload" -> "ns/localqueue"
+        self.dirty_cluster_queues: set[str] = set()
+        self.dirty_local_queues: set[str] = set()
+
+    def _touch(self, key: str, held: _Held | None) -> None:
+        lq = self.local_queue_of.get(key)
+        for h in (held, self.workloads.get(key)):
+            if h is not None:
+                self.dirty_cluster_queues.add(h.cluster_queue)
+                if lq:
+                    self.dirty_local_queues.add(lq)
+
+    def fold(self, d: Decision) -> None:
+        key = f"{d.namespace}/{d.name}"
+        if isinstance(d, AdmitWorkload):
+            usage = {(flavor, r): 0 for psa in d.admission.pod_set_assignments for r, flavor in psa.flavors}
+            for psa in d.admission.pod_set_assignments:
+                flavors = dict(psa.flavors)
+                for r, amount in psa.resource_usage:
+                    if r in flavors:
+                        usage[(flavors[r], r)] += amount
+            held = _Held(d.admission.cluster_queue, True, tuple(sorted((f, r, v) for (f, r), v in usage.items())))
+        else:
+            previous = self.workloads.get(key)
+            cq = d.cluster_queue or (previous.cluster_queue if previous else "")
+            if not cq:
+                return
+            held = _Held(cq, False)
+        if self.workloads.get(key) != held:
+            self._touch(key, held)
+            self.workloads[key] = held
+
+    def learn_local_queue(self, key: str, local_queue: str) -> None:
+        if local_queue and self.local_queue_of.get(key) != local_queue:
+            old = self.local_queue_of.get(key)
+            if old and key in self.workloads:
+                self.dirty_local_queues.add(old)
+            self.local_queue_of[key] = local_queue
+            if key in self.workloads:
+                self.dirty_local_queues.add(local_queue)
+
+    def _tally(self, keys: Iterable[str]) -> tuple[int, int, dict[tuple[str, str], int]]:
+        pending, admitted, usage = 0, 0, dict[tuple[str, str], int]()
+        for key in keys:
+            h = self.workloads[key]
+            if not h.admitted:
+                pending += 1
+                continue
+            admitted += 1
+            for flavor, r, amount in h.usage:
+                usage[(flavor, r)] = usage.get((flavor, r), 0) + amount
+        return pending, admitted, usage
+
+    @staticmethod
+    def _flavors(usage: Mapping[tuple[str, str], int], quotas: FlavorQuotas, *, borrowed: bool) -> list[Json]:
+        rows: dict[str, dict[str, tuple[int, int | None]]] = {}
+        for flavor, quota in quotas:  # the ClusterQueue's flavors and resources in spec order, zeros included
+            rows[flavor] = {r: (usage.get((flavor, r), 0), nominal) for r, nominal in quota}
+        for (flavor, r), amount in sorted(usage.items()):
+            rows.setdefault(flavor, {}).setdefault(r, (amount, None))
+        out = []
+        for flavor, resources in rows.items():
+            entries = []
+            for r, (total, nominal) in resources.items():
+                entry: Json = {"name": r, "total": format_amount(r, total)}
+                if borrowed and nominal is not None:
+                    entry["borrowed"] = format_amount(r, max(0, total - nominal))
+                entries.append(entry)
+            out.append({"name": flavor, "resources": entries})
+        return out
+
+    def cluster_queue_status(self, name: str, quotas: FlavorQuotas = ()) -> Json:
+        keys = sorted(k for k, h in self.workloads.items() if h.cluster_queue == name)
+        pending, admitted, usage = self._tally(keys)
+        flavors = self._flavors(usage, quotas, borrowed=True)
+        return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
+                "flavorsReservation": flavors, "flavorsUsage": flavors}
+
+    def local_queue_status(self, key: str, quotas: FlavorQuotas = ()) -> Json:
+        keys = sorted(k for k, lq in self.local_queue_of.items() if lq == key and k in self.workloads)
+        pending, admitted, usage = self._tally(keys)
+        flavors = self._flavors(usage, quotas, borrowed=False)
+        return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
+                "flavorsReservation": flavors, "flavorUsage": flavors}
+
+
+def queue_status_patch(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Json | None:
+    current = obj.get("status") or {}
+    if all(current.get(k) == v for k, v in desired.items()):
+        return None
+    return {"status": dict(desired)}
+
+
+# --- the shell ------------------------------------------------------------------------------------
+
+
+@dataclass
+class KubeStats:
+    started: int = 0  # admits applied
+    stopped: int = 0  # evictions applied
+    already_applied: int = 0  # the Job showed the decision already (a redo after a crash)
+    stale: int = 0  # the Job showed a newer cycle's decision
+    duplicates: int = 0  # deduplicated by the watermark
+    pending_written: int = 0
+    pending_unchanged: int = 0
+    pending_dropped: int = 0
+    failed: int = 0
+    retries: int = 0
+    conflicts: int = 0
+    restores: int = 0
+    queue_status_writes: int = 0
+    skipped: int = 0  # undecodable decision records
+    api: ApiStats = field(default_factory=ApiStats)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "api"}
+        out["api"] = self.api.as_dict()
+        return out
+
+
+@dataclass
+class _Later:
+    """Work that must not hold up the line: a pending mark not yet written, a template to restore."""
+
+    attempts: int
+    due: float
+    decision: MarkPending | None = None
+    job: Ref | None = None
+
+
+class KubeActuator:
+    """Applies decisions to one cluster's API server; ``await step()`` until ``stop`` (see
+    :func:`run_kube_actuator`). ``retry_after`` says how long to wait after a step that hit a
+    retriable failure."""
+
+    def __init__(self, log: Log, api: client.ApiClient, *, cluster: str, topics: Topics | None = None,
+                 group: str = GROUP, qps: float = 20, burst: int = 40, batch_size: int = 100,
+                 request_timeout: float = 10.0, max_attempts: int = 10, max_conflicts: int = 5,
+                 retry_base_seconds: float = 0.2, retry_max_seconds: float = 10.0, flavor_ttl_seconds: float = 10.0,
+                 pending_cache_size: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.log = log
+        self.cluster = cluster
+        self.topics = topics or Topics()
+        self.group = group
+        self.batch_size = batch_size
+        self.max_attempts = max_attempts
+        self.max_conflicts = max_conflicts
+        self.retry_base_seconds = retry_base_seconds
+        self.retry_max_seconds = retry_max_seconds
+        self.flavor_ttl_seconds = flavor_ttl_seconds
+        self.pending_cache_size = pending_cache_size
+        self.clock = clock
+        self.stats = KubeStats()
+        self.kube = KubeCalls(api, qps=qps, burst=burst, request_timeout=request_timeout, stats=self.stats.api,
+                              clock=clock)
+        self.counts = QueueCounts()
+        self.next_offset = 0
+        self.watermark = Watermark()
+        self.retry_after: float | None = None
+        self._attempts: dict[str, int] = {}
+        self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
+        self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
+        self._flavors: dict[str, tuple[float, FlavorScheduling]] = {}
+        self._quotas: dict[str, FlavorQuotas] = {}
+        self._stale = True
+
+    # --- recovery -------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Resume at the committed position: the watermark from the tail of the last cycle before
+        it (the same rule as ``Actuator.recover``), the ClusterQueue counts from everything before it."""
+        topic = self.topics.decisions
+        self.next_offset = self.log.position(self.group, topic)
+        self.watermark, self._attempts = Watermark(), {}
+        tail: list[Decision] = []
+        for rec in read_backwards(self.log, topic, self.next_offset):
+            d = self._decode(rec)
+            if isinstance(d, CycleCompleted):
+                self.watermark.close(d)
+                break
+            if d is not None:
+                if tail and d.cycle != tail[-1].cycle:
+                    break
+                tail.append(d)
+        for d in reversed(tail):
+            if d.cycle >= self.watermark.cycle:
+                self.watermark.note(d)
+        self.counts = QueueCounts()
+        offset = 0
+        while offset < self.next_offset:
+            batch = [r for r in self.log.read(topic, offset, 1000) if r.offset < self.next_offset]
+            if not batch:
+                break
+            for rec in batch:
+                d = self._decode(rec)
+                if d is not None and not isinstance(d, CycleCompleted):
+                    self.counts.fold(d)
+            offset = batch[-1].offset + 1
+        self._stale = False
+
+    # --- the step -------------------------------------------------------------------------------
+
+    async def step(self) -> int:
+        """Apply one batch of decisions, flush queue status, commit reports and position.
+        Returns the records consumed, plus one when a retry is due (so a driver keeps stepping)."""
+        if self._stale:
+            self.recover()
+        self.retry_after = None
+        await self._do_later()
+        batch = self.log.read(self.topics.decisions, self.next_offset, self.batch_size)
+        reports: list[tuple[str, bytes]] = []
+        consumed = 0
+        for rec in batch:
+            if not await self._apply(rec, reports):
+                break
+            consumed += 1
+        await self._flush_queues()
+        if consumed:
+            position = batch[consumed - 1].offset + 1  # offsets may have gaps: never assume +1
+            appends = {self.topics.cluster_events: reports} if reports else {}
+            try:
+                self.log.transact(appends, {(self.group, self.topics.decisions): position})
+            except BaseException:
+                self._stale = True  # the watermark got ahead of the log: rebuild it
+                raise
+            self.next_offset = position
+        return consumed + (1 if self.retry_after is not None else 0)
+
+    def _decode(self, rec: Record) -> Decision | CycleCompleted | None:
+        try:
+            d: Decision | CycleCompleted = decode_decision(rec.value)
+        except (MalformedRecord, UnknownEventType) as e:
+            self.stats.skipped += 1
+            _log.warning("decision record skipped", offset=rec.offset, error=str(e))
+            return None
+        return d
+
+    async def _apply(self, rec: Record, reports: list[tuple[str, bytes]]) -> bool:
+        d = self._decode(rec)
+        if d is None:
+            return True
+        if isinstance(d, CycleCompleted):
+            self.watermark.close(d)
+            return True
+        if self.watermark.applied(d):
+            self.stats.duplicates += 1
+            return True
+        key = f"{d.namespace}/{d.name}"
+        if isinstance(d, MarkPending):
+            self._later.pop(f"pending:{key}", None)
+            await self._mark_pending(d)
+            self.counts.fold(d)
+            self.watermark.note(d)
+            return True
+        try:
+            if isinstance(d, AdmitWorkload):
+                await self._admit(d)
+            else:
+                await self._evict(d)
+        except ActuationError as e:
+            attempts = self._attempts.get(d.id, 0) + 1
+            if e.retriable and attempts < self.max_attempts:
+                self._attempts[d.id] = attempts
+                self.stats.retries += 1
+                self.retry_after = min(self.retry_base_seconds * 2 ** (attempts - 1), self.retry_max_seconds)
+                _log.info("actuation will be retried", decision=d.id, workload=key, error=str(e), attempts=attempts,
+                          after=self.retry_after)
+                return False
+            self._attempts.pop(d.id, None)
+            self.stats.failed += 1
+            _log.warning("actuation failed", decision=d.id, workload=key, error=str(e), retriable=e.retriable,
+                         attempts=attempts)
+            self._report(reports, ActuationFailed(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
+                                                  error=str(e), retriable=e.retriable, cluster=self.cluster),
+                         f"{d.id}:failed")
+            self.watermark.note(d)
+            return True
+        self._attempts.pop(d.id, None)
+        self._later.pop(f"pending:{key}", None)
+        self._pending_cache.pop(key, None)  # a pending mark after this one is news again
+        self.counts.fold(d)
+        self._report(reports, DecisionApplied(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
+                                              cluster=self.cluster), d.id)
+        self.watermark.note(d)
+        return True
+
+    def _report(self, reports: list[tuple[str, bytes]], event: DecisionApplied | ActuationFailed, suffix: str) -> None:
+        env = Envelope(id=f"actuator:{self.cluster}:{suffix}", source=SOURCE, cluster=self.cluster, event=event)
+        reports.append((event_key(env), encode(env)))
+
+    # --- the objects ----------------------------------------------------------------------------
+
+    async def _workload(self, d: Decision) -> Json:
+        # Missing before an admission: not created yet, wait for it. Missing at an eviction: it was
+        # there when admitted, so it is gone (finished and deleted) and there is nothing to stop.
+        wl = await self.kube.get(workload_ref(d.namespace, d.name),
+                                 not_found_retriable=not isinstance(d, EvictWorkload))
+        queue = (wl.get("spec") or {}).get("queueName")
+        if isinstance(queue, str) and queue:
+            self.counts.learn_local_queue(f"{d.namespace}/{d.name}", f"{d.namespace}/{queue}")
+        return wl
+
+    async def _job_of(self, wl: Json, d: Decision) -> tuple[Ref, Json] | None:
+        """The Job that owns the Workload; None for a Workload no Job owns (only its status is written)."""
+        owners = [r for r in (wl.get("metadata") or {}).get("ownerReferences") or []
+                  if isinstance(r, dict) and r.get("apiVersion") == "batch/v1" and r.get("kind") == "Job"]
+        owners.sort(key=lambda r: not r.get("controller"))
+        if not owners:
+            return None
+        ref = job_ref(d.namespace, str(owners[0].get("name")))
+        job = await self.kube.get(ref, not_found_retriable=not isinstance(d, EvictWorkload))
+        uid = (job.get("metadata") or {}).get("uid")
+        if owners[0].get("uid") and uid != owners[0]["uid"]:
+            raise InvalidObject(f"Workload {d.namespace}/{d.name}", "metadata.ownerReferences",
+                                f"names {ref} with uid {owners[0]['uid']}, but that Job has uid {uid} (recreated)")
+        return ref, job
+
+    async def _flavor(self, name: str) -> FlavorScheduling:
+        now = self.clock()
+        hit = self._flavors.get(name)
+        if hit is not None and now - hit[0] < self.flavor_ttl_seconds:
+            return hit[1]
+        out = flavor_scheduling(await self.kube.get(flavor_ref(name)))  # 404 is not retriable: a bad admission
+        self._flavors[name] = (now, out)
+        return out
+
+    async def _write_status(self, ref: Ref, wl: Json, desired: Json) -> bool:
+        """False on a conflict (re-read and try again)."""
+        patch = status_patch(wl, desired)
+        if patch is None:
+            return True
+        try:
+            await self.kube.patch(ref, patch, status=True, not_found_retriable=True)
+        except KubeApiError as e:
+            if e.conflict:
+                self.stats.conflicts += 1
+                return False
+            raise
+        return True
+
+    async def _patch_job(self, ref: Ref, body: Json) -> Json | None:
+        """The patched Job; None on a conflict."""
+        try:
+            return await self.kube.patch(ref, body, not_found_retriable=True)
+        except KubeApiError as e:
+            if e.conflict:
+                self.stats.conflicts += 1
+                return None
+            raise
+
+    async def _admit(self, d: AdmitWorkload) -> None:
+        for _ in range(self.max_conflicts):
+            wl = await self._workload(d)
+            owned = await self._job_of(wl, d)
+            if owned is not None:
+                ref, job = owned
+                verdict = idempotency(job, d)
+                if verdict == "stale":
+                    self.stats.stale += 1
+                    return
+                if verdict == "apply":
+                    flavors = [await self._flavor(n) for n in flavor_names(d)]
+                    if await self._patch_job(ref, job_admit_patch(job, d, flavors)) is None:
+                        continue
+                    self._later.pop(f"restore:{d.namespace}/{d.name}", None)
+                else:
+                    self.stats.already_applied += 1
+            desired = admitted_status(wl.get("status") or {}, d)
+            if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
+                self.stats.started += 1
+                return
+        raise KubeApiError(f"admit Workload {d.namespace}/{d.name}: still conflicting after {self.max_conflicts} "
+                           "re-reads", retriable=True, status=409)
+
+    async def _evict(self, d: EvictWorkload) -> None:
+        key = f"{d.namespace}/{d.name}"
+        for _ in range(self.max_conflicts):
+            wl = await self._workload(d)
+            owned = await self._job_of(wl, d)
+            if owned is not None:
+                ref, job = owned
+                verdict = idempotency(job, d)
+                if verdict == "stale":
+                    self.stats.stale += 1
+                    return
+                if verdict == "apply":
+                    patched = await self._patch_job(ref, job_evict_patch(job, d))
+                    if patched is None:
+                        continue
+                    job = patched
+                else:
+                    self.stats.already_applied += 1
+                if ANN_ORIGINAL in _annotations(job) and not await self._restore(ref, job):
+                    self._later[f"restore:{key}"] = _Later(attempts=0, due=self.clock() + 1.0, job=ref)
+            desired = evicted_status(wl.get("status") or {}, d)
+            if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
+                self.stats.stopped += 1
+                return
+        raise KubeApiError(f"evict Workload {key}: still conflicting after {self.max_conflicts} re-reads",
+                           retriable=True, status=409)
+
+    async def _restore(self, ref: Ref, job: Json) -> bool:
+        """Put the template's own scheduling back if the Job may change now; True when nothing is left to do."""
+        if (job.get("spec") or {}).get("suspend") is not True:
+            return True  # admitted again meanwhile: that admission built the template from the original
+        body = job_restore_patch(job)
+        if body is None:
+            return True
+        if not may_restore(job):
+            return False
+        if await self._patch_job(ref, body) is None:
+            return False
+        self.stats.restores += 1
+        return True
+
+    async def _mark_pending(self, d: MarkPending) -> None:
+        key = f"{d.namespace}/{d.name}"
+        want = (d.condition_reason, d.message, str(d.reason))
+        if self._pending_cache.get(key) == want:
+            self.stats.pending_unchanged += 1
+            return
+        try:
+            await self._write_pending(d)
+        except ActuationError as e:
+            self._defer_pending(d, 0, e)
+            return
+        self._remember_pending(key, want)
+
+    def _defer_pending(self, d: MarkPending, attempts: int, e: ActuationError) -> None:
+        key = f"{d.namespace}/{d.name}"
+        if not e.retriable or attempts + 1 >= self.max_attempts:
+            self.stats.pending_dropped += 1
+            _log.warning("pending status not written", decision=d.id, workload=key, error=str(e), attempts=attempts + 1)
+            return
+        delay = min(self.retry_base_seconds * 2**attempts, self.retry_max_seconds)
+        self._later[f"pending:{key}"] = _Later(attempts=attempts + 1, due=self.clock() + delay, decision=d)
+
+    def _remember_pending(self, key: str, want: tuple[str, str, str]) -> None:
+        self._pending_cache[key] = want
+        self._pending_cache.move_to_end(key)
+        while len(self._pending_cache) > self.pending_cache_size:
+            self._pending_cache.popitem(last=False)
+
+    async def _write_pending(self, d: MarkPending) -> None:
+        ref = workload_ref(d.namespace, d.name)
+        for _ in range(self.max_conflicts):
+            wl = await self._workload(d)
+            if holds_quota(wl):
+                # A redo of a pending mark from before the admission the Workload shows (the scheduler
+                # never marks a workload that holds quota pending): the newer state stands.
+                self.stats.stale += 1
+                return
+            if _annotations(wl).get(PENDING_REASON_ANNOTATION) != d.reason:
+                body = {"metadata": {"resourceVersion": _rv(wl),
+                                     "annotations": {PENDING_REASON_ANNOTATION: str(d.reason)}}}
+                try:
+                    wl = await self.kube.patch(ref, body, not_found_retriable=True)
+                except KubeApiError as e:
+                    if not e.conflict:
+                        raise
+                    self.stats.conflicts += 1
+                    continue
+            desired = pending_status(wl.get("status") or {}, d)
+            if status_patch(wl, desired) is None:
+                self.stats.pending_unchanged += 1
+                return
+            if await self._write_status(ref, wl, desired):
+                self.stats.pending_written += 1
+                return
+        raise KubeApiError(f"mark Workload {d.namespace}/{d.name} pending: still conflicting after "
+                           f"{self.max_conflicts} re-reads", retriable=True, status=409)
+
+    async def _do_later(self) -> None:
+        now = self.clock()
+        for name in sorted(k for k, v in self._later.items() if v.due <= now):
+            item = self._later.pop(name)
+            if item.decision is not None:
+                try:
+                    await self._write_pending(item.decision)
+                except ActuationError as e:
+                    self._defer_pending(item.decision, item.attempts, e)
+                else:
+                    key = f"{item.decision.namespace}/{item.decision.name}"
+                    self._remember_pending(key, (item.decision.condition_reason, item.decision.message,
+                                                 str(item.decision.reason)))
+            elif item.job is not None:
+                await self._retry_restore(name, item)
+
+    async def _retry_restore(self, name: str, item: _Later) -> None:
+        assert item.job is not None
+        try:
+            done = await self._restore(item.job, await self.kube.get(item.job))
+        except ActuationError as e:
+            if isinstance(e, KubeApiError) and e.not_found:
+                return  # the Job is gone
+            done = not e.retriable
+            if done:
+                _log.warning("template not restored", job=str(item.job), error=str(e))
+        if not done and item.attempts + 1 < 2 * self.max_attempts:
+            delay = min(2.0 ** item.attempts, 30.0)
+            self._later[name] = _Later(attempts=item.attempts + 1, due=self.clock() + delay, job=item.job)
+
+    # --- queue status ---------------------------------------------------------------------------
+
+    async def _flush_queues(self) -> None:
+        """Write each changed ClusterQueue / LocalQueue status once; failures wait for the next step."""
+        for name in sorted(self.counts.dirty_cluster_queues):
+            ref = cluster_queue_ref(name)
+            if await self._write_queue(ref, functools.partial(self._cq_status, name)):
+                self.counts.dirty_cluster_queues.discard(name)
+        for key in sorted(self.counts.dirty_local_queues):
+            namespace, _, lq = key.partition("/")
+            if await self._write_queue(local_queue_ref(namespace, lq), functools.partial(self._lq_status, key)):
+                self.counts.dirty_local_queues.discard(key)
+
+    def _cq_status(self, name: str, obj: Json) -> Json:
+        self._quotas[name] = flavor_quotas(obj)
+        return self.counts.cluster_queue_status(name, self._quotas[name])
+
+    def _lq_status(self, key: str, obj: Json) -> Json:
+        cq = str((obj.get("spec") or {}).get("clusterQueue") or "")
+        return self.counts.local_queue_status(key, self._quotas.get(cq, ()))
+
+    async def _write_queue(self, ref: Ref, desired: Callable[[Json], Json]) -> bool:
+        """True when done (written, unchanged, or not there to write); False to try next step."""
+        try:
+            obj = await self.kube.get(ref)
+            patch = queue_status_patch(obj, desired(obj))
+            if patch is not None:
+                await self.kube.patch(ref, patch, status=True)
+                self.stats.queue_status_writes += 1
+        except KubeApiError as e:
+            if e.retriable:
+                return False
+            _log.warning("queue status not written", queue=str(ref), error=str(e))
+        return True
+
+
+async def run_kube_actuator(log: Log, api: client.ApiClient, stop: asyncio.Event, *, cluster: str,
+                            topics: Topics | None = None, qps: float = 20, burst: int = 40,
+                            poll_seconds: float = 0.05, **options: Any) -> KubeActuator:
+    """Recover the committed position and step until ``stop``; returns the actuator (for its stats).
+    ``options`` are :class:`KubeActuator`'s other keyword arguments (group, batch_size,
+    request_timeout, max_attempts, max_conflicts, retry_base_seconds, retry_max_seconds, ...)."""
+    actuator = KubeActuator(log, api, cluster=cluster, topics=topics, qps=qps, burst=burst, **options)
+    actuator.recover()
+    while not stop.is_set():
+        did = await actuator.step()
+        if actuator.retry_after is not None:
+            wait = actuator.retry_after
+        elif did:
+            await asyncio.sleep(0)
+            continue
+        else:
+            wait = poll_seconds
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), wait)
+    return actuator
