@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import yaml
 
@@ -53,11 +54,51 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _open_log(path: str) -> object:
+def _add_log_options(p: argparse.ArgumentParser, *, path_flag: bool = True, create: bool = False) -> None:
+    """Where the log is: an embedded log directory, or a Kafka cluster (flags, or KUEUELOG_KAFKA_*)."""
+    where = p.add_argument_group("log", "the embedded log (--log) or Kafka (--bootstrap-servers, or "
+                                        "KUEUELOG_KAFKA_BOOTSTRAP_SERVERS; security settings from "
+                                        "KUEUELOG_KAFKA_SECURITY_PROTOCOL, _SASL_MECHANISM, _SASL_USERNAME, "
+                                        "_SASL_PASSWORD, _SSL_CAFILE, _SSL_CERTFILE, _SSL_KEYFILE)")
+    if path_flag:
+        where.add_argument("--log", metavar="PATH",
+                           help="the embedded log directory" + (" (created if missing)" if create else ""))
+    where.add_argument("--bootstrap-servers", metavar="HOST:PORT,...", help="read and write Kafka topics instead")
+    where.add_argument("--topic-prefix", default=os.environ.get("KUEUELOG_TOPIC_PREFIX", "kueuelog"),
+                       metavar="PREFIX", help="topic names are PREFIX.cluster-events, PREFIX.decisions, ... "
+                                              "(default: kueuelog, or KUEUELOG_TOPIC_PREFIX)")
+    where.add_argument("--shard", type=int, default=int(os.environ.get("KUEUELOG_SHARD", "0")), metavar="N",
+                       help="the scheduler shard (Kafka partition) to use (default: 0, or KUEUELOG_SHARD)")
+
+
+def _topics(args: argparse.Namespace) -> object:
+    from events.envelope import Topics
+
+    return Topics(prefix=args.topic_prefix)
+
+
+def _open_log(args: argparse.Namespace, *, path: str | None = None, role: str | None = None,
+              create: bool = False) -> object:
+    """The embedded log at ``path``/--log, or Kafka when bootstrap servers are given; exits 2 with
+    the reason when neither is usable."""
     from services.runtime.log import LogError, SqliteLog
 
+    path = path or getattr(args, "log", None)
+    bootstrap = args.bootstrap_servers or (None if path else os.environ.get("KUEUELOG_KAFKA_BOOTSTRAP_SERVERS"))
+    if path and bootstrap:
+        raise SystemExit("error: give either an embedded log (--log/LOG) or --bootstrap-servers, not both")
     try:
-        return SqliteLog(path, create=False)
+        if bootstrap:
+            from services.runtime.kafka import KafkaLog, KafkaSettings
+
+            try:
+                settings = KafkaSettings.from_env(bootstrap_servers=bootstrap)
+                return KafkaLog(settings, prefix=args.topic_prefix, shard=args.shard, role=role)
+            except ValueError as e:
+                raise SystemExit(f"error: {e}") from None
+        if not path:
+            raise SystemExit("error: no log given: use --log PATH (the embedded log) or --bootstrap-servers")
+        return SqliteLog(path, create=create)
     except LogError as e:
         raise SystemExit(f"error: {e}") from None
 
@@ -66,11 +107,10 @@ def _replay(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from events.envelope import Topics
     from services.inspect import replay, resolve_until
 
-    log = _open_log(args.log)
-    topics = Topics()
+    log = _open_log(args, path=args.log_path)
+    topics = _topics(args)
     try:
         until = resolve_until(log, topics, args.until)  # type: ignore[arg-type]
     except ValueError as e:
@@ -98,13 +138,12 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from events.envelope import Topics
     from services.inspect import explain
 
     if "/" not in args.workload:
         print("error: WORKLOAD must be NAMESPACE/NAME (a Workload or the Job that owns it)", file=sys.stderr)
         return 2
-    for line in explain(_open_log(args.log), Topics(), args.workload, at=args.at):  # type: ignore[arg-type]
+    for line in explain(_open_log(args), _topics(args), args.workload, at=args.at):  # type: ignore[arg-type]
         print(line)
     return 0
 
@@ -112,7 +151,6 @@ def _explain(args: argparse.Namespace) -> int:
 def _tail(args: argparse.Namespace) -> int:
     import asyncio
 
-    from events.envelope import Topics
     from services.inspect import tail
 
     types = {t.strip() for t in args.type.split(",") if t.strip()} if args.type else set()
@@ -124,7 +162,7 @@ def _tail(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
 
     async def main() -> None:
-        await tail(_open_log(args.log), Topics(), types=types, queue=args.queue,  # type: ignore[arg-type]
+        await tail(_open_log(args), _topics(args), types=types, queue=args.queue,  # type: ignore[arg-type]
                    from_start=args.from_start, emit=lambda line: print(line, flush=True), stop=stop)
 
     with contextlib.suppress(KeyboardInterrupt):
@@ -178,51 +216,203 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_HTTP_PORT = 8080
+
+
+class _Usage(Exception):
+    """A bad flag or setting of ``run``: exit 2 with the message."""
+
+
+def _http_port(args: argparse.Namespace) -> tuple[int, bool]:
+    """(port, whether it was asked for): --http-port, else KUEUELOG_HTTP_PORT, else 8080; 0 is off."""
+    explicit = args.http_port is not None or bool(os.environ.get("KUEUELOG_HTTP_PORT"))
+    raw = args.http_port if args.http_port is not None else os.environ.get("KUEUELOG_HTTP_PORT") or DEFAULT_HTTP_PORT
+    try:
+        port = int(raw)
+    except ValueError:
+        raise _Usage(f"KUEUELOG_HTTP_PORT: expected a port number, got {raw!r}") from None
+    if not 0 <= port <= 65535:
+        raise _Usage(f"--http-port: {port} is not a port number (0 turns the HTTP endpoints off)")
+    return port, explicit
+
+
+def _kube_wanted(args: argparse.Namespace) -> bool:
+    if args.service == "watcher":
+        return True
+    if args.service != "actuator":
+        if args.kube:
+            raise _Usage(f"--kube: 'run {args.service}' does not talk to Kubernetes (only watcher and actuator do)")
+        return False
+    if args.kube is not None:
+        return bool(args.kube)
+    raw = os.environ.get("KUEUELOG_KUBE", "").strip().lower()
+    if raw not in ("", "0", "false", "no", "1", "true", "yes"):
+        raise _Usage(f"KUEUELOG_KUBE: expected true or false, got {raw!r}")
+    return raw in ("1", "true", "yes")
+
+
+def _run_settings(args: argparse.Namespace) -> tuple[bool, str | None, str, str, tuple[int, bool]]:
+    """(kube, kubeconfig, cluster, job policy, http port) from flags and KUEUELOG_... variables."""
+    kube = _kube_wanted(args)
+    kubeconfig = args.kubeconfig or os.environ.get("KUEUELOG_KUBECONFIG") or os.environ.get("KUBECONFIG") or None
+    cluster = args.cluster or os.environ.get("KUEUELOG_CLUSTER") or ("default" if kube else "sim")
+    policy = args.job_policy or os.environ.get("KUEUELOG_JOB_POLICY") or "suspend"
+    if policy not in ("suspend", "reject"):
+        raise _Usage(f"KUEUELOG_JOB_POLICY: expected suspend or reject, got {policy!r}")
+    if args.seed and args.service not in ("all", "simcluster"):
+        raise _Usage(f"--seed: 'run {args.service}' submits no manifests (only all and simcluster do)")
+    return kube, kubeconfig, cluster, policy, _http_port(args)
+
+
+async def _serve_http(registry: Any, status: Any, host: str, port: int, explicit: bool) -> Any:
+    """The service's /healthz, /readyz and /metrics; None when off, or when the default port is
+    taken (a port that was asked for and cannot be served is an error)."""
+    from services.runtime.health import Check, HealthServer
+
+    if port == 0:
+        return None
+
+    def ready() -> Check:
+        return Check(status.ready, status.reason)
+
+    server = HealthServer(registry, ready, host=host, port=port)
+    try:
+        await server.start()
+    except OSError as e:
+        if explicit:
+            raise _Usage(f"--http-port: cannot serve /healthz, /readyz and /metrics on {host}:{port}: "
+                         f"{e.strerror or e}") from None
+        print(f"warning: not serving /healthz, /readyz and /metrics: {host}:{port}: {e.strerror or e} "
+              f"(choose a port with --http-port or KUEUELOG_HTTP_PORT, 0 for none)", file=sys.stderr)
+        return None
+    return server
+
+
+async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: Any, *, status: Any, registry: Any,
+                       on_step: Any, cfg: Any, cluster: str, policy: str) -> None:
+    import asyncio
+
+    from services.runtime import services as svc
+    from services.simcluster.cluster import SimConfig
+    from services.watcher.seed import ArrivalStream, read_files
+
+    config = SimConfig(cluster=cluster)
+
+    def arrivals() -> ArrivalStream | None:
+        if not args.seed:
+            return None
+        start = None if args.clock == "simulated" else svc.wall_clock_ms()
+        return ArrivalStream.from_files(log, read_files(args.seed), start=start, compress=args.compress,
+                                        cluster=cluster, topics=topics)
+
+    if args.service == "scheduler":
+        await svc.run_scheduler(log, stop, topics=topics, status=status, on_step=on_step)
+        return
+    if args.service == "all":
+        result = await svc.run_all(log, clock=args.clock, stop=stop, arrivals=arrivals(), config=config,
+                                   until_done=args.until_done, topics=topics, status=status, on_step=on_step)
+        print(f"stopped: {result.scheduler.stats.cycles} cycles, {result.scheduler.stats.decisions} decisions")
+        return
+    if args.service == "watcher":
+        from services.runtime.kube_services import WatcherService, api_client
+
+        async with api_client(cfg) as api:
+            watcher = WatcherService(log, api, cluster=cluster, topics=topics, status=status)
+            registry.register(watcher.collector())
+            await watcher.run(stop)
+        return
+    # One writer per role and shard on Kafka: replicas wait here as standbys.
+    if isinstance(log, svc.SupportsLeadership) and not await log.acquire(args.service, stop):
+        return
+    status.leading = True
+    if args.service == "simcluster":
+        # With --seed it also submits the manifests: in simulated time as it advances the clock,
+        # in real time as the wall clock reaches them (resuming after a restart: see ArrivalStream).
+        stream, bell = arrivals(), svc.Bell()
+        run_sim = svc.run_simcluster(log, stop, clock=args.clock, config=config, topics=topics, status=status,
+                                     arrivals=stream, bell=bell)
+        if stream is None or args.clock == "simulated":
+            await run_sim
+        else:
+            await asyncio.gather(run_sim, svc.run_arrivals(stream, stop, bell=bell))
+    elif cfg is None:
+        from services.actuator.actuator import SimClusterPort
+
+        await svc.run_actuator(log, stop, port=SimClusterPort(topics, cluster), topics=topics, status=status)
+    else:
+        from services.runtime.kube_services import ActuatorService, api_client
+
+        async with api_client(cfg) as api:
+            actuator = ActuatorService(log, api, cluster=cluster, topics=topics, policy=policy,  # type: ignore[arg-type]
+                                       qps=args.qps, burst=args.burst, status=status)
+            registry.register(actuator.collector())
+            await actuator.run(stop)
+
+
 def _run(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
+    from prometheus_client import CollectorRegistry, ProcessCollector
+
     from services.runtime import services as svc
-    from services.runtime.log import LogError, SqliteLog
-    from services.simcluster.cluster import SimConfig
-    from services.watcher.seed import ArrivalStream, read_files
+    from services.runtime.log import LogError
 
     try:
-        log = SqliteLog(args.log)
-    except LogError as e:
+        kube, kubeconfig, cluster, policy, (port, explicit) = _run_settings(args)
+    except _Usage as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    # The watcher publishes without an election (any number of replicas, idempotent envelopes);
+    # every other service is one writer per role and shard.
+    log: Any = _open_log(args, role=None if args.service == "watcher" else args.service, create=True)
+    topics: Any = _topics(args)
 
-    async def main() -> None:
+    async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        config = SimConfig(cluster=args.cluster)
-        if args.service == "scheduler":
-            await svc.run_scheduler(log, stop)
-        elif args.service == "actuator":
-            await svc.run_actuator(log, stop)
-        elif args.service == "simcluster":
-            await svc.run_simcluster(log, stop, clock=args.clock, config=config)
-        else:
-            arrivals = None
-            if args.seed:
-                start = None if args.clock == "simulated" else svc.wall_clock_ms()
-                arrivals = ArrivalStream.from_files(log, read_files(args.seed), start=start,
-                                                    compress=args.compress, cluster=args.cluster)
-            result = await svc.run_all(log, clock=args.clock, stop=stop, arrivals=arrivals, config=config,
-                                       until_done=args.until_done)
-            print(f"stopped: {result.scheduler.stats.cycles} cycles, {result.scheduler.stats.decisions} decisions")
+        cfg = None
+        if kube:
+            from services.runtime.kube_services import KubeConfigError, client_configuration
+
+            try:
+                cfg = await client_configuration(kubeconfig, context=args.context)
+            except KubeConfigError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
+        status = svc.ServiceStatus(args.service, leading=args.service == "watcher")
+        registry = CollectorRegistry(auto_describe=True)
+        on_step = None
+        if args.service in ("scheduler", "all"):
+            from services.runtime.metrics import SchedulerMetrics
+
+            on_step = svc.observe_scheduler(SchedulerMetrics(registry))
+        ProcessCollector(registry=registry)
+        try:
+            server = await _serve_http(registry, status, args.http_host, port, explicit)
+        except _Usage as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        try:
+            await _run_service(args, log, topics, stop, status=status, registry=registry, on_step=on_step, cfg=cfg,
+                               cluster=cluster, policy=policy)
+        except ManifestError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        finally:
+            if server is not None:
+                await server.stop()
+        return 0
 
     try:
-        asyncio.run(main())
-    except LogError as e:
+        return asyncio.run(main())
+    except (LogError, svc.LeadershipLost) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
         log.close()
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -250,19 +440,21 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("replay", help="rebuild the scheduler's state from a log; --verify re-derives every decision",
                          description="Fold the input log and re-run every recorded cycle at the input offset it "
                                      "ran at. With --verify, exit 1 if any re-derived decision differs.")
-    rep.add_argument("log", metavar="LOG", help="the embedded log directory (as left by `kueuelog demo`)")
+    rep.add_argument("log_path", nargs="?", metavar="LOG",
+                     help="the embedded log directory (as left by `kueuelog demo`); or use --bootstrap-servers")
+    _add_log_options(rep, path_flag=False)
     rep.add_argument("--until", metavar="OFFSET|TIME", help="stop at this input offset or RFC 3339 time")
     rep.add_argument("--verify", action="store_true", help="compare re-derived decisions with the recorded ones")
     rep.set_defaults(func=_replay)
 
     exp = sub.add_parser("explain", help="why a workload is pending, where it was admitted, who preempted it")
     exp.add_argument("workload", metavar="NS/WORKLOAD", help="a Workload, or the Job that owns it")
-    exp.add_argument("--log", required=True, metavar="PATH", help="the embedded log directory")
+    _add_log_options(exp)
     exp.add_argument("--at", type=int, metavar="OFFSET", help="as of this input offset")
     exp.set_defaults(func=_explain)
 
     tl = sub.add_parser("tail", help="follow decisions as they are committed")
-    tl.add_argument("--log", required=True, metavar="PATH", help="the embedded log directory")
+    _add_log_options(tl)
     tl.add_argument("--type", metavar="Admit,Evict,Pending", help="only these decision types")
     tl.add_argument("--queue", metavar="CLUSTERQUEUE", help="only decisions about this ClusterQueue")
     tl.add_argument("--from-start", action="store_true", help="print the whole history first")
@@ -281,19 +473,58 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how long a Job runs without a kueuelog.io/sim-duration annotation")
     demo.set_defaults(func=_demo)
 
-    run = sub.add_parser("run", help="run a service (or all of them) over an embedded log",
-                         description="Run the scheduler (the single writer), the actuator, the simulated cluster, "
-                                     "or all three in one process, over the embedded log in PATH, until SIGINT or "
-                                     "SIGTERM (or, for 'all' in simulated time, until nothing is left to do).")
-    run.add_argument("service", choices=("scheduler", "actuator", "simcluster", "all"))
-    run.add_argument("--log", required=True, metavar="PATH", help="the embedded log directory (created if missing)")
-    run.add_argument("--clock", choices=("simulated", "real"), default="real",
+    run = sub.add_parser(
+        "run", help="run a service (or all of them) over the embedded log or Kafka",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run one service until SIGINT or SIGTERM, over the embedded log in PATH or Kafka topics:\n"
+                    "  watcher     this cluster's Kueue objects, Jobs and Namespaces -> cluster events (Kubernetes)\n"
+                    "  scheduler   the single writer: cluster events -> decisions\n"
+                    "  actuator    decisions -> the simulated cluster; with --kube, -> this Kubernetes cluster "
+                    "(Jobs unsuspended\n"
+                    "              or suspended, Workload and queue status), with the job reconciler in the same "
+                    "process\n"
+                    "  simcluster  the simulated cluster that stands in for Kubernetes\n"
+                    "  all         scheduler, actuator and simulated cluster in one process (in simulated time: "
+                    "until\n"
+                    "              nothing is left to do)\n"
+                    "On Kafka every service but the watcher is one writer per shard: start as many replicas as you "
+                    "like,\none leads and the others wait as standbys (not ready). Every service serves /healthz, "
+                    "/readyz and\n/metrics on --http-port.",
+        epilog="Kubernetes: --kubeconfig, else KUEUELOG_KUBECONFIG, else KUBECONFIG, else the pod's in-cluster "
+               "configuration.\nEvery flag with a KUEUELOG_... variable named in its help takes it as its default.")
+    run.add_argument("service", choices=("watcher", "scheduler", "actuator", "simcluster", "all"))
+    _add_log_options(run, create=True)
+    run.add_argument("--cluster", default=None,
+                     help="the name this cluster's events and decisions carry (default: KUEUELOG_CLUSTER, else "
+                          "'default' for Kubernetes and 'sim' for the simulated cluster)")
+    kube = run.add_argument_group("Kubernetes", "watcher, and actuator --kube")
+    kube.add_argument("--kube", action=argparse.BooleanOptionalAction, default=None,
+                      help="actuator: apply decisions to Kubernetes and run the job reconciler, instead of the "
+                           "simulated cluster (default: KUEUELOG_KUBE, else off)")
+    kube.add_argument("--kubeconfig", metavar="PATH",
+                      help="default: KUEUELOG_KUBECONFIG, else KUBECONFIG, else the in-cluster configuration")
+    kube.add_argument("--context", metavar="NAME", help="the kubeconfig context (default: its current context)")
+    kube.add_argument("--job-policy", choices=("suspend", "reject"), default=None,
+                      help="a queued Job created running: suspend it until admitted, or reject it (label "
+                           "kueuelog.io/rejected; it runs outside quota) (default: KUEUELOG_JOB_POLICY, else suspend)")
+    kube.add_argument("--qps", type=float, default=os.environ.get("KUEUELOG_KUBE_QPS", "20"), metavar="N",
+                      help="actuator: API requests per second (default: 20, or KUEUELOG_KUBE_QPS)")
+    kube.add_argument("--burst", type=int, default=os.environ.get("KUEUELOG_KUBE_BURST", "40"), metavar="N",
+                      help="actuator: API requests above --qps in a burst (default: 40, or KUEUELOG_KUBE_BURST)")
+    http = run.add_argument_group("health and metrics", "/healthz (alive), /readyz (leading and recovered), "
+                                                       "/metrics (Prometheus)")
+    http.add_argument("--http-port", type=int, default=None, metavar="PORT",
+                      help="default: KUEUELOG_HTTP_PORT, else 8080; 0 turns them off. A port asked for that cannot "
+                           "be served is an error; the default 8080, when taken, only a warning")
+    http.add_argument("--http-host", default=os.environ.get("KUEUELOG_HTTP_HOST", "0.0.0.0"), metavar="ADDRESS",
+                      help="default: 0.0.0.0, or KUEUELOG_HTTP_HOST")
+    simulated = run.add_argument_group("simulated cluster", "simcluster and all")
+    simulated.add_argument("--clock", choices=("simulated", "real"), default="real",
                      help="time for the simulated cluster (default: real)")
-    run.add_argument("--cluster", default="sim", help="cluster name stamped on the simulated cluster's events")
-    run.add_argument("--seed", nargs="*", metavar="FILE", help="'all' only: manifests to submit as they arrive")
-    run.add_argument("--compress", type=int, default=1, metavar="N",
+    simulated.add_argument("--seed", nargs="*", metavar="FILE", help="'all' only: manifests to submit as they arrive")
+    simulated.add_argument("--compress", type=int, default=1, metavar="N",
                      help="real clock: submit the seeded Jobs N times faster than their creationTimestamps")
-    run.add_argument("--until-done", action=argparse.BooleanOptionalAction, default=None,
+    simulated.add_argument("--until-done", action=argparse.BooleanOptionalAction, default=None,
                      help="'all': stop once nothing is left to do (default: in simulated time only)")
     run.set_defaults(func=_run)
 

@@ -15,10 +15,11 @@ Mapping of the port onto Kafka:
 * Single writer: a log opened with a ``role`` writes through a transactional producer whose
   id is ``<prefix>.<role>.<shard>``. Starting it fences every older producer with that id
   (a zombie's next commit fails), so it is started only by the instance that holds the
-  role's leadership (:meth:`KafkaLog.lead`): members of the group ``<prefix>.<role>.<shard>``
-  share the one-partition lease topic, and the member the (sticky) assignor gives it to
-  leads. When the leader dies the group coordinator notices within the session timeout
-  and a standby gets the partition.
+  role's leadership (:meth:`KafkaLog.acquire`): members of the group
+  ``<prefix>.<role>.<shard>`` share the one-partition lease topic, and the member our assignor
+  gives it to leads (the current leader keeps it; else the longest-waiting standby, with a new
+  term). When the leader dies the group coordinator notices within the session timeout and a
+  standby gets the partition.
 
 The port is synchronous (the scheduler core and its shells step deterministically), so
 the aiokafka clients live on an event loop of their own in a daemon thread, and each
@@ -29,18 +30,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import ssl
 import threading
+import time
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import aiokafka.producer.sender as _aiokafka_sender
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 from aiokafka.errors import (
     InvalidProducerEpoch,
     KafkaError,
@@ -196,17 +200,76 @@ class _LoopThread:
             self.loop.close()
 
 
-class _Leases(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, held: asyncio.Event) -> None:
-        self.held = held
+class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
+    """This member's view of the lease. The group revokes every partition before each rebalance
+    (eager protocol) and then hands them out again, so a leader is "revoked" for a moment
+    whenever a standby joins; it has lost only when the new assignment leaves it out.
+
+    ``term`` numbers leaderships: every grant to a new leader is one more than any term a member
+    of the group has seen, and the assignment tells every member the current term."""
+
+    def __init__(self) -> None:
+        self.state: Literal["none", "held", "revoked"] = "none"
+        self.joined_ns = time.time_ns()
+        self.term = 0  # the term this member leads in, 0 if it does not (or lost)
+        self.seen = 0  # the newest term this member has heard of
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        if revoked:
-            self.held.clear()
+        if revoked and self.state == "held":
+            self.state = "revoked"
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
-        if assigned:
-            self.held.set()
+        self.state = "held" if assigned else "none"
+        if not assigned:
+            self.term = 0
+
+
+class _LeaseAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+    """Who leads: the member that holds the current term keeps the lease (a standby joining does
+    not unseat it); when nobody holds it, the longest-waiting member that never led gets a new,
+    higher term. A thawed zombie claims an old term and never wins it back. Each member's class
+    is a subclass bound to its own :class:`_Lease` (aiokafka calls assignors as classes)."""
+
+    name = "kueuelog-lease"
+    version = 0
+    lease: _Lease
+
+    @classmethod
+    def metadata(cls, topics: Any) -> ConsumerProtocolMemberMetadata:
+        info = {"joined": cls.lease.joined_ns, "term": cls.lease.term, "seen": cls.lease.seen}
+        return ConsumerProtocolMemberMetadata(cls.version, list(topics), json.dumps(info).encode())
+
+    @classmethod
+    def assign(cls, cluster: Any, members: Mapping[str, Any]) -> dict[str, ConsumerProtocolMemberAssignment]:
+        info: dict[str, dict[str, int]] = {}
+        for member_id, meta in members.items():
+            try:
+                info[member_id] = json.loads(bytes(meta.user_data or b"{}"))
+            except ValueError:
+                info[member_id] = {}
+        seen = max([0] + [max(i.get("term", 0), i.get("seen", 0)) for i in info.values()])
+        holders = sorted(m for m, i in info.items() if seen and i.get("term") == seen)
+        winner: str | None
+        if holders:
+            winner, term = holders[0], seen
+        else:
+            fresh = sorted((i.get("joined", 0), m) for m, i in info.items() if not i.get("term"))
+            winner, term = (fresh[0][1] if fresh else None), seen + 1
+        topics = sorted({t for meta in members.values() for t in meta.subscription})
+        out: dict[str, ConsumerProtocolMemberAssignment] = {}
+        for member_id in members:
+            parts = [(t, [0]) for t in topics] if member_id == winner else []
+            out[member_id] = ConsumerProtocolMemberAssignment(cls.version, parts, json.dumps({"term": term}).encode())
+        return out
+
+    @classmethod
+    def on_assignment(cls, assignment: ConsumerProtocolMemberAssignment) -> None:
+        try:
+            term = int(json.loads(bytes(assignment.user_data or b"{}")).get("term", 0))
+        except ValueError:
+            term = 0
+        cls.lease.seen = max(cls.lease.seen, term)
+        cls.lease.term = term if assignment.assignment else 0
 
 
 @dataclass
@@ -234,10 +297,12 @@ class KafkaLog:
         self._producer: AIOKafkaProducer | None = None
         self._producer_broken = False
         self._readers: dict[str, _Reader] = {}
+        self._committed: dict[tuple[str, str], int] = {}
+        self._own_end: dict[str, int] = {}
         self._known: set[str] = set()
         self._lease_consumer: AIOKafkaConsumer | None = None
         self._lease_task: asyncio.Task[None] | None = None
-        self._lease_held: asyncio.Event | None = None
+        self._lease: _Lease | None = None
         self._lease_name: str | None = None
         self._closed = False
         try:
@@ -312,8 +377,11 @@ class KafkaLog:
         return r
 
     async def _end(self, r: _Reader) -> int:
+        """The last stable offset, or past this writer's own newest committed record if that is
+        further: a commit returns before its markers are written, and until then the broker's
+        LSO stays below the records just committed (read-your-writes for the writer itself)."""
         offsets: dict[TopicPartition, int] = await r.consumer.end_offsets([r.tp])
-        r.end = offsets[r.tp]
+        r.end = max(offsets[r.tp], self._own_end.get(r.tp.topic, 0))
         return r.end
 
     async def _read(self, topic: str, start: int, limit: int) -> list[Record]:
@@ -322,8 +390,11 @@ class KafkaLog:
             return []
         if r.next != start:
             r.consumer.seek(r.tp, start)
+        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_ms / 1000
         while True:
-            got = await r.consumer.getmany(r.tp, timeout_ms=500, max_records=limit)
+            # Short waits: a fetch that brings only control records yields nothing, and getmany would
+            # sit out its whole timeout although the position has already reached the end.
+            got = await r.consumer.getmany(r.tp, timeout_ms=FETCH_WAIT_MS, max_records=limit)
             msgs = got.get(r.tp, [])
             if msgs:
                 r.next = msgs[-1].offset + 1
@@ -332,6 +403,9 @@ class KafkaLog:
             r.next = position
             if position >= r.end:  # only control records were left before the end
                 return []
+            if asyncio.get_running_loop().time() > deadline:
+                raise LogError(f"kafka: no records from {topic} at {position} although it ends at {r.end}",
+                               retriable=True)
 
     def read(self, topic: str, start: int, limit: int = 1000) -> list[Record]:
         return self._run(self._read(topic, start, limit), f"read {topic}")
@@ -345,10 +419,28 @@ class KafkaLog:
         return self._run(end(), f"end offset of {topic}")
 
     def position(self, group: str, topic: str) -> int:
+        """The group's committed position. This writer's own commits are answered from memory: the
+        broker shows a transactional offset commit only once its markers are written, a few ms after
+        the commit returns. (A successor reads the position after starting its producer, which
+        waits for its predecessor's transaction to complete.)"""
+        mine = self._committed.get((group, topic))
+        if mine is not None:
+            return mine
+
         async def committed() -> int:
             assert self._admin is not None
             tp = self._tp(topic)
-            offsets = await self._admin.list_consumer_group_offsets(self.group_id(group), partitions=[tp])
+            deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_ms / 1000
+            while True:
+                try:
+                    offsets = await self._admin.list_consumer_group_offsets(self.group_id(group), partitions=[tp])
+                    break
+                except KafkaError as e:
+                    # The group coordinator is not there yet (the offsets topic is created on first use,
+                    # or a broker is restarting): ask again until the request timeout.
+                    if not e.retriable or asyncio.get_running_loop().time() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
             om = offsets.get(tp)
             return om.offset if om is not None and om.offset >= 0 else 0
         return self._run(committed(), f"position of {group} on {topic}")
@@ -362,7 +454,7 @@ class KafkaLog:
             with contextlib.suppress(Exception):
                 await self._producer.stop()
             self._producer = None
-        if self.transactional_id and self._lease_name is not None and not self.holds(self._lease_name):
+        if self.transactional_id and self._lease is not None and self._lease.state != "held":
             # Starting a transactional producer fences the current owner of the id: only the leader may.
             raise LeadershipLost(f"kafka: {self._lease_name} leadership is not held; not starting "
                                  f"transactional producer {self.transactional_id}")
@@ -393,7 +485,7 @@ class KafkaLog:
             if commits:
                 raise LogError("kafka: committing consumer positions needs a log opened with a role "
                                "(a transactional producer)", retriable=False)
-            return await self._send_all(producer, appends)
+            return self._wrote(await self._send_all(producer, appends))
         try:
             async with producer.transaction():
                 out = await self._send_all(producer, appends)
@@ -403,11 +495,19 @@ class KafkaLog:
                     by_group.setdefault(self.group_id(group), {})[self._tp(topic)] = OffsetAndMetadata(offset, "")
                 for group_id, offsets in sorted(by_group.items()):
                     await producer.send_offsets_to_transaction(offsets, group_id)
+            self._committed.update(commits)
+            self._wrote(out)
         except BaseException as e:
             wrapped = _wrap("kafka transaction", e)
             if not isinstance(wrapped, Fenced):
                 self._producer_broken = True  # start afresh (and only as leader) before the next one
             raise wrapped from e
+        return out
+
+    def _wrote(self, out: dict[str, list[int]]) -> dict[str, list[int]]:
+        for topic, offsets in out.items():
+            if offsets:
+                self._own_end[topic] = max(self._own_end.get(topic, 0), offsets[-1] + 1)
         return out
 
     def transact(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
@@ -427,16 +527,17 @@ class KafkaLog:
     def lease_topic(self) -> str:
         return f"{self.prefix}.{LEASES_SUFFIX}"
 
-    async def _lead(self, name: str) -> asyncio.Event:
+    async def _lead(self, name: str) -> _Lease:
         await self._ensure(self.lease_topic(), partitions=1)
-        held = asyncio.Event()
+        lease = _Lease()
+        assignor = type("BoundLeaseAssignor", (_LeaseAssignor,), {"lease": lease})
         consumer = AIOKafkaConsumer(**self.settings.client_kwargs(), group_id=f"{self.prefix}.{name}.{self.shard}",
                                     enable_auto_commit=False,
-                                    partition_assignment_strategy=(StickyPartitionAssignor,),
+                                    partition_assignment_strategy=(assignor,),
                                     session_timeout_ms=self.settings.session_timeout_ms,
                                     heartbeat_interval_ms=self.settings.heartbeat_interval_ms)
         await consumer.start()
-        consumer.subscribe([self.lease_topic()], listener=_Leases(held))
+        consumer.subscribe([self.lease_topic()], listener=lease)
 
         async def keep_polling() -> None:
             # Membership needs polls (max_poll_interval); the records themselves mean nothing.
@@ -447,24 +548,30 @@ class KafkaLog:
 
         self._lease_consumer = consumer
         self._lease_task = asyncio.ensure_future(keep_polling())
-        return held
+        return lease
 
     async def acquire(self, name: str, stop: asyncio.Event | None = None, *, poll_seconds: float = 0.2) -> bool:
         """Join the election for ``name`` (this shard) and wait until this instance leads it or
         ``stop`` is set; True once leading. Called from the service's own event loop."""
         if self._lease_name is None:
-            self._lease_held = self._run(self._lead(name), f"join {name} election")
+            self._lease = self._run(self._lead(name), f"join {name} election")
             self._lease_name = name
             _log.info("waiting for leadership", role=name, shard=self.shard)
-        while not self.holds(name):
+        while not (self._lease_name == name and self._lease is not None and self._lease.state == "held"):
             if stop is not None and stop.is_set():
                 return False
             await asyncio.sleep(poll_seconds)
-        _log.info("leading", role=name, shard=self.shard)
+        if self.transactional_id:
+            # Fence the predecessor now, and wait for its last transaction to complete, so that what
+            # this leader reads next (positions, the tail of its output) is final.
+            self._run(self._producer_ready(), f"start {name} writer")
+        _log.info("leading", role=name, shard=self.shard, transactional_id=self.transactional_id)
         return True
 
     def holds(self, name: str) -> bool:
-        return self._lease_name == name and self._lease_held is not None and self._lease_held.is_set()
+        """Not known to have lost ``name``: held, or revoked for a rebalance whose outcome is not in
+        yet (writing on meanwhile is safe: a successor's producer would fence this one first)."""
+        return self._lease_name == name and self._lease is not None and self._lease.state != "none"
 
     def release(self, name: str) -> None:
         if self._lease_name != name:
@@ -481,7 +588,7 @@ class KafkaLog:
 
         with contextlib.suppress(LogError):
             self._run(leave(), f"leave {name} election")
-        self._lease_name, self._lease_held = None, None
+        self._lease_name, self._lease = None, None
 
     # --- lifecycle ------------------------------------------------------------------------
 

@@ -1,0 +1,326 @@
+"""The Kafka backend of the log port, on the real local broker.
+
+The port's contract (the same suite as the embedded log's), what only Kafka adds (headers,
+topic settings, transactions invisible until committed), single-writer fencing and the
+standby election, and the services on Kafka: the same decisions as on the embedded log,
+dead letters, and a broker restart in the middle of a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+import yaml
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from events.codec import decode_decision, decode_envelope, encode
+from events.envelope import Envelope, Topics, event_key
+from events.manifests import load
+from events.messages import AdmitWorkload, ClockTicked, CycleCompleted, WorkloadFinished
+from services.inspect import replay
+from services.runtime.kafka import Fenced, KafkaLog, KafkaSettings, LeadershipLost
+from services.runtime.log import Log, SqliteLog
+from services.runtime.services import drive_until_idle, run_all
+from services.schedulerd import Scheduler
+from services.simcluster.cluster import SimConfig
+from services.watcher.seed import ArrivalStream, arrival_schedule, seed_all
+from tests.builders import a_cluster_queue, a_flavor, a_job, a_local_queue
+from tests.infra.kafka import LocalKafka
+from tests.log_contract import LogContract
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def settings(kafka_broker: LocalKafka) -> KafkaSettings:
+    # Short sessions: a standby notices a dead leader within about two seconds.
+    return KafkaSettings(bootstrap_servers=kafka_broker.bootstrap_servers, session_timeout_ms=2000,
+                         heartbeat_interval_ms=300)
+
+
+@pytest.fixture
+def prefix(kafka_topic_prefix: str) -> str:
+    return kafka_topic_prefix.rstrip("-")
+
+
+@pytest.fixture
+def log(settings: KafkaSettings, prefix: str) -> Iterator[KafkaLog]:
+    lg = KafkaLog(settings, prefix=prefix, role="test")
+    yield lg
+    lg.close()
+
+
+@pytest.fixture
+def topic(prefix: str) -> Callable[[str], str]:
+    return lambda name: f"{prefix}.{name}"
+
+
+class TestKafkaLogContract(LogContract):
+    pass
+
+
+def _wait(predicate: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+
+
+# --- what Kafka adds ------------------------------------------------------------------------
+
+
+async def test_records_carry_key_and_schema_version_and_topics_have_their_settings(
+        log: KafkaLog, prefix: str, settings: KafkaSettings) -> None:
+    topics = Topics(prefix=prefix)
+    env = Envelope(id="t1", source="test", cluster="c", event=ClockTicked(time=5))
+    await asyncio.to_thread(log.append, topics.cluster_events, [(event_key(env), encode(env))])
+    await asyncio.to_thread(log.append, topics.snapshots, [("scheduler", b"{}")])
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, isolation_level="read_committed",
+                                auto_offset_reset="earliest", enable_auto_commit=False)
+    await consumer.start()
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+    await admin.start()
+    try:
+        tp = TopicPartition(topics.cluster_events, 0)
+        consumer.assign([tp])
+        got = await consumer.getmany(tp, timeout_ms=5000)
+        (msg,) = got[tp]
+        assert msg.key == b"c"
+        assert dict(msg.headers) == {"schema": b"1", "content-type": b"application/json"}
+        assert decode_envelope(msg.value) == env
+        configs = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topics.snapshots),
+                                                ConfigResource(ConfigResourceType.TOPIC, topics.cluster_events)])
+        by_topic = {res[3]: {c[0]: c[1] for c in res[4]} for resp in configs for res in resp.resources}
+        assert by_topic[topics.snapshots]["cleanup.policy"] == "compact"
+        assert by_topic[topics.cluster_events]["cleanup.policy"] == "delete"
+        assert by_topic[topics.cluster_events]["retention.ms"] == "-1"  # the log is the truth: nothing expires
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+def test_readers_never_see_an_aborted_transaction(log: KafkaLog, topic: Callable[[str], str]) -> None:
+    t = topic("t")
+    log.append(t, [("k", b"committed")])
+    with pytest.raises(Exception, match="boom"):
+        async def fail() -> None:
+            producer = await log._producer_ready()
+            async with producer.transaction():
+                await producer.send(t, b"aborted", key=b"k", partition=0)
+                raise RuntimeError("boom")
+        log._io.run(fail(), timeout=30)
+    log.append(t, [("k", b"after")])
+    assert [r.value for r in log.read(t, 0)] == [b"committed", b"after"]
+
+
+def test_settings_come_from_the_environment_and_hide_the_password() -> None:
+    s = KafkaSettings.from_env({"KUEUELOG_KAFKA_BOOTSTRAP_SERVERS": "b:9092",
+                                "KUEUELOG_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                                "KUEUELOG_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+                                "KUEUELOG_KAFKA_SASL_USERNAME": "kueuelog",
+                                "KUEUELOG_KAFKA_SASL_PASSWORD": "s3cret",
+                                "KUEUELOG_KAFKA_SESSION_TIMEOUT_MS": "4000"})
+    assert (s.bootstrap_servers, s.sasl_mechanism, s.session_timeout_ms) == ("b:9092", "SCRAM-SHA-512", 4000)
+    assert "s3cret" not in repr(s)
+    kw = s.client_kwargs()
+    assert kw["sasl_plain_password"] == "s3cret" and kw["security_protocol"] == "SASL_PLAINTEXT"
+    with pytest.raises(ValueError, match="sasl_mechanism 'GSSAPI' is not one of"):
+        KafkaSettings(bootstrap_servers="b:9092", security_protocol="SASL_SSL", sasl_mechanism="GSSAPI",
+                      sasl_username="u", sasl_password="p")
+    with pytest.raises(ValueError, match="SESSION_TIMEOUT_MS='soon' is not an integer"):
+        KafkaSettings.from_env({"KUEUELOG_KAFKA_BOOTSTRAP_SERVERS": "b:9092",
+                                "KUEUELOG_KAFKA_SESSION_TIMEOUT_MS": "soon"})
+    with pytest.raises(ValueError, match="no bootstrap servers"):
+        KafkaSettings.from_env({})
+
+
+# --- single writer ---------------------------------------------------------------------------
+
+
+def test_a_zombie_writer_is_fenced_by_its_successor(settings: KafkaSettings, prefix: str,
+                                                     topic: Callable[[str], str]) -> None:
+    t, inp = topic("out"), topic("in")
+    old = KafkaLog(settings, prefix=prefix, role="scheduler")
+    new = KafkaLog(settings, prefix=prefix, role="scheduler")
+    try:
+        old.transact({t: [("k", b"old-1")]}, {("scheduler", inp): 1})
+        new.transact({t: [("k", b"new-1")]}, {("scheduler", inp): 2})  # starting the producer fences `old`
+        with pytest.raises(Fenced) as err:
+            old.transact({t: [("k", b"zombie")]}, {("scheduler", inp): 99})
+        assert err.value.retriable is False
+        new.transact({t: [("k", b"new-2")]}, {("scheduler", inp): 3})
+        assert [r.value for r in new.read(t, 0)] == [b"old-1", b"new-1", b"new-2"]
+        assert new.position("scheduler", inp) == 3
+    finally:
+        old.close()
+        new.close()
+
+
+async def test_a_standby_waits_for_the_leader_and_takes_over(settings: KafkaSettings, prefix: str,
+                                                            topic: Callable[[str], str]) -> None:
+    a = KafkaLog(settings, prefix=prefix, role="scheduler")
+    b = KafkaLog(settings, prefix=prefix, role="scheduler")
+    stop = asyncio.Event()
+    try:
+        assert await asyncio.wait_for(a.acquire("scheduler", stop), 30)
+        standby = asyncio.ensure_future(b.acquire("scheduler", stop))
+        await asyncio.sleep(3)  # longer than a session: b stays a standby while a lives
+        assert not standby.done() and not b.holds("scheduler") and a.holds("scheduler")
+        with pytest.raises(LeadershipLost):
+            await asyncio.to_thread(b.append, topic("t"), [("k", b"standby")])  # a standby never writes
+        await asyncio.to_thread(a.append, topic("t"), [("k", b"leader")])
+        a.release("scheduler")  # the leader leaves (a crash is the slower case: see test_kafka_crash)
+        assert await asyncio.wait_for(standby, 30)
+        await asyncio.to_thread(b.append, topic("t"), [("k", b"successor")])
+        assert [r.value for r in b.read(topic("t"), 0)] == [b"leader", b"successor"]
+    finally:
+        stop.set()
+        a.close()
+        b.close()
+
+
+# --- the services on Kafka --------------------------------------------------------------------
+
+
+def _manifests(jobs: int = 24) -> str:
+    objs = [a_flavor("default").obj(),
+            a_cluster_queue("cq-a").cohort("c").flavor("default", cpu=(4, 4)).preemption(
+                within="LowerPriority", reclaim="Any").obj(),
+            a_cluster_queue("cq-b").cohort("c").flavor("default", cpu=4).preemption(reclaim="Any").obj(),
+            a_local_queue("a", "lq", "cq-a").obj(), a_local_queue("b", "lq", "cq-b").obj(),
+            {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
+             "metadata": {"name": "high"}, "value": 100}]
+    for i in range(jobs):
+        job = a_job("a" if i % 3 else "b", f"j{i:02d}", "lq").parallelism(1 + i % 2).request(cpu=1 + i % 2)
+        job = job.created(i * 5).annotate("kueuelog.io/sim-duration", f"{20 + (i * 37) % 180}s")
+        if i % 7 == 0:
+            job = job.label("kueue.x-k8s.io/priority-class", "high")
+        objs.append(job.obj())
+    return yaml.safe_dump_all(objs)
+
+
+def _values(log: Log, topic: str) -> list[bytes]:
+    out: list[bytes] = []
+    offset = 0
+    while batch := log.read(topic, offset, 5000):
+        out.extend(r.value for r in batch)
+        offset = batch[-1].offset + 1
+    return out
+
+
+def _offset_free(values: list[bytes]) -> list[bytes]:
+    out = []
+    for v in values:
+        d = decode_decision(v)
+        out.append(encode(msgspec.structs.replace(d, input_offset=0)) if isinstance(d, CycleCompleted) else v)
+    return out
+
+
+def test_the_loop_on_kafka_decides_exactly_as_on_the_embedded_log(settings: KafkaSettings, prefix: str,
+                                                                   tmp_path: Path) -> None:
+    objects = load({"jobs.yaml": _manifests()})
+    topics = Topics(prefix=prefix)
+    kafka = KafkaLog(settings, prefix=prefix, role="all")
+    embedded = SqliteLog(tmp_path / "log", durable=False)
+    try:
+        for lg in (kafka, embedded):
+            arrivals = ArrivalStream(lg, arrival_schedule(objects), topics=topics)
+            drive_until_idle(lg, topics=topics, arrivals=arrivals)
+        decisions = _values(kafka, topics.decisions)
+        # Byte for byte, except where a cycle record names its input offset: Kafka's offsets have
+        # gaps (a control record after every transaction), so the same event sits at another offset.
+        assert _offset_free(decisions) == _offset_free(_values(embedded, topics.decisions))
+        assert len(decisions) == len(_values(embedded, topics.decisions))
+        assert sum(isinstance(decode_decision(v), AdmitWorkload) for v in decisions) >= 24
+        finished = {decode_envelope(v).event.name for v in _values(kafka, topics.cluster_events)  # type: ignore[union-attr]
+                    if isinstance(decode_envelope(v).event, WorkloadFinished)}
+        assert len(finished) == 24
+        report = replay(kafka, topics, verify=True)
+        assert report.mismatches == [] and report.cycles == sum(
+            isinstance(decode_decision(v), CycleCompleted) for v in decisions)
+    finally:
+        kafka.close()
+        embedded.close()
+
+
+def test_a_malformed_event_goes_to_dead_letters_and_the_scheduler_carries_on(settings: KafkaSettings,
+                                                                             prefix: str) -> None:
+    topics = Topics(prefix=prefix)
+    log = KafkaLog(settings, prefix=prefix, role="scheduler")
+    try:
+        objects = load({"jobs.yaml": _manifests(jobs=3)})
+        seed_all(log, objects[:3], topics=topics)
+        log.append(topics.cluster_events, [("junk", b'{"id": "x", "source": "test", "event": {"type": 42}}'),
+                                           ("junk", b"not json at all")])
+        seed_all(log, objects[3:], topics=topics)
+        scheduler = Scheduler(log, topics=topics)
+        scheduler.recover()
+        while scheduler.step():
+            pass
+        dead = [yaml.safe_load(v) for v in _values(log, topics.dead_letters)]
+        assert [d["topic"] for d in dead] == [topics.cluster_events] * 2
+        assert "not json at all" in dead[1]["value"] and dead[0]["reason"]
+        admitted = [d for d in map(decode_decision, _values(log, topics.decisions)) if isinstance(d, AdmitWorkload)]
+        assert len(admitted) == 3  # every workload after the junk was still seen and admitted
+    finally:
+        log.close()
+
+
+def test_the_services_ride_out_a_broker_restart(kafka_broker: LocalKafka, settings: KafkaSettings,
+                                                prefix: str) -> None:
+    """Scheduler, actuator and simulated cluster run while the broker is restarted under them: they
+    reconnect, rebuild from the log, and every workload still finishes exactly once."""
+    topics = Topics(prefix=prefix)
+    objects = load({"jobs.yaml": _manifests(jobs=30)})
+    log = KafkaLog(settings, prefix=prefix, role="all")
+    reader = KafkaLog(settings, prefix=prefix)
+    outcome: list[object] = []
+
+    def services() -> None:
+        # In a thread of its own: the broker is restarted from the main thread, because the local
+        # broker dies with the thread that started it (PR_SET_PDEATHSIG).
+        try:
+            arrivals = ArrivalStream(log, arrival_schedule(objects), topics=topics)
+            outcome.append(asyncio.run(run_all(log, topics=topics, arrivals=arrivals, config=SimConfig(),
+                                               poll_seconds=0.02)))
+        except BaseException as e:  # reported by the test below
+            outcome.append(e)
+
+    thread = threading.Thread(target=services, daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: len([v for v in _values(reader, topics.decisions) if b'"admit"' in v]) >= 10 or not
+              thread.is_alive(), 120, "the loop to get under way")
+        assert thread.is_alive(), f"the run ended before the restart: {outcome}"
+        kafka_broker.restart()
+        thread.join(240)
+        assert not thread.is_alive(), "the services did not finish after the broker restart"
+        (result,) = outcome
+        assert not isinstance(result, BaseException), result
+        decisions = [decode_decision(v) for v in _values(log, topics.decisions)]
+        ids = [d.id for d in decisions if not isinstance(d, CycleCompleted)]
+        assert len(ids) == len(set(ids)), "a decision was written twice"
+        holding: dict[str, bool] = {}
+        for d in decisions:
+            if isinstance(d, AdmitWorkload):
+                assert not holding.get(d.name), f"{d.name} admitted twice"
+                holding[d.name] = True
+            elif not isinstance(d, CycleCompleted) and type(d).__name__ == "EvictWorkload":
+                holding[d.name] = False
+        finished = [e.event.name for e in map(decode_envelope, _values(log, topics.cluster_events))
+                    if isinstance(e.event, WorkloadFinished)]
+        assert len(finished) == 30 and len(set(finished)) == 30
+        assert replay(log, topics, verify=True).mismatches == []
+    finally:
+        log.close()
+        reader.close()
