@@ -1,0 +1,174 @@
+"""SIGKILL the active scheduler again and again on Kafka; a standby takes over, nothing is lost or doubled.
+
+Actuator and simulated cluster run as their own ``kueuelog run`` processes on the real
+broker; two scheduler processes run at all times, one leading and one waiting as a
+standby. The test kills the leader at random points (after a random number of committed
+decision records), a standby takes over, and a fresh standby is started. Once it also
+freezes a leader (SIGSTOP) until the standby has taken over, then thaws it: the zombie
+must find itself fenced and exit without writing. At the end every workload finished
+exactly once, no workload was admitted twice, cycle numbers are contiguous (one writer at
+a time), the decisions replay exactly and a recovered scheduler equals a fold from zero.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from events.codec import decode_decision, decode_envelope
+from events.envelope import Topics
+from events.manifests import load
+from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, WorkloadFinished
+from services.runtime.kafka import KafkaLog, KafkaSettings
+from services.runtime.log import caught_up
+from services.scheduler.snapshot import encode_state
+from services.schedulerd import GROUP, Scheduler
+from services.watcher.seed import seed_all
+from tests.infra.kafka import LocalKafka
+from tests.integration.test_scheduler_sigkill import _manifests
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+KUEUELOG = [sys.executable, "-m", "services.cli"]
+
+
+class Services:
+    def __init__(self, bootstrap: str, prefix: str, out_dir: Path) -> None:
+        self.bootstrap, self.prefix, self.out_dir = bootstrap, prefix, out_dir
+        self.env = {**os.environ, "KUEUELOG_KAFKA_SESSION_TIMEOUT_MS": "2000",
+                    "KUEUELOG_KAFKA_HEARTBEAT_INTERVAL_MS": "300"}
+        self.count = 0
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        self.count += 1
+        out = open(self.out_dir / f"{args[0]}-{self.count}.out", "wb")  # noqa: SIM115 - closed with the process
+        return subprocess.Popen([*KUEUELOG, "run", *args, "--bootstrap-servers", self.bootstrap,
+                                 "--topic-prefix", self.prefix], stdout=out, stderr=subprocess.STDOUT,
+                                env=self.env, cwd=Path.cwd(), start_new_session=True)
+
+
+def _records(log: KafkaLog, topic: str) -> Iterator[bytes]:
+    offset = 0
+    while batch := log.read(topic, offset, 5000):
+        yield from (r.value for r in batch)
+        offset = batch[-1].offset + 1
+
+
+def _finished(log: KafkaLog, topics: Topics) -> set[str]:
+    done = set()
+    for value in _records(log, topics.cluster_events):
+        ev = decode_envelope(value).event
+        if isinstance(ev, WorkloadFinished):
+            done.add(f"{ev.namespace}/{ev.name}")
+    return done
+
+
+def _wait(predicate: Callable[[], bool], seconds: float, what: str, procs: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"{p.args} exited with {p.returncode} while waiting for {what}")
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+
+
+def test_the_active_scheduler_killed_at_random_points_a_standby_takes_over(
+        kafka_broker: LocalKafka, kafka_topic_prefix: str, tmp_path: Path) -> None:
+    prefix = kafka_topic_prefix.rstrip("-")
+    topics = Topics(prefix=prefix)
+    settings = KafkaSettings(bootstrap_servers=kafka_broker.bootstrap_servers)
+    log = KafkaLog(settings, prefix=prefix, role="watcher")
+    objects = load({"jobs.yaml": _manifests()})
+    seed_all(log, objects, topics=topics)
+    workloads = {f"{o.namespace}/{o.name}" for _, o in objects if type(o).__name__ == "Workload"}
+    svc = Services(kafka_broker.bootstrap_servers, prefix, tmp_path)
+    helpers = [svc.start("actuator"), svc.start("simcluster", "--clock", "simulated")]
+    rng = random.Random(int(os.environ.get("KUEUELOG_CRASH_SEED", "20261122")))
+    schedulers = [svc.start("scheduler")]  # oldest first: the oldest living member leads
+    decisions = lambda: log.end_offset(topics.decisions)  # noqa: E731
+    kills, zombie_checked = 0, False
+    try:
+        _wait(lambda: decisions() > 0, 60, "the first scheduler to lead", [*helpers, *schedulers])
+        schedulers.append(svc.start("scheduler"))
+        time.sleep(1.0)  # the standby joins the election
+        for round_ in range(6):
+            if _finished(log, topics) >= workloads:
+                break
+            before = decisions()
+            grow = rng.randint(1, 60)
+            _wait(lambda b=before, g=grow: decisions() >= b + g or _finished(log, topics) >= workloads,  # type: ignore[misc]
+                  120, "the leader to commit decisions", [*helpers, *schedulers])
+            leader = schedulers.pop(0)
+            if round_ == 2 and not zombie_checked:
+                # A zombie: frozen past its session, so the standby takes over; thawed, it must not write.
+                leader.send_signal(signal.SIGSTOP)
+                frozen_at = decisions()
+                _wait(lambda f=frozen_at: decisions() > f, 60, "the standby to take over from a frozen leader",
+                      [*helpers, *schedulers])
+                leader.send_signal(signal.SIGCONT)
+                assert leader.wait(60) == 1, "a fenced scheduler must stop with an error"
+                zombie_checked = True
+            else:
+                leader.send_signal(signal.SIGKILL)
+                leader.wait()
+                kills += 1
+            schedulers.append(svc.start("scheduler"))  # the next standby
+        _wait(lambda: _finished(log, topics) >= workloads, 400, "every workload to finish", [*helpers, *schedulers])
+        _wait(lambda: caught_up(log, GROUP, topics.cluster_events), 60, "the scheduler to catch up",
+              [*helpers, *schedulers])
+    finally:
+        for p in [*schedulers, *helpers]:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in [*schedulers, *helpers]:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    assert kills >= 3 and zombie_checked
+    outputs = {f.name: f.read_text(errors="replace") for f in tmp_path.glob("scheduler-*.out")}
+    # The thawed zombie stopped either at its next commit (fenced) or when the group told it it lost.
+    assert any("fenced" in text or "lost the scheduler leadership" in text for text in outputs.values()), outputs
+
+    # No decision written twice, no workload admitted twice, one writer at a time.
+    holding: dict[str, bool] = {}
+    ids: set[str] = set()
+    cycles: list[int] = []
+    for value in _records(log, topics.decisions):
+        d = decode_decision(value)
+        if isinstance(d, CycleCompleted):
+            cycles.append(d.cycle)
+            continue
+        assert d.id not in ids, f"decision {d.id} written twice"
+        ids.add(d.id)
+        key = f"{d.namespace}/{d.name}"
+        if isinstance(d, AdmitWorkload):
+            assert not holding.get(key), f"{key} admitted twice"
+            holding[key] = True
+        elif isinstance(d, EvictWorkload):
+            holding[key] = False
+    assert cycles == list(range(1, len(cycles) + 1)), "cycle numbers must be contiguous across take-overs"
+    assert _finished(log, topics) == workloads
+
+    # The log replays exactly, and recovery (newest snapshot + tail) equals a fold from zero.
+    reader = KafkaLog(settings, prefix=prefix)
+    try:
+        from_zero = Scheduler(reader, topics=topics)
+        assert list(from_zero.replay(0, verify=True)) == []
+        from_zero.fold_until(reader.position(GROUP, topics.cluster_events))
+        recovered = Scheduler(reader, topics=topics)
+        recovered.recover()
+        assert encode_state(recovered.state) == encode_state(from_zero.state)
+    finally:
+        reader.close()
+        log.close()
