@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 
@@ -71,6 +71,15 @@ def _add_log_options(p: argparse.ArgumentParser, *, path_flag: bool = True, crea
                        help="the scheduler shard (Kafka partition) to use (default: 0, or KUEUELOG_SHARD)")
 
 
+def _refuse(message: str) -> NoReturn:
+    """Bad input or usage: the reason on stderr, exit status 2."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+_OPENED: list[Any] = []  # logs opened by this command, closed when it ends (clients, file locks)
+
+
 def _topics(args: argparse.Namespace) -> object:
     from events.envelope import Topics
 
@@ -86,21 +95,25 @@ def _open_log(args: argparse.Namespace, *, path: str | None = None, role: str | 
     path = path or getattr(args, "log", None)
     bootstrap = args.bootstrap_servers or (None if path else os.environ.get("KUEUELOG_KAFKA_BOOTSTRAP_SERVERS"))
     if path and bootstrap:
-        raise SystemExit("error: give either an embedded log (--log/LOG) or --bootstrap-servers, not both")
+        _refuse("error: give either an embedded log (--log/LOG) or --bootstrap-servers, not both")
     try:
         if bootstrap:
             from services.runtime.kafka import KafkaLog, KafkaSettings
 
             try:
                 settings = KafkaSettings.from_env(bootstrap_servers=bootstrap)
-                return KafkaLog(settings, prefix=args.topic_prefix, shard=args.shard, role=role)
+                kafka = KafkaLog(settings, prefix=args.topic_prefix, shard=args.shard, role=role)
             except ValueError as e:
-                raise SystemExit(f"error: {e}") from None
+                _refuse(f"error: {e}")
+            _OPENED.append(kafka)
+            return kafka
         if not path:
-            raise SystemExit("error: no log given: use --log PATH (the embedded log) or --bootstrap-servers")
-        return SqliteLog(path, create=create)
+            _refuse("error: no log given: use --log PATH (the embedded log) or --bootstrap-servers")
+        embedded = SqliteLog(path, create=create)
+        _OPENED.append(embedded)
+        return embedded
     except LogError as e:
-        raise SystemExit(f"error: {e}") from None
+        _refuse(f"error: {e}")
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -537,7 +550,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    finally:
+        while _OPENED:
+            _OPENED.pop().close()
     return code
 
 

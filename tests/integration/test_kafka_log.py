@@ -9,6 +9,10 @@ dead letters, and a broker restart in the middle of a run.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -218,6 +222,18 @@ def _values(log: Log, topic: str) -> list[bytes]:
     return out
 
 
+def _cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``kueuelog ARGS``; a command that follows forever (tail) is stopped with SIGINT at ``timeout``."""
+    proc = subprocess.Popen([sys.executable, "-m", "services.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def _offset_free(values: list[bytes]) -> list[bytes]:
     out = []
     for v in values:
@@ -248,6 +264,19 @@ def test_the_loop_on_kafka_decides_exactly_as_on_the_embedded_log(settings: Kafk
         report = replay(kafka, topics, verify=True)
         assert report.mismatches == [] and report.cycles == sum(
             isinstance(decode_decision(v), CycleCompleted) for v in decisions)
+
+        # The same through the command line, against the topics.
+        where = ["--bootstrap-servers", settings.bootstrap_servers, "--topic-prefix", prefix]
+        out = _cli("replay", "--verify", *where)
+        assert f"verify: all {report.cycles} cycles reproduce" in out.stdout, out.stdout + out.stderr
+        first = next(d for d in map(decode_decision, decisions) if isinstance(d, AdmitWorkload))
+        out = _cli("explain", f"{first.namespace}/{first.name}", *where)
+        assert out.returncode == 0 and f"cycle {first.cycle}" in out.stdout, out.stdout + out.stderr
+        out = _cli("tail", "--from-start", "--type", "Admit", *where, timeout=8)
+        assert f"{first.namespace}/{first.name}: admitted" in out.stdout, out.stdout + out.stderr
+        bad = _cli("replay", *where, env={"KUEUELOG_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"})
+        assert bad.returncode == 2
+        assert "sasl_mechanism '' is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512" in bad.stderr
     finally:
         kafka.close()
         embedded.close()
