@@ -31,7 +31,7 @@ from events.manifests import load
 from events.messages import AdmitWorkload, ClockTicked, CycleCompleted, WorkloadFinished
 from services.inspect import replay
 from services.runtime.kafka import Fenced, KafkaLog, KafkaSettings, LeadershipLost
-from services.runtime.log import Log, SqliteLog
+from services.runtime.log import Log, LogError, SqliteLog
 from services.runtime.services import drive_until_idle, run_all
 from services.schedulerd import Scheduler
 from services.simcluster.cluster import SimConfig
@@ -353,3 +353,21 @@ def test_the_services_ride_out_a_broker_restart(kafka_broker: LocalKafka, settin
     finally:
         log.close()
         reader.close()
+
+
+def test_a_log_without_a_role_appends_idempotently_and_commits_nothing(settings: KafkaSettings, prefix: str,
+                                                                       topic: Callable[[str], str]) -> None:
+    """Watchers: any number of replicas, each with an idempotent (not transactional) producer."""
+    a = KafkaLog(settings, prefix=prefix)
+    b = KafkaLog(settings, prefix=prefix)
+    try:
+        assert a.transactional_id is None
+        a.append(topic("t"), [("k", b"a1")])
+        b.append(topic("t"), [("k", b"b1")])  # no fencing between replicas
+        a.append(topic("t"), [("k", b"a2")])
+        assert sorted(r.value for r in a.read(topic("t"), 0)) == [b"a1", b"a2", b"b1"]
+        with pytest.raises(LogError, match="needs a log opened with a role"):
+            a.transact({}, {("g", topic("t")): 1})
+    finally:
+        a.close()
+        b.close()
