@@ -29,7 +29,7 @@ says (namespace/name and admission).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -120,6 +120,28 @@ class Watermark:
         if c.cycle >= self.cycle:
             self.cycle, self.closed, self.ids = c.cycle, True, set()
 
+    @classmethod
+    def recovered(cls, log: Log, topic: str, position: int,
+                  decode: Callable[[Record], AdmitWorkload | EvictWorkload | MarkPending | CycleCompleted | None],
+                  ) -> Watermark:
+        """The watermark of a consumer committed at ``position``: walk back over the tail of the
+        last cycle before it (a batch may end mid-cycle)."""
+        mark = cls()
+        tail: list[AdmitWorkload | EvictWorkload | MarkPending] = []
+        for rec in read_backwards(log, topic, position):
+            d = decode(rec)
+            if isinstance(d, CycleCompleted):
+                mark.close(d)
+                break
+            if d is not None:
+                if tail and d.cycle != tail[-1].cycle:
+                    break
+                tail.append(d)
+        for d in reversed(tail):
+            if d.cycle >= mark.cycle:
+                mark.note(d)
+        return mark
+
 
 @dataclass
 class Stats:
@@ -159,22 +181,8 @@ class Actuator:
     def recover(self) -> None:
         """Resume at the committed position; rebuild the watermark from the records before it."""
         self.next_offset = self.log.position(GROUP, self.topics.decisions)
-        self.watermark = Watermark()
+        self.watermark = Watermark.recovered(self.log, self.topics.decisions, self.next_offset, self._decode)
         self._attempts = {}
-        # Walk back over the tail of the last cycle before the position (a batch may end mid-cycle).
-        tail: list[AdmitWorkload | EvictWorkload | MarkPending] = []
-        for rec in read_backwards(self.log, self.topics.decisions, self.next_offset):
-            d = self._decode(rec)
-            if isinstance(d, CycleCompleted):
-                self.watermark.close(d)
-                break
-            if d is not None:
-                if tail and d.cycle != tail[-1].cycle:
-                    break
-                tail.append(d)
-        for d in reversed(tail):
-            if d.cycle >= self.watermark.cycle:
-                self.watermark.note(d)
         self._stale = False
 
     def step(self) -> int:

@@ -78,7 +78,7 @@ from events.messages import (
 from events.quantity import QuantityError, format_amount, to_amount
 from services.actuator.actuator import GROUP, SOURCE, ActuationError, Watermark
 from services.actuator.kubeerrors import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
-from services.runtime.log import Log, Record, read_backwards
+from services.runtime.log import Log, Record
 from services.scheduler import conditions as cond
 from services.scheduler.render import PENDING_REASON_ANNOTATION
 
@@ -611,20 +611,7 @@ class KubeActuator:
         it (the same rule as ``Actuator.recover``), the ClusterQueue counts from everything before it."""
         topic = self.topics.decisions
         self.next_offset = self.log.position(self.group, topic)
-        self.watermark, self._attempts = Watermark(), {}
-        tail: list[Decision] = []
-        for rec in read_backwards(self.log, topic, self.next_offset):
-            d = self._decode(rec)
-            if isinstance(d, CycleCompleted):
-                self.watermark.close(d)
-                break
-            if d is not None:
-                if tail and d.cycle != tail[-1].cycle:
-                    break
-                tail.append(d)
-        for d in reversed(tail):
-            if d.cycle >= self.watermark.cycle:
-                self.watermark.note(d)
+        self.watermark, self._attempts = Watermark.recovered(self.log, topic, self.next_offset, self._decode), {}
         self.counts = QueueCounts()
         offset = 0
         while offset < self.next_offset:
