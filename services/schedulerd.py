@@ -81,8 +81,12 @@ class Scheduler:
     state: State = field(default_factory=State)
     next_input: int = 0
     stats: Stats = field(default_factory=Stats)
+    # What the last committed live step wrote (for metrics; recovery and replay leave them alone).
+    last_decisions: list[AnyDecision] = field(default_factory=list)
+    last_cycles: list[CycleCompleted] = field(default_factory=list)
     _since_snapshot: int = 0
     _needs_cycle: bool = True  # until a cycle has been quiet (also after a restart: one cycle to be sure)
+    _ran: tuple[list[AnyDecision], list[CycleCompleted]] = field(default_factory=lambda: ([], []))
 
     # --- folding -----------------------------------------------------------------------
 
@@ -141,12 +145,15 @@ class Scheduler:
         happened since the last quiet cycle (a quiet cycle is a fixed point: running it again
         would decide the same, write nothing and change nothing)."""
         out: list[bytes] = []
+        self._ran = ([], [])
         if not self._needs_cycle:
             return out
         for _ in range(MAX_CYCLES_PER_BATCH):
             decisions, record, changed = self.cycle()
             out.extend(encode(d) for d in decisions)
             out.append(encode(record))
+            self._ran[0].extend(decisions)
+            self._ran[1].append(record)
             if not changed:
                 self._needs_cycle = False
                 break
@@ -180,6 +187,7 @@ class Scheduler:
             self._since_snapshot = 0
         self.log.transact(appends, {(GROUP, self.topics.cluster_events): self.next_input})
         self.stats.batches += 1
+        self.last_decisions, self.last_cycles = self._ran
         return len(batch)
 
     @staticmethod

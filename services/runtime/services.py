@@ -28,7 +28,7 @@ import contextlib
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import structlog
 
@@ -40,6 +40,9 @@ from services.simcluster.cluster import SimCluster, SimConfig
 from services.watcher.seed import ArrivalStream
 from services.watcher.ticker import Ticker
 
+if TYPE_CHECKING:
+    from services.runtime.metrics import SchedulerMetrics
+
 _log = structlog.get_logger(__name__)
 
 ClockMode = Literal["simulated", "real"]
@@ -48,7 +51,70 @@ ClockMode = Literal["simulated", "real"]
 class LeadershipLost(RuntimeError):
     """Another instance leads now: this one must stop writing (the process exits, and a
     supervisor restarts it as a standby)."""
+
+
 POLL_SECONDS = 0.05
+
+
+@dataclass
+class ServiceStatus:
+    """What a service's ``/readyz`` says, written by its runner: ready once it leads (a standby
+    waits for its role's election; a service without one leads from the start) and has
+    recovered its position from the log; not ready again while the log is unavailable."""
+
+    name: str
+    leading: bool = False
+    recovered: bool = False
+    problem: str = ""  # why it is not ready although it leads and recovered (the log is unavailable)
+
+    @property
+    def ready(self) -> bool:
+        return self.leading and self.recovered and not self.problem
+
+    @property
+    def reason(self) -> str:
+        if not self.leading:
+            return f"{self.name}: standby, waiting for the leadership"
+        if not self.recovered:
+            return f"{self.name}: recovering"
+        if self.problem:
+            return f"{self.name}: {self.problem}"
+        return f"{self.name}: ready"
+
+    def up(self) -> None:
+        self.recovered, self.problem = True, ""
+
+    def down(self, problem: str) -> None:
+        self.problem = problem
+
+
+def _up(status: ServiceStatus | None) -> None:
+    if status is not None:
+        status.up()
+
+
+def _down(status: ServiceStatus | None, e: LogError) -> None:
+    if status is not None:
+        status.down(f"log unavailable: {e}")
+
+
+StepHook = Callable[[Scheduler, int], None]
+"""Called after each committed live step of the scheduler with the events it folded (metrics),
+and once after each recovery with 0 (``last_decisions`` and ``last_cycles`` empty)."""
+
+
+def observe_scheduler(metrics: SchedulerMetrics) -> StepHook:
+    """The hook that feeds :class:`SchedulerMetrics` from each committed step. The lag is only
+    asked of the log after a full batch: a shorter one read everything there was."""
+
+    def hook(scheduler: Scheduler, events: int) -> None:
+        lag = 0
+        if events == 0 or events >= scheduler.batch_size:
+            lag = max(0, scheduler.log.end_offset(scheduler.topics.cluster_events) - scheduler.next_input)
+        metrics.observe(scheduler.last_decisions, scheduler.last_cycles, scheduler.state, events_folded=events,
+                        log_lag=lag)
+
+    return hook
 
 
 def wall_clock_ms() -> int:
@@ -141,16 +207,20 @@ def _still_leading(log: Log, name: str) -> None:
 
 
 async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None = None, bell: Bell | None = None,
-                        poll_seconds: float = POLL_SECONDS) -> Scheduler:
+                        poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
+                        on_step: StepHook | None = None) -> Scheduler:
     """The single writer: becomes leader (embedded log: a file lock; Kafka: the election, where a
     standby waits), recovers, then steps until ``stop``. When the log fails in a way that may
     pass (a broker restarting), the in-memory state may be ahead of what was committed, so the
-    scheduler is rebuilt from the log once it is reachable again."""
+    scheduler is rebuilt from the log once it is reachable again. ``status`` follows leadership
+    and recovery; ``on_step`` is called after every live step that committed something."""
     bell = bell or Bell()
     topics = topics or Topics()
     scheduler = Scheduler(log, topics=topics)
     if not await lead(log, "scheduler", stop):
         return scheduler
+    if status is not None:
+        status.leading = True
     backoff = Backoff()
     try:
         fresh = True
@@ -160,16 +230,22 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                     scheduler = Scheduler(log, topics=topics)
                     scheduler.recover()
                     fresh = False
+                    _up(status)
+                    if on_step is not None:
+                        on_step(scheduler, 0)  # nothing written yet: gauges of the recovered state
                 did = scheduler.step()
             except LogError as e:
                 if not e.retriable:
                     raise
                 wait = backoff.next()
                 _unavailable("scheduler", e, wait)
+                _down(status, e)
                 fresh = True
                 await _sleep_unless(stop, wait)
                 continue
             backoff.reset()
+            if did and on_step is not None:
+                on_step(scheduler, did)
             _still_leading(log, "scheduler")
             await _pace(bell, did, poll_seconds)
         return scheduler
@@ -180,7 +256,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
 
 async def run_actuator(log: Log, stop: asyncio.Event, *, port: ActuationPort | None = None,
                        topics: Topics | None = None, bell: Bell | None = None,
-                       poll_seconds: float = POLL_SECONDS) -> Actuator:
+                       poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None) -> Actuator:
     topics = topics or Topics()
     bell = bell or Bell()
     actuator = Actuator(log, port or SimClusterPort(topics), topics=topics)
@@ -193,9 +269,11 @@ async def run_actuator(log: Log, stop: asyncio.Event, *, port: ActuationPort | N
                 raise
             wait = backoff.next()
             _unavailable("actuator", e, wait)
+            _down(status, e)
             await _sleep_unless(stop, wait)
             continue
         backoff.reset()
+        _up(status)
         await _pace(bell, did, poll_seconds)
     return actuator
 
@@ -218,7 +296,7 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
                          config: SimConfig | None = None, topics: Topics | None = None, bell: Bell | None = None,
                          arrivals: ArrivalStream | None = None, done: asyncio.Event | None = None,
                          wall_clock: Callable[[], int] = wall_clock_ms,
-                         poll_seconds: float = POLL_SECONDS) -> SimCluster:
+                         poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None) -> SimCluster:
     """The simulated cluster. In simulated mode it also owns time: it advances the clock (its own
     reports and ``arrivals``) whenever the system is idle. ``done`` is set once nothing is left
     (in real mode ``arrivals`` is released by :func:`run_arrivals` and only consulted for that)."""
@@ -239,10 +317,12 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
                 raise
             wait = backoff.next()
             _unavailable("simcluster", e, wait)
+            _down(status, e)
             sim.invalidate()
             await _sleep_unless(stop, wait)
             continue
         backoff.reset()
+        _up(status)
         if did:
             await _pace(bell, did, poll_seconds)
             continue
@@ -310,9 +390,11 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
                   arrivals: ArrivalStream | None = None, config: SimConfig | None = None,
                   topics: Topics | None = None, port: ActuationPort | None = None, tick_interval_ms: int = 1000,
                   until_done: bool | None = None, wall_clock: Callable[[], int] = wall_clock_ms,
-                  poll_seconds: float = POLL_SECONDS) -> RunResult:
+                  poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
+                  on_step: StepHook | None = None) -> RunResult:
     """Scheduler, actuator, simulated cluster (and in real mode ticker and arrivals) as tasks of one
-    process, until ``stop`` — or, by default in simulated mode, until nothing is left to do."""
+    process, until ``stop`` — or, by default in simulated mode, until nothing is left to do.
+    ``status`` and ``on_step`` are the scheduler's (see :func:`run_scheduler`)."""
     topics = topics or Topics()
     config = config or SimConfig()
     stop = stop or asyncio.Event()
@@ -335,7 +417,7 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
         raise LeadershipLost("stopped before becoming the leader")  # every service here writes as the leader
     common: dict[str, Any] = {"topics": topics, "bell": bell, "poll_seconds": poll_seconds}
     coros: list[Coroutine[Any, Any, object]] = [
-        run_scheduler(log, stop, **common),
+        run_scheduler(log, stop, status=status, on_step=on_step, **common),
         run_actuator(log, stop, port=port or SimClusterPort(topics, config.cluster), **common),
         run_simcluster(log, stop, clock=clock, config=config, arrivals=arrivals, done=done if until_done else None,
                        wall_clock=wall_clock, **common),

@@ -1,0 +1,156 @@
+"""Applying deploy/ to the test control plane through kubernetes-asyncio (no kubectl).
+
+Shared by test_kube_crds.py, test_kube_rbac.py and test_kube_e2e.py: create-or-replace for
+the kinds deploy/ holds, the CRDs made servable (Established, then listable: right after
+Established the apiserver answers 429 for a moment), a client that acts as one of
+deploy/base's ServiceAccounts (the admin impersonates it), and a deadline poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from tests.infra.kube import LocalControlPlane
+from tests.infra.pytest_kube import load_configuration
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+KUEUE_GROUP = "kueue.x-k8s.io"
+NAMESPACE = "kueuelog-system"
+
+
+def service_account(name: str) -> str:
+    """The user name a ServiceAccount of deploy/base authenticates as."""
+    return f"system:serviceaccount:{NAMESPACE}:{name}"
+
+
+@contextlib.asynccontextmanager
+async def as_service_account(plane: LocalControlPlane, name: str) -> AsyncIterator[client.ApiClient]:
+    """A client whose every request the admin (system:masters) makes as ServiceAccount ``name``
+    (``Impersonate-User``): what it may do is exactly what deploy/base's RBAC grants it."""
+    api = client.ApiClient(configuration=await load_configuration(plane), header_name="Impersonate-User",
+                           header_value=service_account(name))
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str) -> Any:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.2)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def read_yaml(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def crd_documents() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for name in read_yaml(DEPLOY / "crds" / "kustomization.yaml")[0]["resources"]:
+        out.extend(read_yaml(DEPLOY / "crds" / name))
+    return out
+
+
+def base_documents(*kinds: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for name in read_yaml(DEPLOY / "base" / "kustomization.yaml")[0]["resources"]:
+        out.extend(d for d in read_yaml(DEPLOY / "base" / name) if not kinds or d["kind"] in kinds)
+    return out
+
+
+def error_causes(exc: ApiException) -> tuple[str, list[tuple[str, str]]]:
+    """(message, [(field, cause message)]) of a Status error body."""
+    body = json.loads(exc.body)
+    causes = [(c.get("field", ""), c.get("message", "")) for c in (body.get("details") or {}).get("causes", [])]
+    return body.get("message", ""), causes
+
+
+async def create_or_replace(api: client.ApiClient, obj: dict[str, Any]) -> None:
+    """Create ``obj``; if it exists, replace it (keeping its resourceVersion)."""
+    kind, meta = obj["kind"], obj["metadata"]
+    name, namespace = meta["name"], meta.get("namespace")
+    ops: dict[str, tuple[Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]],
+                         Callable[..., Awaitable[Any]], bool]] = {}
+    ext, core, rbac, apps = (client.ApiextensionsV1Api(api), client.CoreV1Api(api),
+                             client.RbacAuthorizationV1Api(api), client.AppsV1Api(api))
+    ops = {
+        "CustomResourceDefinition": (ext.create_custom_resource_definition, ext.read_custom_resource_definition,
+                                     ext.replace_custom_resource_definition, False),
+        "Namespace": (core.create_namespace, core.read_namespace, core.replace_namespace, False),
+        "ClusterRole": (rbac.create_cluster_role, rbac.read_cluster_role, rbac.replace_cluster_role, False),
+        "ClusterRoleBinding": (rbac.create_cluster_role_binding, rbac.read_cluster_role_binding,
+                               rbac.replace_cluster_role_binding, False),
+        "ServiceAccount": (core.create_namespaced_service_account, core.read_namespaced_service_account,
+                           core.replace_namespaced_service_account, True),
+        "ConfigMap": (core.create_namespaced_config_map, core.read_namespaced_config_map,
+                      core.replace_namespaced_config_map, True),
+        "Deployment": (apps.create_namespaced_deployment, apps.read_namespaced_deployment,
+                       apps.replace_namespaced_deployment, True),
+    }
+    create, read, replace, namespaced = ops[kind]
+    try:
+        if namespaced:
+            await create(namespace, obj)
+        else:
+            await create(obj)
+        return
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    existing = await (read(name, namespace) if namespaced else read(name))
+    body = {**obj, "metadata": {**meta, "resourceVersion": existing.metadata.resource_version}}
+    await (replace(name, namespace, body) if namespaced else replace(name, body))
+
+
+def served_versions(crd: dict[str, Any]) -> list[str]:
+    return [v["name"] for v in crd["spec"]["versions"] if v["served"]]
+
+
+async def apply_crds(api: client.ApiClient) -> list[dict[str, Any]]:
+    """Apply every CRD of deploy/crds and wait until each served version can be listed."""
+    crds = crd_documents()
+    for crd in crds:
+        await create_or_replace(api, crd)
+    ext = client.ApiextensionsV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+
+        async def established(name: str = name) -> bool:
+            got = await ext.read_custom_resource_definition(name)
+            conditions = (got.status.conditions or []) if got.status else []
+            return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+        await eventually(established, what=f"CRD {name} to be Established")
+        for version in served_versions(crd):
+
+            async def servable(version: str = version, plural: str = crd["spec"]["names"]["plural"]) -> bool:
+                try:
+                    await custom.list_cluster_custom_object(KUEUE_GROUP, version, plural, limit=1)
+                except ApiException as exc:
+                    if exc.status in (404, 429, 503):  # storage still (re)initialising
+                        return False
+                    raise
+                return True
+
+            await eventually(servable, what=f"{name} {version} to be listable")
+    return crds

@@ -1,0 +1,248 @@
+"""``kueuelog run``'s plumbing without a server: readiness, scheduler metrics fed from committed
+steps, the services' counters as Prometheus metrics, and the settings and errors of ``run``."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from events.codec import decode_decision
+from events.envelope import Topics
+from events.manifests import load
+from events.messages import AdmitWorkload, CycleCompleted
+from services.actuator.jobs import ReconcilerStats
+from services.actuator.kube import KubeStats
+from services.cli import _run_settings, build_parser, main
+from services.runtime.kube_services import StatsCollector
+from services.runtime.log import SqliteLog
+from services.runtime.metrics import SchedulerMetrics
+from services.runtime.services import ServiceStatus, observe_scheduler, run_scheduler
+from services.schedulerd import Scheduler
+from services.watcher.kube import WatcherStats
+from services.watcher.seed import seed_all
+
+T = Topics()
+MANIFESTS = """
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ResourceFlavor
+metadata: {name: default}
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: ClusterQueue
+metadata: {name: cq}
+spec:
+  namespaceSelector: {}
+  resourceGroups:
+  - coveredResources: [cpu]
+    flavors: [{name: default, resources: [{name: cpu, nominalQuota: 2}]}]
+---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: lq, namespace: team}
+spec: {clusterQueue: cq}
+""" + "".join(f"""---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {{name: w{i}, namespace: team, creationTimestamp: "2025-01-01T00:00:0{i}Z"}}
+spec:
+  queueName: lq
+  podSets:
+  - name: main
+    count: 1
+    template: {{spec: {{containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]}}}}
+""" for i in range(3))
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[SqliteLog]:
+    lg = SqliteLog(tmp_path / "log")
+    yield lg
+    lg.close()
+
+
+def metric(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+# --- readiness -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("leading", "recovered", "problem", "ready", "reason"), [
+    pytest.param(False, False, "", False, "scheduler: standby, waiting for the leadership", id="standby"),
+    pytest.param(True, False, "", False, "scheduler: recovering", id="leading, recovering"),
+    pytest.param(True, True, "", True, "scheduler: ready", id="leading and recovered"),
+    pytest.param(True, True, "log unavailable: broker down", False, "scheduler: log unavailable: broker down",
+                 id="the log went away"),
+])
+def test_readiness(leading: bool, recovered: bool, problem: str, ready: bool, reason: str) -> None:
+    status = ServiceStatus("scheduler", leading=leading, recovered=recovered, problem=problem)
+    assert (status.ready, status.reason) == (ready, reason)
+
+
+def test_up_clears_the_problem() -> None:
+    status = ServiceStatus("actuator", leading=True)
+    status.down("log unavailable: x")
+    status.up()
+    assert status.ready
+
+
+# --- the scheduler's metrics ------------------------------------------------------------------------
+
+
+async def test_scheduler_reports_ready_and_feeds_metrics_only_from_committed_live_steps(log: SqliteLog) -> None:
+    seed_all(log, load({"m.yaml": MANIFESTS}))
+    metrics = SchedulerMetrics()
+    calls: list[tuple[int, int, int]] = []
+    observe = observe_scheduler(metrics)
+
+    def on_step(s: Scheduler, events: int) -> None:
+        calls.append((events, len(s.last_decisions), len(s.last_cycles)))
+        observe(s, events)
+
+    status = ServiceStatus("scheduler")
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_scheduler(log, stop, status=status, on_step=on_step, poll_seconds=0.01))
+    deadline = asyncio.get_running_loop().time() + 10
+    while not any(events for events, _, _ in calls):
+        assert asyncio.get_running_loop().time() < deadline, "no step"
+        await asyncio.sleep(0.01)
+    assert status.ready
+    stop.set()
+    scheduler = await task
+    written = [decode_decision(r.value) for r in log.read(T.decisions, 0, 1000)]
+    admits = [d for d in written if isinstance(d, AdmitWorkload)]
+    cycles = [d for d in written if isinstance(d, CycleCompleted)]
+    assert [a.name for a in admits] == ["w0", "w1"]
+    assert calls[0] == (0, 0, 0), "once after recovery: gauges only"
+    seeded = log.end_offset(T.cluster_events)
+    assert sum(e for e, _, _ in calls) == scheduler.stats.events == seeded
+    assert sum(d for _, d, _ in calls) == len(written) - len(cycles)
+    assert sum(c for _, _, c in calls) == len(cycles)
+    r = metrics.registry
+    assert metric(r, "kueuelog_events_folded_total") == seeded
+    assert metric(r, "kueuelog_cycles_total") == len(cycles)
+    assert metric(r, "kueue_admitted_workloads_total", cluster_queue="cq") == 2
+    assert metric(r, "kueue_reserving_active_workloads", cluster_queue="cq") == 2
+    assert metric(r, "kueuelog_log_lag") == 0
+
+
+async def test_a_recovered_scheduler_does_not_count_history_again(log: SqliteLog) -> None:
+    seed_all(log, load({"m.yaml": MANIFESTS}))
+    first = Scheduler(log)
+    first.recover()
+    while first.step():
+        pass
+    metrics = SchedulerMetrics()
+    stop = asyncio.Event()
+    stop.set()  # recover, then stop at once
+    status = ServiceStatus("scheduler")
+    task = asyncio.create_task(run_scheduler(log, stop, status=status, on_step=observe_scheduler(metrics)))
+    await task
+    r = metrics.registry
+    assert metric(r, "kueue_admitted_workloads_total", cluster_queue="cq") is None
+    assert metric(r, "kueuelog_events_folded_total") == 0
+
+
+# --- the Kubernetes services' counters ---------------------------------------------------------------
+
+
+def test_stats_become_counters_read_at_scrape_time() -> None:
+    watcher, kube, reconciler = WatcherStats(), KubeStats(), ReconcilerStats()
+    registry = CollectorRegistry()
+    registry.register(StatsCollector("watcher", {"": lambda: watcher}))
+    registry.register(StatsCollector("actuator", {"": lambda: kube, "job_reconciler_": lambda: reconciler}))
+    watcher.published, kube.started, reconciler.suspended = 7, 3, 2
+    kube.api.calls["get Job"] = 4
+    kube.api.errors["409"] = 1
+    assert metric(registry, "kueuelog_watcher_published_total") == 7
+    assert metric(registry, "kueuelog_actuator_started_total") == 3
+    assert metric(registry, "kueuelog_actuator_job_reconciler_suspended_total") == 2
+    assert metric(registry, "kueuelog_actuator_api_calls_total", call="get Job") == 4
+    assert metric(registry, "kueuelog_actuator_api_errors_total", status="409") == 1
+    watcher.published = 9
+    assert metric(registry, "kueuelog_watcher_published_total") == 9
+
+
+# --- run's settings and errors -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("KUEUELOG_") or key in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+            monkeypatch.delenv(key)
+    return monkeypatch
+
+
+def settings(*argv: str) -> tuple[bool, str | None, str, str, tuple[int, bool]]:
+    return _run_settings(build_parser().parse_args(["run", *argv]))
+
+
+def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
+    assert settings("actuator", "--log", "x") == (False, None, "sim", "suspend", (8080, False))
+    assert settings("watcher", "--log", "x") == (True, None, "default", "suspend", (8080, False))
+    assert settings("actuator", "--kube", "--log", "x")[:3] == (True, None, "default")
+
+
+def test_environment(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("KUEUELOG_KUBE", "true")
+    clean_env.setenv("KUBECONFIG", "/k/config")
+    clean_env.setenv("KUEUELOG_CLUSTER", "east")
+    clean_env.setenv("KUEUELOG_JOB_POLICY", "reject")
+    clean_env.setenv("KUEUELOG_HTTP_PORT", "0")
+    assert settings("actuator", "--log", "x") == (True, "/k/config", "east", "reject", (0, True))
+    clean_env.setenv("KUEUELOG_KUBECONFIG", "/k/ours")
+    assert settings("actuator", "--log", "x", "--no-kube", "--kubeconfig", "/k/flag", "--cluster", "west",
+                    "--job-policy", "suspend", "--http-port", "9000") == (False, "/k/flag", "west", "suspend",
+                                                                          (9000, True))
+    assert settings("watcher", "--log", "x")[1] == "/k/ours"
+
+
+@pytest.mark.parametrize(("env", "argv", "error"), [
+    pytest.param({}, ["scheduler", "--kube"], "--kube: 'run scheduler' does not talk to Kubernetes",
+                 id="--kube where there is no Kubernetes"),
+    pytest.param({"KUEUELOG_JOB_POLICY": "ignore"}, ["actuator"], "KUEUELOG_JOB_POLICY: expected suspend or reject",
+                 id="bad job policy"),
+    pytest.param({"KUEUELOG_KUBE": "maybe"}, ["actuator"], "KUEUELOG_KUBE: expected true or false",
+                 id="bad KUEUELOG_KUBE"),
+    pytest.param({"KUEUELOG_HTTP_PORT": "http"}, ["scheduler"], "KUEUELOG_HTTP_PORT: expected a port number",
+                 id="bad KUEUELOG_HTTP_PORT"),
+    pytest.param({}, ["scheduler", "--http-port", "70000"], "--http-port: 70000 is not a port number",
+                 id="port out of range"),
+    pytest.param({}, ["scheduler", "--seed", "a.yaml"], "--seed: 'run scheduler' submits no manifests",
+                 id="--seed where nothing is submitted"),
+])
+def test_bad_settings_exit_2_naming_them(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path, env: dict[str, str], argv: list[str], error: str) -> None:
+    for k, v in env.items():
+        clean_env.setenv(k, v)
+    assert main(["run", *argv, "--log", str(tmp_path / "log")]) == 2
+    assert error in capsys.readouterr().err
+
+
+def test_kubernetes_without_a_configuration_exits_2_saying_what_to_give(
+        clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["run", "watcher", "--log", str(tmp_path / "log")]) == 2
+    assert "no Kubernetes configuration: give --kubeconfig PATH" in capsys.readouterr().err
+    assert main(["run", "actuator", "--kube", "--log", str(tmp_path / "log"), "--kubeconfig",
+                 str(tmp_path / "missing")]) == 2
+    assert f"kubeconfig {tmp_path / 'missing'}:" in capsys.readouterr().err
+
+
+def test_a_port_asked_for_that_is_taken_exits_2(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(["run", "scheduler", "--log", str(tmp_path / "log"), "--http-host", "127.0.0.1",
+                     "--http-port", str(port)])
+    assert code == 2
+    assert f"--http-port: cannot serve /healthz, /readyz and /metrics on 127.0.0.1:{port}" in capsys.readouterr().err
