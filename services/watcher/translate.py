@@ -8,7 +8,10 @@ Workload rules (Kueue's workload name from the Job's name and uid). On top of
 that it reads what only a live cluster says about a Job: it finished
 (``WorkloadFinished``), all its pods are ready (``PodsReady``), the pods of an
 evicted Job are gone (``EvictionCompleted``). A Workload owned by a Job is
-ignored: the Job is its source of truth.
+ignored: the Job is its source of truth. A Job the job reconciler rejected (label
+``kueuelog.io/rejected=true``: created running, so it runs outside quota) is not queued:
+it becomes the delete of its Workload, which the memory publishes only if the Job was
+published as queued before it was rejected.
 
 Envelope ids are deterministic (``watcher:<cluster>:<kind>:<namespace>/<name>:
 <resourceVersion>:<what>``), so a notification delivered twice gives the same
@@ -31,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, NamedTuple
 
+from events import jobs
 from events import objects as o
 from events.codec import encode
 from events.envelope import Envelope
@@ -48,6 +52,9 @@ SOURCE: Final = "watcher"
 ID_PREFIX: Final = "watcher:"
 EVICTED_ANNOTATION: Final = "kueuelog.io/evicted"
 """Set by the actuator on a Job it suspended for an eviction; the value is the decision id."""
+REJECTED_LABEL: Final = "kueuelog.io/rejected"
+"""Set (to "true") by the job reconciler's ``reject`` policy on a queued Job created running: it
+runs outside quota and is not Kueue's (services/actuator/jobs.py; the watcher may not import it)."""
 ORIGINAL_ANNOTATION: Final = "kueuelog.io/original-pod-scheduling"
 """Set by the actuator while the Job's pod template carries the flavors' node selector and
 tolerations (removed when it restores the template after an eviction)."""
@@ -155,6 +162,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
                            resource_version=rv)
     if kind == "Workload" and _owned_by_job(meta):
         return Translation(source, resource_version=rv)  # the Job is its source of truth
+    if kind == "Job" and _rejected(meta):
+        return _not_queued(cluster, source, meta, rv, time_ms)
     body = dict(obj)
     body.setdefault("kind", kind)
     body.setdefault("apiVersion", API_VERSIONS[kind])
@@ -184,6 +193,20 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_ANNOTATION in annotations)
         envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status_events)
     return Translation(source, envelopes, errors, resource_version=rv, frozen=frozen)
+
+
+def _rejected(meta: Mapping[str, Any]) -> bool:
+    labels = meta.get("labels")
+    return isinstance(labels, Mapping) and labels.get(REJECTED_LABEL) == "true"
+
+
+def _not_queued(cluster: str, source: Ref, meta: Mapping[str, Any], rv: str, time_ms: int) -> Translation:
+    """A rejected Job: the delete of the Workload it would be (published only if it was)."""
+    uid = meta.get("uid")
+    if not isinstance(uid, str) or not uid:
+        return Translation(source, resource_version=rv)
+    target = Ref("Workload", source.namespace, jobs.workload_name_for_job(source.name, uid))
+    return Translation(source, [delete_envelope(cluster, source, target, rv, time_ms)], resource_version=rv)
 
 
 def _is_job_owner(api_version: str, kind: str) -> bool:

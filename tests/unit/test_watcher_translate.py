@@ -26,6 +26,7 @@ from services.scheduler.state import State, fold
 from services.watcher.translate import (
     EVICTED_ANNOTATION,
     ORIGINAL_ANNOTATION,
+    REJECTED_LABEL,
     EventType,
     Published,
     Ref,
@@ -476,3 +477,41 @@ def test_relist_storm_folds_without_anomalies() -> None:
                 fold(state, event)
     assert state.anomalies == []
     assert state.workloads[f"team-a/{WL}"].finished
+
+
+# --- Jobs the job reconciler rejected --------------------------------------------------------
+
+
+def _rejected(job: dict[str, Any]) -> dict[str, Any]:
+    job["metadata"]["labels"][REJECTED_LABEL] = "true"
+    return job
+
+
+@pytest.mark.parametrize("event", ["ADDED", "MODIFIED"])
+def test_rejected_job_is_not_queued_it_is_the_delete_of_its_workload(event: EventType) -> None:
+    got = run("Job", _rejected(a_served_job("7", suspend=False, status={"active": 1, "ready": 1})), event)
+    assert got.errors == []
+    assert got.envelopes == [env(J, "7", "deleted", ObjectDeleted(time=NOW, kind="Workload", name=WL,
+                                                                  namespace="team-a"))]
+    assert not got.frozen
+
+
+def test_rejected_job_never_published_publishes_nothing() -> None:
+    memory = Published()
+    for rv in ("1", "2"):
+        assert publish(memory, run("Job", _rejected(a_served_job(rv, suspend=False)))) == []
+    assert memory.entries == {}
+
+
+def test_job_rejected_after_it_was_published_as_queued_takes_its_workload_back() -> None:
+    """The watcher may see the queued Job before the reconciler labels it: its Workload is deleted
+    once, so the scheduler never admits (nor counts quota for) a Job that runs outside quota."""
+    memory = Published()
+    assert kinds_of(publish(memory, run("Job", a_served_job("1", suspend=False)))) == ["ObjectApplied"]
+    rejected = _rejected(a_served_job("2", suspend=False, status={"active": 1}))
+    assert publish(memory, run("Job", rejected)) == [ObjectDeleted(time=NOW, kind="Workload", name=WL,
+                                                                   namespace="team-a")]
+    assert publish(memory, run("Job", rejected)) == []
+    assert publish(memory, run("Job", _rejected(a_served_job("3", suspend=False, status={"active": 1,
+                                                                                          "ready": 1})))) == []
+    assert memory.entries == {}
