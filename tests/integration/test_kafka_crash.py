@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,7 @@ from services.scheduler.snapshot import encode_state
 from services.schedulerd import GROUP, Scheduler
 from services.watcher.seed import seed_all
 from tests.infra.kafka import LocalKafka
-from tests.integration.test_scheduler_sigkill import _manifests
+from tests.integration.test_scheduler_sigkill import _manifests, _wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 KUEUELOG = [sys.executable, "-m", "services.cli"]
@@ -68,18 +68,6 @@ def _finished(log: KafkaLog, topics: Topics) -> set[str]:
         if isinstance(ev, WorkloadFinished):
             done.add(f"{ev.namespace}/{ev.name}")
     return done
-
-
-def _wait(predicate: Callable[[], bool], seconds: float, what: str, procs: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        for p in procs:
-            if p.poll() is not None:
-                raise AssertionError(f"{p.args} exited with {p.returncode} while waiting for {what}")
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
 
 
 def test_the_active_scheduler_killed_at_random_points_a_standby_takes_over(

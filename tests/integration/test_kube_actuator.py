@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from services.actuator.kube import (
     run_kube_actuator,
 )
 from services.runtime.log import SqliteLog
+from tests.integration.kube_deploy import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -55,15 +55,6 @@ OWN_TOLERATION = {"key": "own", "operator": "Exists", "effect": "NoSchedule"}
 SPOT_TOLERATION = {"key": "spot", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.1)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def _minimal_crd(plural: str) -> dict[str, Any]:

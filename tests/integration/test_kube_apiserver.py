@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 from kubernetes_asyncio import client, watch
@@ -20,6 +19,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.infra.kube import LocalControlPlane
 from tests.infra.pytest_kube import open_api_client
+from tests.integration.kube_deploy import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -29,16 +29,6 @@ PLURAL = "widgets"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str) -> Any:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 async def test_version_is_the_built_one(

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from services.actuator.jobs import (
 )
 from tests.infra.kube import LocalControlPlane
 from tests.infra.pytest_kube import open_api_client
+from tests.integration.kube_deploy import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -42,16 +42,6 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
 WPC = "kueuelog-test-high"
 
 
-async def eventually(check: Callable[[], Awaitable[Any]], *, timeout: float = 30.0, what: str) -> Any:
-    """Poll ``check`` until it returns something truthy; fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 # --- CRDs ------------------------------------------------------------------------------------
