@@ -13,7 +13,9 @@ so several schedulers (or tests) never share series.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -38,7 +40,9 @@ def resource_value(resource: str, amount: int) -> float:
 class SchedulerMetrics:
     """The scheduler's metrics; call :meth:`observe` after every live step (not during recovery)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, gauge_interval_s: float = 0.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``gauge_interval_s``: refresh the state gauges at most this often (0: after every step)."""
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
         cq = ["cluster_queue"]
@@ -105,6 +109,9 @@ class SchedulerMetrics:
             "kueuelog_log_lag", "Cluster events in the log not folded yet (end offset - next input offset)",
             registry=r)
         self._counted_queues: set[str] = set()
+        self._clock = clock
+        self.gauge_interval_s = gauge_interval_s
+        self._gauges_at = -math.inf
 
     def observe(self, decisions: Sequence[AnyDecision], cycle_records: Sequence[CycleCompleted], state: State, *,
                 events_folded: int = 0, log_lag: int | None = None) -> None:
@@ -125,7 +132,16 @@ class SchedulerMetrics:
                 self._admitted(d, state)
             elif isinstance(d, EvictWorkload):
                 self._evicted(d, state)
+        now = self._clock()
+        if now - self._gauges_at >= self.gauge_interval_s:
+            # The gauges walk every workload: once per interval, not after every step of a busy loop.
+            self._refresh_gauges(state)
+            self._gauges_at = now
+
+    def refresh(self, state: State) -> None:
+        """Bring the gauges up to date now (e.g. after recovery, or before a scrape)."""
         self._refresh_gauges(state)
+        self._gauges_at = self._clock()
 
     # --- counters ----------------------------------------------------------------------------
 

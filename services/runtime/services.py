@@ -113,6 +113,8 @@ def observe_scheduler(metrics: SchedulerMetrics) -> StepHook:
             lag = max(0, scheduler.log.end_offset(scheduler.topics.cluster_events) - scheduler.next_input)
         metrics.observe(scheduler.last_decisions, scheduler.last_cycles, scheduler.state, events_folded=events,
                         log_lag=lag)
+        if events == 0:
+            metrics.refresh(scheduler.state)  # just recovered: the gauges show the recovered state at once
 
     return hook
 

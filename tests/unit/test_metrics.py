@@ -258,3 +258,19 @@ def test_kueue_metric_names_and_labels() -> None:
     assert got["kueue_evicted_workloads"][0] == "counter"
     assert got["kueue_preempted_workloads"][0] == "counter"
     assert got["kueuelog_log_lag"][0] == "gauge"
+
+
+def test_gauges_are_refreshed_at_most_once_per_interval_counters_every_step() -> None:
+    now = [0.0]
+    metrics = SchedulerMetrics(gauge_interval_s=1.0, clock=lambda: now[0])
+    calls: list[float] = []
+    real = metrics._refresh_gauges
+    metrics._refresh_gauges = lambda state: (calls.append(now[0]), real(state))  # type: ignore[method-assign]
+    state = State()
+    for t in (0.0, 0.3, 0.9, 1.0, 1.5, 2.2):
+        now[0] = t
+        metrics.observe([], [], state, events_folded=1)
+    assert calls == [0.0, 1.0, 2.2]
+    assert metrics.registry.get_sample_value("kueuelog_events_folded_total") == 6
+    metrics.refresh(state)
+    assert calls[-1] == 2.2 and len(calls) == 4
