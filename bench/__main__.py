@@ -1,18 +1,31 @@
-"""``make bench``: every benchmark, figures printed for the README and issue notes."""
+"""``make bench``: every benchmark, figures printed for the README and issue notes.
+
+``python -m bench`` runs them all (the Kafka ones last: they start a local broker);
+``python -m bench kafka [--quick] ...`` only the Kafka ones (see ``bench.kafka``).
+"""
 
 from __future__ import annotations
 
 import sys
 
-from bench import engine, replay, services
+from bench import engine, kafka, replay, services
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "kafka":
+        return kafka.cli(argv[1:])
+    if argv:
+        print(f"usage: python -m bench [kafka [--quick] [--only ...] [--profile DIR]]; got {' '.join(argv)}",
+              file=sys.stderr)
+        return 2
     for line in engine.main():
         print(line, flush=True)
     for line in replay.main():
         print(line, flush=True)
     for line in services.main():
+        print(line, flush=True)
+    for line in kafka.main():
         print(line, flush=True)
     return 0
 

@@ -1,0 +1,770 @@
+"""Benchmarks through a real Kafka broker (the local single-node KRaft broker of the tests).
+
+The bench starts its own broker (``tests.infra.kafka.LocalKafka``) and stops it at the end.
+
+1. decision latency at a steady load: a producer appends Workload submissions (``ObjectApplied``)
+   to cluster-events at a fixed rate into queues with room, so every event yields an admission;
+   the scheduler service runs as its own process (``kueuelog run scheduler``), as deployed; a
+   read_committed consumer on the decisions topic sees each ``AdmitWorkload`` and each
+   ``CycleCompleted`` (whose ``input_offset`` says every event below it is folded). Latency is
+   the time the decision became visible to that reader minus the time the event's append was
+   acknowledged.
+2. sustained throughput: N submissions pre-loaded into cluster-events, then the scheduler's
+   loop (``Scheduler.step`` over a ``KafkaLog``, as ``run_scheduler`` runs it) drains them.
+3. Kueue's baseline scenario in real time: ``run_all`` (scheduler, actuator, simulated cluster,
+   ticker, arrivals; one process, role "all") over the broker, the generator's arrival
+   intervals and runtimes on the wall clock, until every workload has finished.
+
+``python -m bench.kafka [--quick] [--only latency,throughput,baseline] [--profile DIR]``;
+``KUEUELOG_BENCH_QUICK=1`` is the same as ``--quick`` (a smoke run well under two minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import itertools
+import logging
+import os
+import pstats
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from bench.scenarios import baseline
+from events import objects as o
+from events.codec import decode_decision, decode_envelope, encode
+from events.envelope import Envelope, Topics, event_key
+from events.manifests import Document
+from events.messages import (
+    AdmitWorkload,
+    CycleCompleted,
+    EvictionCompleted,
+    ObjectApplied,
+    WorkloadFinished,
+)
+from services.runtime.kafka import HEADERS, KafkaLog, KafkaSettings
+from services.runtime.log import Record
+from services.runtime.services import run_all, run_scheduler, wall_clock_ms
+from services.schedulerd import Scheduler
+from services.simcluster.durations import DURATION_ANNOTATION
+from services.watcher.seed import ArrivalStream, arrival_schedule
+from tests.infra.kafka import LocalKafka
+
+REPO = Path(__file__).resolve().parents[1]
+KUEUE_BASELINE = {"wall": 351.0, "usage": 55.9, "large": 16.5, "medium": 76.8, "small": 215.0}
+TARGETS = {"p99_ms": 50.0, "wall": 90.0, "usage": 70.0}
+ROOMY_QUEUES = 10
+_RUNS = itertools.count()  # every run gets topics of its own
+ROOMY_NOMINAL_MILLI = 10**12  # "queues with room": nothing ever waits for quota
+
+
+@dataclass(frozen=True)
+class Sizes:
+    latency_seconds: float  # measured, after warm-up
+    warmup_seconds: float
+    rates: tuple[int, ...]  # workloads/s
+    throughput_workloads: int
+    baseline_until_ms: int | None  # keep only arrivals before this (None: the whole 15,000)
+    baseline_cohorts: int
+    baseline_queues: int
+
+
+FULL = Sizes(latency_seconds=20, warmup_seconds=3, rates=(100, 500), throughput_workloads=20_000,
+             baseline_until_ms=None, baseline_cohorts=5, baseline_queues=6)
+QUICK = Sizes(latency_seconds=4, warmup_seconds=1, rates=(100, 500), throughput_workloads=2_000,
+              baseline_until_ms=6_000, baseline_cohorts=2, baseline_queues=3)
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of ``values`` (q in 0..100)."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def proc_cpu_seconds(pid: int | None) -> float:
+    """user + system CPU of a live process (Linux /proc), 0 if unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def local_broker() -> Iterator[LocalKafka]:
+    broker = LocalKafka()
+    broker.ensure_installed()
+    with tempfile.TemporaryDirectory(prefix="kueuelog-bench-kafka-") as tmp:
+        broker.start(tmp)
+        try:
+            yield broker
+        finally:
+            broker.stop()
+
+
+def roomy_config(queues: int = ROOMY_QUEUES) -> list[o.AnyObject]:
+    objs: list[o.AnyObject] = [o.ResourceFlavor(name="default")]
+    for q in range(queues):
+        objs.append(o.ClusterQueue(
+            name=f"cq-{q}", namespace_selector=o.LabelSelector(),
+            resource_groups=(o.ResourceGroup(covered_resources=("cpu",), flavors=(
+                o.FlavorQuotas(name="default", resources=(("cpu", o.Quota(nominal=ROOMY_NOMINAL_MILLI)),)),)),),
+        ))
+        objs.append(o.LocalQueue(namespace=f"ns-{q}", name="lq", cluster_queue=f"cq-{q}"))
+    return objs
+
+
+def submission(i: int, queues: int = ROOMY_QUEUES) -> o.Workload:
+    ns = f"ns-{i % queues}"
+    return o.Workload(namespace=ns, name=f"wl-{i}", uid=f"uid-{i}", queue_name="lq", creation_time=i,
+                      pod_sets=(o.PodSet(name="main", count=1, requests=(("cpu", 1000),)),), priority=0)
+
+
+def envelope_of(obj: o.AnyObject, n: int, now_ms: int) -> tuple[bytes, bytes]:
+    env = Envelope(id=f"bench:{n}", source="bench", cluster="sim", event=ObjectApplied(time=now_ms, object=obj))
+    return event_key(env).encode(), encode(env)
+
+
+def make_topics(bootstrap: str, topics: Topics) -> None:
+    """Create the topics as the services would (configs of ``KafkaLog.topic_config``)."""
+    with KafkaLog(KafkaSettings(bootstrap_servers=bootstrap), prefix=topics.prefix) as log:
+        log.ensure_topics([topics.cluster_events, topics.decisions, topics.snapshots, topics.dead_letters])
+
+
+def new_producer(bootstrap: str) -> AIOKafkaProducer:
+    # As a watcher appends through KafkaLog.append without a role: idempotent, acks=all, no linger.
+    return AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=0)
+
+
+def new_reader(bootstrap: str, fetch_wait_ms: int = 20) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed", enable_auto_commit=False,
+                            auto_offset_reset="earliest", fetch_max_wait_ms=fetch_wait_ms,
+                            max_partition_fetch_bytes=100 * 1024 * 1024, fetch_max_bytes=100 * 1024 * 1024)
+
+
+async def preload(bootstrap: str, topic: str, objects: Sequence[o.AnyObject], first: int = 0) -> int:
+    """Append ``objects`` as submissions (not waiting record by record); returns the end offset."""
+    producer = new_producer(bootstrap)
+    await producer.start()
+    try:
+        now = wall_clock_ms()
+        futures = []
+        for n, obj in enumerate(objects, first):
+            key, value = envelope_of(obj, n, now)
+            futures.append(await producer.send(topic, value, key=key, partition=0, headers=HEADERS))
+        last = 0
+        for f in futures:
+            last = (await f).offset
+        return last + 1
+    finally:
+        await producer.stop()
+
+
+# --- 1. decision latency -----------------------------------------------------------------------
+
+
+@dataclass
+class LatencyResult:
+    rate: int
+    seconds: float
+    events: int = 0
+    admit_latency_ms: list[float] = field(default_factory=list)
+    fold_latency_ms: list[float] = field(default_factory=list)  # to the CycleCompleted covering the event
+    ack_ms: list[float] = field(default_factory=list)  # send -> acknowledged
+    decisions_per_s: float = 0.0
+    missing: int = 0
+    scheduler_cpu: float = 0.0
+    broker_cpu: float = 0.0
+    transactions: int = 0
+    where: str = "process"
+    poll_ms: float = 50.0
+    timed: TimedLog | None = None
+    pickup_ms: list[float] = field(default_factory=list)  # acked -> the scheduler's read returned it
+    step_ms: list[float] = field(default_factory=list)  # read returned -> its transaction committed
+    visible_ms: list[float] = field(default_factory=list)  # committed -> visible to the reader
+
+    def lines(self) -> list[str]:
+        a = self.admit_latency_ms
+        f = self.fold_latency_ms
+        p99 = percentile(a, 99)
+        verdict = "meets" if p99 <= TARGETS["p99_ms"] else "misses"
+        where = ("scheduler process (kueuelog run scheduler)" if self.where == "process" else
+                 f"scheduler in a thread, poll {self.poll_ms:g} ms")
+        lines = [
+            f"decision latency over Kafka at {self.rate}/s for {self.seconds:.0f} s, {where}: "
+            f"{self.events:,} submissions, {len(a):,} admissions seen (missing {self.missing}), "
+            f"{self.decisions_per_s:,.0f} admissions/s sustained",
+            f"  event acked -> admission visible (read_committed): p50 {percentile(a, 50):.1f} ms, "
+            f"p99 {p99:.1f} ms, max {max(a, default=float('nan')):.1f} ms ({verdict} the p99 <= 50 ms target)",
+            f"  event acked -> CycleCompleted covering it visible: p50 {percentile(f, 50):.1f} ms, "
+            f"p99 {percentile(f, 99):.1f} ms; append ack p50 {percentile(self.ack_ms, 50):.1f} ms",
+            f"  scheduler process CPU {self.scheduler_cpu:.1f} s ({self.scheduler_cpu / self.seconds * 100:.0f}% "
+            f"of a core), broker CPU {self.broker_cpu:.1f} s, {self.transactions:,} scheduler transactions "
+            f"({self.events / max(1, self.transactions):.1f} events each)",
+        ]
+        if self.timed is not None and self.timed.transacts:
+            t = self.timed
+
+            def p(v: list[float]) -> str:
+                return f"{percentile(v, 50):.1f}/{percentile(v, 99):.1f}"
+
+            lines.append(
+                f"  where the time goes (p50/p99 ms): acked -> read by the scheduler {p(self.pickup_ms)}, "
+                f"read -> committed {p(self.step_ms)}, committed -> visible {p(self.visible_ms)}")
+            lines.append(
+                f"    port calls: transaction {p(t.transacts)}, read with records {p(t.reads)}, "
+                f"{len(t.empty_reads):,} empty reads {p(t.empty_reads)}")
+        return lines
+
+
+class TimedLog:
+    """A KafkaLog that records how long the scheduler's calls of the port take (in-process runs)."""
+
+    def __init__(self, log: KafkaLog, input_topic: str) -> None:
+        self.log = log
+        self.input_topic = input_topic
+        self.reset()
+
+    def reset(self) -> None:
+        self.empty_reads: list[float] = []  # ms of input reads that found nothing
+        self.reads: list[float] = []  # ms of input reads that returned records
+        self.transacts: list[float] = []  # ms
+        self.steps: list[tuple[int, float, float]] = []  # (last input offset, read returned, committed)
+        self._last_read: tuple[int, float] | None = None
+
+    def read(self, topic: str, start: int, limit: int = 1000) -> list[Record]:
+        t = time.perf_counter()
+        out = self.log.read(topic, start, limit)
+        now = time.perf_counter()
+        if topic == self.input_topic:
+            (self.reads if out else self.empty_reads).append((now - t) * 1000)
+            if out:
+                self._last_read = (out[-1].offset, now)
+        return out
+
+    def transact(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
+                 commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
+        t = time.perf_counter()
+        out = self.log.transact(appends, commits)
+        now = time.perf_counter()
+        self.transacts.append((now - t) * 1000)
+        if self._last_read is not None:
+            self.steps.append((*self._last_read, now))
+            self._last_read = None
+        return out
+
+    def append(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[int]:
+        return self.log.append(topic, records)
+
+    def read_values(self, topic: str, start: int, limit: int = 1000) -> list[tuple[int, bytes]]:
+        return [(r.offset, r.value) for r in self.read(topic, start, limit)]
+
+    def end_offset(self, topic: str) -> int:
+        return self.log.end_offset(topic)
+
+    def position(self, group: str, topic: str) -> int:
+        return self.log.position(group, topic)
+
+    async def acquire(self, name: str, stop: asyncio.Event | None = None) -> bool:
+        return await self.log.acquire(name, stop)
+
+    def holds(self, name: str) -> bool:
+        return self.log.holds(name)
+
+    def release(self, name: str) -> None:
+        self.log.release(name)
+
+    def close(self) -> None:
+        self.log.close()
+
+
+class SchedulerThread:
+    """``run_scheduler`` over a timed KafkaLog on an event loop in a thread of this process."""
+
+    def __init__(self, bootstrap: str, topics: Topics, poll_seconds: float) -> None:
+        self.log = TimedLog(KafkaLog(KafkaSettings(bootstrap_servers=bootstrap), prefix=topics.prefix,
+                                     role="scheduler"), topics.cluster_events)
+        self.loop = asyncio.new_event_loop()
+        self.stop_event = asyncio.Event()
+        self.error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self.loop.run_until_complete(run_scheduler(self.log, self.stop_event, topics=topics,
+                                                           poll_seconds=poll_seconds))
+            except BaseException as e:
+                self.error = e
+
+        self.thread = threading.Thread(target=run, name="bench-scheduler", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(timeout=30)
+        self.loop.close()
+        self.log.close()
+        if self.error is not None:
+            raise self.error
+
+
+def start_scheduler_process(bootstrap: str, prefix: str, log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "run", "scheduler", "--bootstrap-servers", bootstrap,
+             "--topic-prefix", prefix], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def measure_latency(broker: LocalKafka, rate: int, sizes: Sizes, run_dir: Path, *,
+                          poll_seconds: float | None = None) -> LatencyResult:
+    """``poll_seconds`` None: the scheduler as its own process (the CLI, default poll interval);
+    otherwise in a thread of this process with that poll interval, its port calls timed."""
+    bootstrap = broker.bootstrap_servers
+    topics = Topics(prefix=f"lat{rate}-{'p' if poll_seconds is None else int(poll_seconds * 1000)}-{next(_RUNS)}")
+    make_topics(bootstrap, topics)
+    config = roomy_config()
+    config_end = await preload(bootstrap, topics.cluster_events, config)
+    result = LatencyResult(rate=rate, seconds=sizes.latency_seconds)
+    proc: subprocess.Popen[bytes] | None = None
+    thread: SchedulerThread | None = None
+    if poll_seconds is None:
+        proc = start_scheduler_process(bootstrap, topics.prefix, run_dir / f"scheduler-{topics.prefix}.log")
+    else:
+        thread = SchedulerThread(bootstrap, topics, poll_seconds)
+        result.where, result.poll_ms, result.timed = "thread", poll_seconds * 1000, thread.log
+    sched_pid = proc.pid if proc is not None else os.getpid()
+    reader = new_reader(bootstrap)
+    producer = new_producer(bootstrap)
+    await reader.start()
+    await producer.start()
+    tp = TopicPartition(topics.decisions, 0)
+    reader.assign([tp])
+    admitted_at: dict[str, float] = {}  # workload name -> when its admission became visible
+    cycles: list[tuple[int, float]] = []  # (input_offset, visible at), input_offset ascending
+    ready = asyncio.Event()
+    stop = asyncio.Event()
+    cycle_inputs: set[int] = set()
+
+    async def read_decisions() -> None:
+        while not stop.is_set():
+            got = await reader.getmany(tp, timeout_ms=200)
+            now = time.perf_counter()
+            for msg in got.get(tp, []):
+                d = decode_decision(msg.value or b"")
+                if isinstance(d, AdmitWorkload):
+                    admitted_at.setdefault(d.name, now)
+                elif isinstance(d, CycleCompleted):
+                    if not cycles or d.input_offset > cycles[-1][0]:
+                        cycles.append((d.input_offset, now))
+                    cycle_inputs.add(d.input_offset)
+                    if d.input_offset >= config_end:
+                        ready.set()
+
+    cpu0 = broker_cpu0 = 0.0
+    reading = asyncio.ensure_future(read_decisions())
+    try:
+        await asyncio.wait_for(ready.wait(), 120)
+        cpu0, broker_cpu0 = proc_cpu_seconds(sched_pid), proc_cpu_seconds(broker.pid)
+        if thread is not None:
+            thread.log.reset()
+        sent_at: dict[int, float] = {}
+        acked: dict[int, tuple[int, float]] = {}  # n -> (offset, acked at)
+        futures: list[asyncio.Future[Any]] = []
+        total = int((sizes.warmup_seconds + sizes.latency_seconds) * rate)
+        warm = int(sizes.warmup_seconds * rate)
+        t0 = time.perf_counter()
+        for n in range(total):
+            due = t0 + n / rate
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            key, value = envelope_of(submission(n), 10_000 + n, wall_clock_ms())
+            sent_at[n] = time.perf_counter()
+            fut = await producer.send(topics.cluster_events, value, key=key, partition=0, headers=HEADERS)
+
+            def on_ack(f: asyncio.Future[Any], n: int = n) -> None:
+                if not f.exception():
+                    acked[n] = (f.result().offset, time.perf_counter())
+
+            fut.add_done_callback(on_ack)
+            futures.append(fut)
+        await asyncio.gather(*futures)
+        measured = range(warm, total)
+        deadline = time.perf_counter() + 30
+        while time.perf_counter() < deadline and not all(f"wl-{n}" in admitted_at for n in measured):
+            await asyncio.sleep(0.05)
+        result.scheduler_cpu = proc_cpu_seconds(sched_pid) - cpu0
+        result.broker_cpu = proc_cpu_seconds(broker.pid) - broker_cpu0
+        result.events = len(measured)
+        seen: list[float] = []
+        inputs = [c[0] for c in cycles]
+        for n in measured:
+            offset, at = acked[n]
+            result.ack_ms.append((at - sent_at[n]) * 1000)
+            visible = admitted_at.get(f"wl-{n}")
+            if visible is None:
+                result.missing += 1
+                continue
+            seen.append(visible)
+            result.admit_latency_ms.append((visible - at) * 1000)
+            i = bisect_right(inputs, offset)  # the first cycle computed with this event folded
+            if i < len(cycles):
+                result.fold_latency_ms.append((cycles[i][1] - at) * 1000)
+        if thread is not None:
+            steps = thread.log.steps
+            lasts = [st[0] for st in steps]
+            for n in measured:
+                offset, at = acked[n]
+                i = bisect_left(lasts, offset)  # the step that read it
+                visible = admitted_at.get(f"wl-{n}")
+                if i < len(steps) and visible is not None:
+                    result.pickup_ms.append((steps[i][1] - at) * 1000)
+                    result.step_ms.append((steps[i][2] - steps[i][1]) * 1000)
+                    result.visible_ms.append((visible - steps[i][2]) * 1000)
+        if len(seen) > 1 and max(seen) > min(seen):
+            result.decisions_per_s = (len(seen) - 1) / (max(seen) - min(seen))
+        # One transaction per scheduler step: steps whose cycles were written, in the measured window.
+        first_offset = acked[warm][0]
+        result.transactions = len({i for i in cycle_inputs if i > first_offset})
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await reading
+        await producer.stop()
+        await reader.stop()
+        if proc is not None:
+            stop_process(proc)
+        if thread is not None:
+            thread.stop()
+    return result
+
+
+# --- 2. sustained throughput -------------------------------------------------------------------
+
+
+@dataclass
+class ThroughputResult:
+    workloads: int
+    events: int
+    decisions: int
+    admissions: int
+    cycles: int
+    transactions: int
+    wall: float
+    cpu: float
+    preload_seconds: float
+
+    def lines(self) -> list[str]:
+        return [
+            f"throughput over Kafka: {self.workloads:,} submissions pre-loaded in {self.preload_seconds:.1f} s, "
+            f"drained by the scheduler loop in {self.wall:.1f} s wall ({self.cpu:.1f} s CPU of this process)",
+            f"  {self.events / self.wall:,.0f} events/s, {self.decisions / self.wall:,.0f} decisions/s "
+            f"({self.admissions:,} admissions, {self.cycles:,} cycles, {self.transactions:,} transactions of "
+            f"up to 1,000 events)",
+        ]
+
+
+def measure_throughput(broker: LocalKafka, sizes: Sizes, profile: Path | None) -> ThroughputResult:
+    bootstrap = broker.bootstrap_servers
+    topics = Topics(prefix="thr")
+    make_topics(bootstrap, topics)
+    n = sizes.throughput_workloads
+    t = time.perf_counter()
+    asyncio.run(preload(bootstrap, topics.cluster_events, [*roomy_config(), *(submission(i) for i in range(n))]))
+    preload_seconds = time.perf_counter() - t
+    with KafkaLog(KafkaSettings(bootstrap_servers=bootstrap), prefix=topics.prefix, role="scheduler") as log:
+        asyncio.run(log.acquire("scheduler"))
+        sched = Scheduler(log, topics=topics)
+        sched.recover()
+        end = log.end_offset(topics.cluster_events)
+        wall, cpu = time.perf_counter(), time.process_time()
+        with profiling(profile / "throughput.prof" if profile else None, log):
+            while sched.next_input < end:
+                sched.step()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        admissions = 0
+        offset = 0
+        while batch := log.read(topics.decisions, offset, 20_000):
+            admissions += sum(1 for r in batch if isinstance(decode_decision(r.value), AdmitWorkload))
+            offset = batch[-1].offset + 1
+        log.release("scheduler")
+    return ThroughputResult(workloads=n, events=sched.stats.events, decisions=sched.stats.decisions,
+                            admissions=admissions, cycles=sched.stats.cycles, transactions=sched.stats.batches,
+                            wall=wall, cpu=cpu, preload_seconds=preload_seconds)
+
+
+# --- profiling ----------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def profiling(path: Path | None, log: KafkaLog) -> Iterator[None]:
+    """cProfile the calling thread and the log's I/O thread (where aiokafka runs) into one profile
+    at ``path`` (``.prof`` for pstats/snakeviz, ``.txt`` the top functions by own time)."""
+    if path is None:
+        yield
+        return
+    prof, io_prof = cProfile.Profile(), cProfile.Profile()
+    log._io.run(_call(io_prof.enable))
+    prof.enable()
+    try:
+        yield
+    finally:
+        prof.disable()
+        log._io.run(_call(io_prof.disable))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stats = pstats.Stats(prof)
+        stats.add(io_prof)
+        stats.dump_stats(path)
+        out = io.StringIO()
+        pstats.Stats(str(path), stream=out).sort_stats("tottime").print_stats(30)
+        out.write("\n--- by cumulative time ---\n")
+        pstats.Stats(str(path), stream=out).sort_stats("cumulative").print_stats(40)
+        path.with_suffix(".txt").write_text(out.getvalue())
+
+
+async def _call(fn: Any) -> None:
+    fn()
+
+
+# --- 3. Kueue's baseline in real time ----------------------------------------------------------
+
+
+@dataclass
+class BaselineResult:
+    workloads: int
+    queues: int
+    wall: float
+    cpu: float
+    broker_cpu: float
+    makespan: float
+    wait_by_class: dict[str, float]
+    usage: float
+    admissions: int
+    events: int
+    cycles: int
+    arrivals_span: float
+    done: bool
+
+    def lines(self) -> list[str]:
+        waits = ", ".join(f"{k} {self.wait_by_class.get(k, float('nan')):.1f} s" for k in ("large", "medium", "small"))
+        k = KUEUE_BASELINE
+        ok_wall = "meets" if self.wall <= TARGETS["wall"] else "misses"
+        ok_usage = "meets" if self.usage >= TARGETS["usage"] else "misses"
+        return [
+            f"baseline through Kafka in real time (run_all, simulated cluster): {self.workloads:,} workloads, "
+            f"{self.queues} ClusterQueues, arrivals over {self.arrivals_span:.0f} s; {self.events:,} cluster events, "
+            f"{self.cycles:,} cycles, {self.admissions:,} admissions{'' if self.done else ' (STOPPED BEFORE DONE)'}",
+            f"  wall {self.wall:.1f} s (Kueue {k['wall']:.0f} s; target <= {TARGETS['wall']:.0f} s: {ok_wall}), "
+            f"makespan {self.makespan:.1f} s; usage of nominal quota {self.usage:.1f}% (Kueue {k['usage']}%; "
+            f"target >= {TARGETS['usage']:.0f}%: {ok_usage})",
+            f"  average time to admission: {waits} (Kueue large {k['large']} s, medium {k['medium']} s, "
+            f"small {k['small']} s)",
+            f"  CPU: this process {self.cpu:.1f} s ({self.cpu / self.wall * 100:.0f}% of a core), broker "
+            f"{self.broker_cpu:.1f} s ({self.broker_cpu / self.wall * 100:.0f}% of a core)",
+        ]
+
+
+def baseline_objects(sizes: Sizes, start_ms: int) -> tuple[list[tuple[Document, o.AnyObject]], dict[str, str]]:
+    """The timed baseline, durations as annotations, creation times on the wall clock from ``start_ms``."""
+    scenario = baseline(timed=True, cohorts=sizes.baseline_cohorts, queues_per_cohort=sizes.baseline_queues)
+    objects: list[tuple[Document, o.AnyObject]] = []
+    for i, obj in enumerate(scenario.objects):
+        if isinstance(obj, o.Workload):
+            key = f"{obj.namespace}/{obj.name}"
+            at = scenario.arrival_ms[key]
+            if sizes.baseline_until_ms is not None and at >= sizes.baseline_until_ms:
+                continue
+            obj = o.Workload(namespace=obj.namespace, name=obj.name, uid=obj.uid, queue_name=obj.queue_name,
+                             pod_sets=obj.pod_sets, priority=obj.priority, creation_time=start_ms + at,
+                             annotations=((DURATION_ANNOTATION, str(scenario.runtime_ms[key])),))
+        objects.append((Document("baseline.yaml", i + 1, None), obj))
+    return objects, scenario.klass
+
+
+async def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
+    """(timestamp ms, value) of every committed record of ``topic``."""
+    reader = new_reader(bootstrap, fetch_wait_ms=100)
+    await reader.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        reader.assign([tp])
+        end = (await reader.end_offsets([tp]))[tp]
+        out: list[tuple[int, bytes]] = []
+        while await reader.position(tp) < end:
+            got = await reader.getmany(tp, timeout_ms=1000, max_records=50_000)
+            out.extend((m.timestamp, m.value or b"") for m in got.get(tp, []))
+        return out
+    finally:
+        await reader.stop()
+
+
+def measure_baseline(broker: LocalKafka, sizes: Sizes, profile: Path | None) -> BaselineResult:
+    bootstrap = broker.bootstrap_servers
+    topics = Topics(prefix="base")
+    make_topics(bootstrap, topics)
+    queues = sizes.baseline_cohorts * sizes.baseline_queues
+    with KafkaLog(KafkaSettings(bootstrap_servers=bootstrap), prefix=topics.prefix, role="all") as log:
+
+        async def main() -> tuple[Any, float, float, float, float]:
+            stop = asyncio.Event()
+            if not await log.acquire("scheduler", stop):
+                raise RuntimeError("did not become the leader")
+            start = wall_clock_ms() + 500
+            objects, _ = baseline_objects(sizes, start)
+            arrivals = ArrivalStream(log, arrival_schedule(objects, start=start), topics=topics)
+            limit = asyncio.get_running_loop().call_later(900, stop.set)  # a safety net, not a measure
+            cpu, bcpu = time.process_time(), proc_cpu_seconds(broker.pid)
+            with profiling(profile / "baseline.prof" if profile else None, log):
+                result = await run_all(log, clock="real", stop=stop, arrivals=arrivals, topics=topics,
+                                       until_done=True)
+            cpu = time.process_time() - cpu
+            wall = wall_clock_ms() / 1000 - start / 1000  # from the first arrival until everything finished
+            bcpu = proc_cpu_seconds(broker.pid) - bcpu
+            limit.cancel()
+            return result, wall, cpu, bcpu, start / 1000
+
+        result, wall, cpu, bcpu, _ = asyncio.run(main())
+        cycles = result.scheduler.state.cycles
+        done = result.done
+    _, klass = baseline_objects(sizes, 0)
+    decisions = asyncio.run(read_all(bootstrap, topics.decisions))
+    events = asyncio.run(read_all(bootstrap, topics.cluster_events))
+    first_admit: dict[str, int] = {}
+    running_since: dict[str, int] = {}
+    admissions = 0
+    for ts, value in decisions:
+        d = decode_decision(value)
+        if isinstance(d, AdmitWorkload):
+            admissions += 1
+            key = f"{d.namespace}/{d.name}"
+            running_since[key] = ts  # when the scheduler wrote it: quota is reserved from then
+            first_admit.setdefault(key, ts)
+    created: dict[str, int] = {}
+    cpu_of: dict[str, int] = {}
+    used = 0
+    last = 0
+    for _, value in events:
+        ev = decode_envelope(value).event
+        if isinstance(ev, ObjectApplied) and isinstance(ev.object, o.Workload):
+            key = f"{ev.object.namespace}/{ev.object.name}"
+            created[key] = ev.time
+            cpu_of[key] = dict(ev.object.pod_sets[0].requests)["cpu"]
+        elif isinstance(ev, WorkloadFinished | EvictionCompleted):
+            key = f"{ev.namespace}/{ev.name}"
+            last = max(last, ev.time)
+            if key in running_since:
+                used += (ev.time - running_since.pop(key)) * cpu_of[key]
+    waits: dict[str, list[int]] = defaultdict(list)
+    for key, at in first_admit.items():
+        waits[klass[key]].append(at - created[key])
+    start = min(created.values())
+    makespan = last - start
+    usage = used / (queues * 20_000 * makespan) * 100 if makespan else 0.0
+    return BaselineResult(
+        workloads=len(created), queues=queues, wall=wall, cpu=cpu, broker_cpu=bcpu, makespan=makespan / 1000,
+        wait_by_class={k: sum(v) / len(v) / 1000 for k, v in waits.items()}, usage=usage, admissions=admissions,
+        events=len(events), cycles=cycles, arrivals_span=(max(created.values()) - start) / 1000, done=done)
+
+
+def warm_up(bootstrap: str, transactions: int = 400) -> float:
+    """A fresh broker's JVM takes a few hundred transactions to compile its hot paths (17 ms each at
+    first, 8 ms after): run them before measuring; returns ms per transaction of the last 100."""
+    with KafkaLog(KafkaSettings(bootstrap_servers=bootstrap), prefix="warmup", role="warmup") as log:
+        log.ensure_topics(["warmup.a", "warmup.b"])
+        t = 0.0
+        for i in range(transactions):
+            if i == transactions - 100:
+                t = time.perf_counter()
+            log.transact({"warmup.a": [("k", b"v" * 200)]}, {("g", "warmup.b"): i})
+        return (time.perf_counter() - t) * 10
+
+
+# --- entry points -------------------------------------------------------------------------------
+
+BENCHES = ("latency", "throughput", "baseline")
+
+
+def main(*, quick: bool | None = None, only: Sequence[str] = BENCHES, profile: Path | None = None,
+         baseline_seconds: float | None = None) -> Iterator[str]:
+    """Run the Kafka benchmarks on a broker of their own; yields report lines as they come.
+    ``baseline_seconds`` keeps only the baseline's arrivals of its first that many seconds."""
+    if quick is None:
+        quick = os.environ.get("KUEUELOG_BENCH_QUICK", "") not in ("", "0")
+    sizes = QUICK if quick else FULL
+    if baseline_seconds is not None:
+        sizes = replace(sizes, baseline_until_ms=int(baseline_seconds * 1000))
+    # The services' info lines (leadership, ...) would interleave with the figures.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    t = time.perf_counter()
+    with local_broker() as broker, tempfile.TemporaryDirectory(prefix="kueuelog-bench-") as tmp:
+        yield (f"Kafka benchmarks ({'quick' if quick else 'full'}): local broker {broker.version} on "
+               f"{broker.bootstrap_servers}, started in {broker.start_seconds or 0:.1f} s; {os.cpu_count()} CPUs")
+        yield f"  broker warm-up (JIT): {warm_up(broker.bootstrap_servers):.1f} ms per transaction at the end"
+        if "latency" in only:
+            for rate in sizes.rates:
+                yield from asyncio.run(measure_latency(broker, rate, sizes, Path(tmp))).lines()
+            for rate in sizes.rates:  # the same in-process, to see where the time goes
+                yield from asyncio.run(measure_latency(broker, rate, sizes, Path(tmp), poll_seconds=0.05)).lines()
+        if "throughput" in only:
+            yield from measure_throughput(broker, sizes, profile).lines()
+        if "baseline" in only:
+            yield from measure_baseline(broker, sizes, profile).lines()
+    yield f"Kafka benchmarks done in {time.perf_counter() - t:.0f} s"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.kafka", description=__doc__.split("\n\n")[0] if __doc__ else "")
+    p.add_argument("--quick", action="store_true", default=None, help="small sizes for a smoke run (< 2 minutes)")
+    p.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
+    p.add_argument("--profile", type=Path, metavar="DIR", help="write cProfile stats of throughput/baseline here")
+    p.add_argument("--baseline-seconds", type=float, metavar="S", help="only the baseline's first S s of arrivals")
+    args = p.parse_args(argv)
+    unknown = set(args.only.split(",")) - set(BENCHES)
+    if unknown:
+        p.error(f"--only: unknown benchmark(s) {', '.join(sorted(unknown))}; choose from {', '.join(BENCHES)}")
+    return args
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    for line in main(quick=args.quick, only=args.only.split(","), profile=args.profile,
+                     baseline_seconds=args.baseline_seconds):
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
