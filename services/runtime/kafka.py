@@ -43,14 +43,19 @@ import aiokafka.producer.sender as _aiokafka_sender
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.conn import create_conn
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 from aiokafka.errors import (
+    AuthenticationFailedError,
     InvalidProducerEpoch,
     KafkaError,
+    KafkaTimeoutError,
     ProducerFenced,
+    SaslAuthenticationFailed,
     TopicAlreadyExistsError,
     TransactionalIdAuthorizationFailed,
+    UnsupportedSaslMechanismError,
 )
 from aiokafka.helpers import create_ssl_context
 from aiokafka.structs import OffsetAndMetadata
@@ -177,7 +182,9 @@ def _wrap(what: str, e: BaseException) -> LogError:
         return e
     if isinstance(e, ProducerFenced | InvalidProducerEpoch | TransactionalIdAuthorizationFailed):
         return Fenced(f"{what}: fenced by a newer instance with the same transactional id ({type(e).__name__})")
-    retriable = bool(getattr(e, "retriable", False)) or isinstance(e, KafkaError | OSError | asyncio.TimeoutError)
+    # aiokafka marks transient errors ``retriable``; a timeout or a lost connection may pass too.
+    # An authentication or authorization failure, a bad request or a fenced producer will not.
+    retriable = bool(getattr(e, "retriable", False)) or isinstance(e, KafkaTimeoutError | OSError | TimeoutError)
     return LogError(f"{what}: {type(e).__name__}: {e}", retriable=retriable)
 
 
@@ -322,8 +329,34 @@ class KafkaLog:
             raise _wrap(f"kafka {what}", e) from e
 
     async def _start_admin(self) -> None:
+        if self.settings.security_protocol.startswith("SASL_"):
+            await self._check_login()
         self._admin = AIOKafkaAdminClient(**self.settings.client_kwargs())
         await self._admin.start()
+
+    async def _check_login(self) -> None:
+        """aiokafka reports a refused login only as "unable to bootstrap" (retriable, and the reason
+        goes to its log): log in once ourselves so that a wrong password is a clear, final error."""
+        kw = self.settings.client_kwargs()
+        errors: list[str] = []
+        for address in self.settings.bootstrap_servers.split(","):
+            host, _, port = address.strip().rpartition(":")
+            try:
+                conn = await create_conn(host, int(port), client_id=kw["client_id"],
+                                         request_timeout_ms=kw["request_timeout_ms"],
+                                         ssl_context=kw.get("ssl_context"), security_protocol=kw["security_protocol"],
+                                         sasl_mechanism=kw["sasl_mechanism"],
+                                         sasl_plain_username=kw["sasl_plain_username"],
+                                         sasl_plain_password=kw["sasl_plain_password"])
+            except (SaslAuthenticationFailed, AuthenticationFailedError, UnsupportedSaslMechanismError) as e:
+                raise LogError(f"kafka: {address} refused the {self.settings.sasl_mechanism} login of user "
+                               f"{self.settings.sasl_username!r}: {type(e).__name__}", retriable=False) from None
+            except (TimeoutError, OSError, KafkaError, ValueError) as e:
+                errors.append(f"{address}: {type(e).__name__}")
+                continue
+            conn.close()
+            return
+        raise LogError(f"kafka: cannot reach any bootstrap server ({'; '.join(errors)})", retriable=True)
 
     def group_id(self, group: str) -> str:
         return f"{self.prefix}.{group}"

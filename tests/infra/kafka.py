@@ -46,6 +46,8 @@ POM = REPO_ROOT / "deploy" / "kafka" / "pom.xml"
 # Pinned so that a fresh machine resolves exactly what CI resolved.
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 NODE_ID = 1
+# Users of the SASL_PLAINTEXT listener (test credentials for a throwaway local broker).
+SASL_USERS = {"kueuelog": "kueuelog-test-secret"}
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 INSTALL_TIMEOUT_S = 900.0
@@ -247,6 +249,7 @@ class LocalKafka:
         self.run_dir: Path | None = None
         self.port: int | None = None
         self.controller_port: int | None = None
+        self.sasl_port: int | None = None  # SASL_PLAINTEXT with PLAIN: SASL_USERS may log in
         self.process: subprocess.Popen[bytes] | None = None
         self.start_seconds: float | None = None  # wall time of the last successful start()
         self.install_seconds: float | None = None  # set only when this object downloaded
@@ -341,6 +344,13 @@ class LocalKafka:
     # -- run -------------------------------------------------------------------------------
 
     @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The SASL_PLAINTEXT listener (mechanism PLAIN, users in ``SASL_USERS``)."""
+        if self.sasl_port is None:
+            raise KafkaError("broker not started")
+        return f"127.0.0.1:{self.sasl_port}"
+
+    @property
     def bootstrap_servers(self) -> str:
         if self.port is None:
             raise KafkaError("broker not started")
@@ -380,11 +390,17 @@ class LocalKafka:
             # Static voters rather than `format --standalone`: the same file then works for
             # 3.9 and 4.x, and there is only ever one voter.
             "controller.quorum.voters": f"{NODE_ID}@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port},"
+                         f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port},SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+            # A second listener that demands a login, so the clients' SASL settings are tested for real.
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                + " ".join(f'user_{u}="{pw}"' for u, pw in SASL_USERS.items()) + ";",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
             "log.dirs": str(data_dir),
             # One broker: internal topics cannot have more than one replica, and one
             # partition each keeps the first transaction / group join fast on 2 cores.
@@ -451,7 +467,7 @@ class LocalKafka:
         classpath = f"{self.libs}/*"  # the JVM expands the wildcard, no shell needed
         data_dir = run_dir / "data"
         shutil.rmtree(data_dir, ignore_errors=True)
-        self.port, self.controller_port = _free_ports(2)
+        self.port, self.controller_port, self.sasl_port = _free_ports(3)
         props = run_dir / "server.properties"
         props.write_text(self._properties(data_dir))
         assert self.log_path is not None

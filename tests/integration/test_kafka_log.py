@@ -37,7 +37,7 @@ from services.schedulerd import Scheduler
 from services.simcluster.cluster import SimConfig
 from services.watcher.seed import ArrivalStream, arrival_schedule, seed_all
 from tests.builders import a_cluster_queue, a_flavor, a_job, a_local_queue
-from tests.infra.kafka import LocalKafka
+from tests.infra.kafka import SASL_USERS, LocalKafka
 from tests.log_contract import LogContract
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -371,3 +371,40 @@ def test_a_log_without_a_role_appends_idempotently_and_commits_nothing(settings:
     finally:
         a.close()
         b.close()
+
+
+# --- security ---------------------------------------------------------------------------------
+
+
+def test_sasl_plain_login_works_and_a_wrong_password_is_a_clear_final_error(
+        kafka_broker: LocalKafka, prefix: str, topic: Callable[[str], str]) -> None:
+    user, password = next(iter(SASL_USERS.items()))
+    good = KafkaSettings(bootstrap_servers=kafka_broker.sasl_bootstrap_servers, security_protocol="SASL_PLAINTEXT",
+                         sasl_mechanism="PLAIN", sasl_username=user, sasl_password=password)
+    log = KafkaLog(good, prefix=prefix, role="sasl")
+    try:
+        log.transact({topic("t"): [("k", b"over sasl")]}, {("g", topic("in")): 7})
+        assert [r.value for r in log.read(topic("t"), 0)] == [b"over sasl"]
+        assert log.position("g", topic("in")) == 7
+    finally:
+        log.close()
+    bad = KafkaSettings(bootstrap_servers=kafka_broker.sasl_bootstrap_servers, security_protocol="SASL_PLAINTEXT",
+                        sasl_mechanism="PLAIN", sasl_username=user, sasl_password="not-the-password",
+                        request_timeout_ms=5000)
+    with pytest.raises(LogError) as err:
+        KafkaLog(bad, prefix=prefix).close()
+    assert err.value.retriable is False, err.value
+    assert "not-the-password" not in str(err.value)
+
+
+def test_the_cli_never_prints_the_sasl_password(kafka_broker: LocalKafka, prefix: str) -> None:
+    user, password = next(iter(SASL_USERS.items()))
+    env = {"KUEUELOG_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KUEUELOG_KAFKA_SASL_MECHANISM": "PLAIN",
+           "KUEUELOG_KAFKA_SASL_USERNAME": user, "KUEUELOG_KAFKA_REQUEST_TIMEOUT_MS": "5000"}
+    where = ["--bootstrap-servers", kafka_broker.sasl_bootstrap_servers, "--topic-prefix", prefix]
+    ok = _cli("replay", *where, env={**env, "KUEUELOG_KAFKA_SASL_PASSWORD": password})
+    assert ok.returncode == 0 and "replayed 0 events" in ok.stdout, ok.stdout + ok.stderr
+    wrong = _cli("replay", *where, env={**env, "KUEUELOG_KAFKA_SASL_PASSWORD": "hunter2-wrong"})
+    assert wrong.returncode != 0
+    for out in (ok, wrong):
+        assert password not in out.stdout + out.stderr and "hunter2-wrong" not in out.stdout + out.stderr
