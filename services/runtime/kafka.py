@@ -48,12 +48,14 @@ from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
 from aiokafka.errors import (
     AuthenticationFailedError,
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
     InvalidProducerEpoch,
     KafkaError,
-    KafkaTimeoutError,
     ProducerFenced,
     SaslAuthenticationFailed,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailed,
     UnsupportedSaslMechanismError,
 )
@@ -177,14 +179,21 @@ class KafkaSettings:
         return ctx
 
 
+_REFUSED = (TransactionalIdAuthorizationFailed, TopicAuthorizationFailedError, GroupAuthorizationFailedError,
+            ClusterAuthorizationFailedError, SaslAuthenticationFailed, AuthenticationFailedError)
+
+
 def _wrap(what: str, e: BaseException) -> LogError:
+    """aiokafka's errors, once, in ours. Fenced and refused (authentication, ACLs) are final; any
+    other Kafka error, a timeout or a lost connection may pass (a broker restarting throws a
+    variety of them, not all marked ``retriable``): the services back off and rebuild from the log."""
     if isinstance(e, LogError):
         return e
-    if isinstance(e, ProducerFenced | InvalidProducerEpoch | TransactionalIdAuthorizationFailed):
+    if isinstance(e, ProducerFenced | InvalidProducerEpoch):
         return Fenced(f"{what}: fenced by a newer instance with the same transactional id ({type(e).__name__})")
-    # aiokafka marks transient errors ``retriable``; a timeout or a lost connection may pass too.
-    # An authentication or authorization failure, a bad request or a fenced producer will not.
-    retriable = bool(getattr(e, "retriable", False)) or isinstance(e, KafkaTimeoutError | OSError | TimeoutError)
+    if isinstance(e, _REFUSED):
+        return LogError(f"{what}: refused by the broker: {type(e).__name__}: {e}", retriable=False)
+    retriable = isinstance(e, KafkaError | OSError | TimeoutError)
     return LogError(f"{what}: {type(e).__name__}: {e}", retriable=retriable)
 
 
