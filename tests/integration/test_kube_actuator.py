@@ -34,13 +34,8 @@ from events.messages import (
     PendingReason,
 )
 from services.actuator.actuator import GROUP
-from services.actuator.kube import (
-    ANN_DECISION,
-    ANN_EVICTED,
-    ANN_ORIGINAL,
-    KubeActuator,
-    run_kube_actuator,
-)
+from services.actuator.kube import KubeActuator, run_kube_actuator
+from services.actuator.kubeplan import ANN_DECISION, ANN_EVICTED, ANN_ORIGINAL
 from services.runtime.log import SqliteLog
 from tests.integration.kube_deploy import eventually
 

@@ -13,7 +13,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import objects as o
 from events.messages import AdmitWorkload, EvictWorkload, MarkPending, PendingReason
-from services.actuator.kube import (
+from services.actuator.kubeerrors import InvalidObject, KubeApiError, TokenBucket, classify
+from services.actuator.kubeplan import (
     ANN_CYCLE,
     ANN_DECISION,
     ANN_EVICTED,
@@ -36,7 +37,6 @@ from services.actuator.kube import (
     set_condition,
     status_patch,
 )
-from services.actuator.kubeerrors import InvalidObject, KubeApiError, TokenBucket, classify
 from services.scheduler import conditions as cond
 
 T = 1_700_000_000_000

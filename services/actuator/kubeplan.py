@@ -1,0 +1,472 @@
+"""What the Kubernetes actuator writes, as pure functions of the objects it read and the decision:
+the Job's pod-template patches (flavor nodeSelector and tolerations in, the original back out),
+the idempotency verdict, the Workload status payloads, and the ClusterQueue / LocalQueue counts
+(:class:`QueueCounts`). No I/O here; :mod:`services.actuator.kube` is the shell that reads and
+writes through the API server.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from events import objects as o
+from events.manifests import format_time
+from events.messages import (
+    AdmitWorkload,
+    Condition,
+    EvictWorkload,
+    MarkPending,
+)
+from events.quantity import QuantityError, format_amount, to_amount
+from services.actuator.kubeerrors import InvalidObject, Ref
+from services.scheduler import conditions as cond
+
+ANN_DECISION: Final = "kueuelog.io/decision-id"
+ANN_CYCLE: Final = "kueuelog.io/decision-cycle"
+ANN_EVICTED: Final = "kueuelog.io/evicted"
+ANN_ORIGINAL: Final = "kueuelog.io/original-pod-scheduling"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
+
+Json = dict[str, Any]
+Decision = AdmitWorkload | EvictWorkload | MarkPending
+
+
+def workload_ref(namespace: str, name: str) -> Ref:
+    return Ref("Workload", KUEUE_GROUP, KUEUE_VERSION, "workloads", name, namespace)
+
+
+def job_ref(namespace: str, name: str) -> Ref:
+    return Ref("Job", "batch", "v1", "jobs", name, namespace)
+
+
+def flavor_ref(name: str) -> Ref:
+    return Ref("ResourceFlavor", KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", name)
+
+
+def cluster_queue_ref(name: str) -> Ref:
+    return Ref("ClusterQueue", KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name)
+
+
+def local_queue_ref(namespace: str, name: str) -> Ref:
+    return Ref("LocalQueue", KUEUE_GROUP, KUEUE_VERSION, "localqueues", name, namespace)
+
+
+# --- pure: the Job's pod template ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FlavorScheduling:
+    """What a ResourceFlavor adds to a pod: node labels to select and taints to tolerate."""
+
+    name: str
+    node_labels: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Json, ...] = ()
+
+
+def flavor_scheduling(obj: Mapping[str, Any]) -> FlavorScheduling:
+    """A ResourceFlavor object (as JSON) to what it injects; refuses a malformed one by field."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    what = f"ResourceFlavor {name}"
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise InvalidObject(what, "spec", "must be an object")
+    labels = spec.get("nodeLabels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise InvalidObject(what, "spec.nodeLabels", "must be a map of strings to strings")
+    tolerations = spec.get("tolerations") or []
+    if not isinstance(tolerations, list):
+        raise InvalidObject(what, "spec.tolerations", "must be a list")
+    for i, t in enumerate(tolerations):
+        if not isinstance(t, dict):
+            raise InvalidObject(what, f"spec.tolerations[{i}]", "must be an object")
+    return FlavorScheduling(name, tuple(sorted(labels.items())), tuple(tolerations))
+
+
+def flavor_names(d: AdmitWorkload) -> tuple[str, ...]:
+    """The flavors a Job's admission assigns (a Job is one pod set, ``main``), sorted."""
+    psas = d.admission.pod_set_assignments
+    if len(psas) != 1:
+        raise InvalidObject(f"decision {d.id} for Workload {d.namespace}/{d.name}", "admission.podSetAssignments",
+                            f"a Job has exactly one pod set, the admission assigns {len(psas)}")
+    return tuple(sorted({flavor for _, flavor in psas[0].flavors}))
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def _pod_spec(job: Mapping[str, Any]) -> Json:
+    spec = ((job.get("spec") or {}).get("template") or {}).get("spec")
+    if not isinstance(spec, dict):
+        meta = job.get("metadata") or {}
+        raise InvalidObject(f"Job {meta.get('namespace')}/{meta.get('name')}", "spec.template.spec", "missing")
+    return spec
+
+
+def pod_scheduling(pod_spec: Mapping[str, Any]) -> tuple[dict[str, str], list[Json]]:
+    return dict(pod_spec.get("nodeSelector") or {}), list(pod_spec.get("tolerations") or [])
+
+
+def encode_original(node_selector: Mapping[str, str], tolerations: Sequence[Json]) -> str:
+    return json.dumps({"nodeSelector": dict(node_selector), "tolerations": list(tolerations)},
+                      sort_keys=True, separators=(",", ":"))
+
+
+def original_scheduling(job: Mapping[str, Any], what: str) -> tuple[dict[str, str], list[Json]]:
+    """The template's own nodeSelector and tolerations: from the annotation while a flavor's are
+    injected, else the template as it is."""
+    text = annotations_of(job).get(ANN_ORIGINAL)
+    if text is None:
+        return pod_scheduling(_pod_spec(job))
+    field_ = f"metadata.annotations.{ANN_ORIGINAL}"
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        raise InvalidObject(what, field_, f"not JSON: {e}") from None
+    ok = (isinstance(raw, dict) and isinstance(raw.get("nodeSelector", {}), dict)
+          and isinstance(raw.get("tolerations", []), list))
+    if not ok:
+        raise InvalidObject(what, field_, 'must be {"nodeSelector": {...}, "tolerations": [...]}')
+    return dict(raw.get("nodeSelector") or {}), list(raw.get("tolerations") or [])
+
+
+def injected(node_selector: Mapping[str, str], tolerations: Sequence[Json], flavors: Iterable[FlavorScheduling],
+             what: str) -> tuple[dict[str, str], list[Json]]:
+    """The template's scheduling with the flavors' added; a node label the template sets to a
+    different value is a conflict (Kueue's podset info merge refuses it too)."""
+    selector = dict(node_selector)
+    out = list(tolerations)
+    for f in flavors:
+        for key, value in f.node_labels:
+            if selector.get(key, value) != value:
+                raise InvalidObject(what, f"spec.template.spec.nodeSelector.{key}",
+                                    f"is {selector[key]!r}, but ResourceFlavor {f.name} needs {value!r}")
+            selector[key] = value
+        out.extend(t for t in f.tolerations if t not in out)
+    return selector, out
+
+
+def _scheduling_patch(pod_spec: Mapping[str, Any], selector: Mapping[str, str], tolerations: list[Json]) -> Json:
+    """Merge patch of a pod spec from its scheduling now to ``selector`` / ``tolerations``."""
+    current_selector, current_tolerations = pod_scheduling(pod_spec)
+    out: Json = {}
+    if current_selector != selector:
+        if selector:
+            change: Json = {k: v for k, v in selector.items() if current_selector.get(k) != v}
+            change.update({k: None for k in current_selector if k not in selector})
+            out["nodeSelector"] = change
+        else:
+            out["nodeSelector"] = None
+    if current_tolerations != tolerations:
+        out["tolerations"] = tolerations or None
+    return out
+
+
+def _deep_merge(a: Json, b: Mapping[str, Any]) -> Json:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def recorded_decision(job: Mapping[str, Any]) -> tuple[str, int]:
+    """(decision id, cycle) the Job records; ("", -1) when none."""
+    ann = annotations_of(job)
+    try:
+        cycle = int(ann.get(ANN_CYCLE, "-1"))
+    except ValueError:
+        cycle = -1
+    return ann.get(ANN_DECISION, ""), cycle
+
+
+Verdict = Literal["apply", "applied", "stale"]
+
+
+def idempotency(job: Mapping[str, Any], d: AdmitWorkload | EvictWorkload) -> Verdict:
+    """Whether the Job still needs ``d``: "applied" when it records ``d`` itself, "stale" when it
+    records a newer cycle's decision (``d`` was superseded: never go back), else "apply"."""
+    rid, rcycle = recorded_decision(job)
+    if rid == d.id:
+        return "applied"
+    if rcycle > d.cycle:
+        return "stale"
+    return "apply"
+
+
+def resource_version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def job_admit_patch(job: Mapping[str, Any], d: AdmitWorkload, flavors: Sequence[FlavorScheduling]) -> Json:
+    what = f"Job {d.namespace}/{(job.get('metadata') or {}).get('name')}"
+    selector0, tolerations0 = original_scheduling(job, what)
+    selector, tolerations = injected(selector0, tolerations0, flavors, what)
+    ann = annotations_of(job)
+    changes: dict[str, str | None] = {ANN_DECISION: d.id, ANN_CYCLE: str(d.cycle)}
+    if ANN_ORIGINAL not in ann:
+        changes[ANN_ORIGINAL] = encode_original(selector0, tolerations0)
+    if ANN_EVICTED in ann:
+        changes[ANN_EVICTED] = None
+    spec: Json = {"suspend": False}
+    template = _scheduling_patch(_pod_spec(job), selector, tolerations)
+    if template:
+        spec["template"] = {"spec": template}
+    return {"metadata": {"resourceVersion": resource_version(job), "annotations": changes}, "spec": spec}
+
+
+def may_restore(job: Mapping[str, Any]) -> bool:
+    """Kubernetes accepts a change of the template's scheduling directives only for a Job that is
+    suspended and not started (``status.startTime`` unset; the job controller resets it once a
+    suspended Job's pods are gone)."""
+    return (job.get("spec") or {}).get("suspend") is True and not (job.get("status") or {}).get("startTime")
+
+
+def job_restore_patch(job: Mapping[str, Any]) -> Json | None:
+    """Back to the template's own nodeSelector / tolerations; None when nothing is injected."""
+    if ANN_ORIGINAL not in annotations_of(job):
+        return None
+    meta = job.get("metadata") or {}
+    selector, tolerations = original_scheduling(job, f"Job {meta.get('namespace')}/{meta.get('name')}")
+    body: Json = {"metadata": {"resourceVersion": resource_version(job), "annotations": {ANN_ORIGINAL: None}}}
+    template = _scheduling_patch(_pod_spec(job), selector, tolerations)
+    if template:
+        body["spec"] = {"template": {"spec": template}}
+    return body
+
+
+def job_evict_patch(job: Mapping[str, Any], d: EvictWorkload) -> Json:
+    """Suspend and mark; restores the template in the same write when the Job already may change."""
+    body: Json = {"metadata": {"resourceVersion": resource_version(job),
+                               "annotations": {ANN_DECISION: d.id, ANN_CYCLE: str(d.cycle), ANN_EVICTED: d.id}},
+                  "spec": {"suspend": True}}
+    restore = job_restore_patch(job) if may_restore(job) else None
+    return _deep_merge(body, restore) if restore else body
+
+
+# --- pure: Workload status ------------------------------------------------------------------------
+
+
+def condition_json(c: Condition) -> Json:
+    # metav1.Time has second precision.
+    at = c.last_transition_time - c.last_transition_time % 1000
+    return {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+            "lastTransitionTime": format_time(at)}
+
+
+def set_condition(conditions: list[Json], c: Condition) -> None:
+    """Kueue's ``apimeta.SetStatusCondition``: replace the condition of that type, keeping its
+    lastTransitionTime when the status did not change."""
+    new = condition_json(c)
+    for i, old in enumerate(conditions):
+        if old.get("type") == c.type:
+            if old.get("status") == c.status and old.get("lastTransitionTime"):
+                new["lastTransitionTime"] = old["lastTransitionTime"]
+            conditions[i] = {**old, **new}
+            return
+    conditions.append(new)
+
+
+def admission_json(adm: o.Admission) -> Json:
+    """``status.admission`` as Kueue writes it (and :mod:`services.scheduler.render` renders it)."""
+    return {
+        "clusterQueue": adm.cluster_queue,
+        "podSetAssignments": [
+            {"name": psa.name, "flavors": dict(psa.flavors),
+             "resourceUsage": {r: format_amount(r, v) for r, v in psa.resource_usage}, "count": psa.count}
+            for psa in adm.pod_set_assignments
+        ],
+    }
+
+
+def _conditions(status: Mapping[str, Any]) -> list[Json]:
+    return [dict(c) for c in status.get("conditions") or [] if isinstance(c, dict)]
+
+
+def admitted_status(status: Mapping[str, Any], d: AdmitWorkload) -> Json:
+    conds = _conditions(status)
+    set_condition(conds, cond.quota_reserved(d.admission.cluster_queue, d.time))
+    set_condition(conds, cond.admitted(d.time))
+    for old in list(conds):  # as services.scheduler.effects.commit_admission: an old eviction is history
+        if old.get("type") in ("Evicted", "Preempted") and old.get("status") == "True":
+            previously = f"Previously: {old.get('message', '')}"
+            set_condition(conds, Condition(type=old["type"], status="False", reason="QuotaReserved",
+                                           message=previously, last_transition_time=d.time))
+    return {**status, "admission": admission_json(d.admission), "conditions": conds}
+
+
+def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
+    conds = _conditions(status)
+    set_condition(conds, cond.evicted(d.reason, d.message, d.time))
+    if d.preemption_reason:
+        set_condition(conds, cond.preempted(d.preemption_reason, d.message, d.time))
+    set_condition(conds, cond.pending(d.message or "The workload is pending after eviction", d.time))
+    set_condition(conds, cond.not_admitted(d.time))
+    # As services.scheduler.state.finish_eviction: only a preempted workload goes straight back.
+    set_condition(conds, cond.requeued(d.reason == "Preempted", d.reason, d.message, d.time))
+    out = {k: v for k, v in status.items() if k != "admission"}
+    out["conditions"] = conds
+    return out
+
+
+def pending_status(status: Mapping[str, Any], d: MarkPending) -> Json:
+    conds = _conditions(status)
+    set_condition(conds, Condition(type="QuotaReserved", status="False", reason=d.condition_reason,
+                                   message=d.message, last_transition_time=d.time))
+    return {**status, "conditions": conds}
+
+
+def holds_quota(workload: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "QuotaReserved" and c.get("status") == "True"
+               for c in _conditions(workload.get("status") or {}))
+
+
+def status_patch(workload: Mapping[str, Any], desired: Mapping[str, Any]) -> Json | None:
+    """Merge patch of ``/status`` from the Workload's status to ``desired``; None when equal."""
+    current = workload.get("status") or {}
+    changed: Json = {k: v for k, v in desired.items() if current.get(k) != v}
+    changed.update({k: None for k in current if k not in desired})
+    if not changed:
+        return None
+    return {"metadata": {"resourceVersion": resource_version(workload)}, "status": changed}
+
+
+# --- pure: ClusterQueue and LocalQueue status -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Held:
+    cluster_queue: str
+    admitted: bool
+    usage: tuple[tuple[str, str, int], ...] = ()  # (flavor, resource, amount)
+
+
+FlavorQuotas = tuple[tuple[str, tuple[tuple[str, int | None], ...]], ...]
+"""A ClusterQueue's flavors in spec order, each with its resources and nominal quota (None: unreadable)."""
+
+
+def flavor_quotas(cq: Mapping[str, Any]) -> FlavorQuotas:
+    out: dict[str, dict[str, int | None]] = {}
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        for fq in (group or {}).get("flavors") or []:
+            resources = out.setdefault(str((fq or {}).get("name") or ""), {})
+            for r in (fq or {}).get("resources") or []:
+                name = str((r or {}).get("name") or "")
+                try:
+                    resources[name] = to_amount(name, (r or {}).get("nominalQuota", 0))
+                except QuantityError:
+                    resources[name] = None
+    return tuple((f, tuple(rs.items())) for f, rs in out.items())
+
+
+class QueueCounts:
+    """ClusterQueue / LocalQueue status counted from the decision stream.
+
+    Counted, per workload, from its latest decision: ``MarkPending`` → pending in its
+    ClusterQueue; ``AdmitWorkload`` → reserving and admitted (this actuator writes Admitted
+    together with QuotaReserved) with the admission's usage per flavor and resource;
+    ``EvictWorkload`` → pending again (Kueue requeues it), its quota released at once (Kueue
+    releases it when the pods are gone). The ClusterQueue counts are rebuilt from the whole
+    decisions topic at recovery.
+
+    Not counted (not visible in the decision stream): finishes — a finished workload stays
+    counted as admitted, with its usage, until a later decision about it; deletions; workloads
+    no cycle has looked at yet (no ``MarkPending`` for them). A LocalQueue counts only the
+    workloads whose Workload object this process has read (it learns ``spec.queueName`` there:
+    every admit and evict, and the first pending mark of a workload)."""
+
+    def __init__(self) -> None:
+        self.workloads: dict[str, _Held] = {}
+        self.local_queue_of: dict[str, str] = {}  # "ns/workload" -> "ns/localqueue"
+        self.dirty_cluster_queues: set[str] = set()
+        self.dirty_local_queues: set[str] = set()
+
+    def _touch(self, key: str, held: _Held | None) -> None:
+        lq = self.local_queue_of.get(key)
+        for h in (held, self.workloads.get(key)):
+            if h is not None:
+                self.dirty_cluster_queues.add(h.cluster_queue)
+                if lq:
+                    self.dirty_local_queues.add(lq)
+
+    def fold(self, d: Decision) -> None:
+        key = f"{d.namespace}/{d.name}"
+        if isinstance(d, AdmitWorkload):
+            usage = {(flavor, r): 0 for psa in d.admission.pod_set_assignments for r, flavor in psa.flavors}
+            for psa in d.admission.pod_set_assignments:
+                flavors = dict(psa.flavors)
+                for r, amount in psa.resource_usage:
+                    if r in flavors:
+                        usage[(flavors[r], r)] += amount
+            held = _Held(d.admission.cluster_queue, True, tuple(sorted((f, r, v) for (f, r), v in usage.items())))
+        else:
+            previous = self.workloads.get(key)
+            cq = d.cluster_queue or (previous.cluster_queue if previous else "")
+            if not cq:
+                return
+            held = _Held(cq, False)
+        if self.workloads.get(key) != held:
+            self._touch(key, held)
+            self.workloads[key] = held
+
+    def learn_local_queue(self, key: str, local_queue: str) -> None:
+        if local_queue and self.local_queue_of.get(key) != local_queue:
+            old = self.local_queue_of.get(key)
+            if old and key in self.workloads:
+                self.dirty_local_queues.add(old)
+            self.local_queue_of[key] = local_queue
+            if key in self.workloads:
+                self.dirty_local_queues.add(local_queue)
+
+    def _tally(self, keys: Iterable[str]) -> tuple[int, int, dict[tuple[str, str], int]]:
+        pending, admitted, usage = 0, 0, dict[tuple[str, str], int]()
+        for key in keys:
+            h = self.workloads[key]
+            if not h.admitted:
+                pending += 1
+                continue
+            admitted += 1
+            for flavor, r, amount in h.usage:
+                usage[(flavor, r)] = usage.get((flavor, r), 0) + amount
+        return pending, admitted, usage
+
+    @staticmethod
+    def _flavors(usage: Mapping[tuple[str, str], int], quotas: FlavorQuotas, *, borrowed: bool) -> list[Json]:
+        rows: dict[str, dict[str, tuple[int, int | None]]] = {}
+        for flavor, quota in quotas:  # the ClusterQueue's flavors and resources in spec order, zeros included
+            rows[flavor] = {r: (usage.get((flavor, r), 0), nominal) for r, nominal in quota}
+        for (flavor, r), amount in sorted(usage.items()):
+            rows.setdefault(flavor, {}).setdefault(r, (amount, None))
+        out = []
+        for flavor, resources in rows.items():
+            entries = []
+            for r, (total, nominal) in resources.items():
+                entry: Json = {"name": r, "total": format_amount(r, total)}
+                if borrowed and nominal is not None:
+                    entry["borrowed"] = format_amount(r, max(0, total - nominal))
+                entries.append(entry)
+            out.append({"name": flavor, "resources": entries})
+        return out
+
+    def cluster_queue_status(self, name: str, quotas: FlavorQuotas = ()) -> Json:
+        keys = sorted(k for k, h in self.workloads.items() if h.cluster_queue == name)
+        pending, admitted, usage = self._tally(keys)
+        flavors = self._flavors(usage, quotas, borrowed=True)
+        return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
+                "flavorsReservation": flavors, "flavorsUsage": flavors}
+
+    def local_queue_status(self, key: str, quotas: FlavorQuotas = ()) -> Json:
+        keys = sorted(k for k, lq in self.local_queue_of.items() if lq == key and k in self.workloads)
+        pending, admitted, usage = self._tally(keys)
+        flavors = self._flavors(usage, quotas, borrowed=False)
+        return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
+                "flavorsReservation": flavors, "flavorUsage": flavors}
+
+
+def queue_status_patch(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Json | None:
+    current = obj.get("status") or {}
+    if all(current.get(k) == v for k, v in desired.items()):
+        return None
+    return {"status": dict(desired)}
