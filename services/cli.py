@@ -319,7 +319,7 @@ async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: An
                                         cluster=cluster, topics=topics)
 
     if args.service == "scheduler":
-        await svc.run_scheduler(log, stop, topics=topics, status=status, on_step=on_step)
+        await svc.run_scheduler(log, stop, topics=topics, status=status, on_step=on_step, long_poll=True)
         return
     if args.service == "all":
         result = await svc.run_all(log, clock=args.clock, stop=stop, arrivals=arrivals(), config=config,

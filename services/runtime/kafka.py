@@ -294,6 +294,14 @@ class _Reader:
     tp: TopicPartition
     next: int = -1  # where the consumer's fetch position is, if we know
     end: int = 0  # last known end (last stable offset)
+    empty_from: int = -1  # no record lies in [empty_from, next): only control records were there
+    pending: list[Any] = field(default_factory=list)  # fetched by a wait, not read yet
+    pending_from: int = -1  # the read position the pending records continue
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one fetch at a time per consumer
+
+    def at(self, start: int) -> bool:
+        """Is the consumer positioned to return the records from ``start`` on?"""
+        return self.next == start or 0 <= self.empty_from <= start <= self.next
 
 
 class KafkaLog:
@@ -426,28 +434,76 @@ class KafkaLog:
         r.end = max(offsets[r.tp], self._own_end.get(r.tp.topic, 0))
         return r.end
 
+    @staticmethod
+    def _records(topic: str, msgs: Sequence[Any]) -> list[Record]:
+        return [Record(topic, m.offset, (m.key or b"").decode(), m.value or b"") for m in msgs]
+
     async def _read(self, topic: str, start: int, limit: int) -> list[Record]:
         r = await self._reader(topic)
-        if start >= r.end and start >= await self._end(r):
-            return []
-        if r.next != start:
-            r.consumer.seek(r.tp, start)
-        deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_ms / 1000
-        while True:
-            # Short waits: a fetch that brings only control records yields nothing, and getmany would
-            # sit out its whole timeout although the position has already reached the end.
-            got = await r.consumer.getmany(r.tp, timeout_ms=FETCH_WAIT_MS, max_records=limit)
-            msgs = got.get(r.tp, [])
-            if msgs:
-                r.next = msgs[-1].offset + 1
-                return [Record(topic, m.offset, (m.key or b"").decode(), m.value or b"") for m in msgs]
-            position = await r.consumer.position(r.tp)
-            r.next = position
-            if position >= r.end:  # only control records were left before the end
+        async with r.lock:
+            if r.pending and r.pending_from == start:
+                out, r.pending = r.pending[:limit], r.pending[limit:]
+                r.pending_from = out[-1].offset + 1
+                return self._records(topic, out)
+            r.pending = []  # fetched for another position
+            if start >= r.end and start >= await self._end(r):
                 return []
-            if asyncio.get_running_loop().time() > deadline:
-                raise LogError(f"kafka: no records from {topic} at {position} although it ends at {r.end}",
-                               retriable=True)
+            if not r.at(start):
+                r.consumer.seek(r.tp, start)
+                r.next, r.empty_from = start, -1
+            deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_ms / 1000
+            while True:
+                # Short waits: a fetch that brings only control records yields nothing, and getmany
+                # would sit out its whole timeout although the position has already reached the end.
+                got = await r.consumer.getmany(r.tp, timeout_ms=FETCH_WAIT_MS, max_records=limit)
+                msgs = got.get(r.tp, [])
+                if msgs:
+                    r.next, r.empty_from = msgs[-1].offset + 1, -1
+                    return self._records(topic, msgs)
+                self._skipped(r, start, await r.consumer.position(r.tp))
+                if r.next >= r.end:  # only control records were left before the end
+                    return []
+                if asyncio.get_running_loop().time() > deadline:
+                    raise LogError(f"kafka: no records from {topic} at {r.next} although it ends at {r.end}",
+                                   retriable=True)
+
+    @staticmethod
+    def _skipped(r: _Reader, start: int, position: int) -> None:
+        """A fetch from ``start`` brought no record and left the consumer at ``position``."""
+        if r.empty_from == -1 or not r.empty_from <= start <= r.next:
+            r.empty_from = start
+        r.next = position
+
+    async def wait_for_records(self, topic: str, start: int, timeout: float) -> bool:
+        """Wait until ``topic`` has a record at or after ``start`` (True), or ``timeout`` seconds
+        passed (False), without blocking the caller's event loop: a long-poll fetch, so an idle
+        consumer sees a new record as soon as it is committed instead of at its next poll. The
+        records fetched are kept for the next ``read`` from ``start``."""
+        future = asyncio.run_coroutine_threadsafe(self._wait_for(topic, start, timeout), self._io.loop)
+        try:
+            return await asyncio.wrap_future(future)
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt | SystemExit | asyncio.CancelledError):
+                raise
+            raise _wrap(f"kafka wait on {topic}", e) from e
+
+    async def _wait_for(self, topic: str, start: int, timeout: float) -> bool:
+        r = await self._reader(topic)
+        async with r.lock:
+            if r.pending and r.pending_from == start:
+                return True
+            r.pending = []
+            if not r.at(start):
+                r.consumer.seek(r.tp, start)
+                r.next, r.empty_from = start, -1
+            got = await r.consumer.getmany(r.tp, timeout_ms=max(1, int(timeout * 1000)), max_records=1000)
+            msgs = got.get(r.tp, [])
+            if not msgs:
+                self._skipped(r, start, await r.consumer.position(r.tp))
+                return False
+            r.pending, r.pending_from = list(msgs), start
+            r.next, r.empty_from = msgs[-1].offset + 1, -1
+            return True
 
     def read(self, topic: str, start: int, limit: int = 1000) -> list[Record]:
         return self._run(self._read(topic, start, limit), f"read {topic}")

@@ -170,6 +170,13 @@ class SupportsLeadership(Protocol):
     def release(self, name: str) -> None: ...
 
 
+@runtime_checkable
+class SupportsWaiting(Protocol):
+    """A log whose readers can wait for new records without polling (Kafka: a long-poll fetch)."""
+
+    async def wait_for_records(self, topic: str, start: int, timeout: float) -> bool: ...
+
+
 class Backoff:
     """Capped exponential back-off between attempts to reach an unavailable log."""
 
@@ -210,12 +217,17 @@ def _still_leading(log: Log, name: str) -> None:
 
 async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None = None, bell: Bell | None = None,
                         poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
-                        on_step: StepHook | None = None) -> Scheduler:
+                        on_step: StepHook | None = None, long_poll: bool = False) -> Scheduler:
     """The single writer: becomes leader (embedded log: a file lock; Kafka: the election, where a
     standby waits), recovers, then steps until ``stop``. When the log fails in a way that may
     pass (a broker restarting), the in-memory state may be ahead of what was committed, so the
     scheduler is rebuilt from the log once it is reachable again. ``status`` follows leadership
-    and recovery; ``on_step`` is called after every live step that committed something."""
+    and recovery; ``on_step`` is called after every live step that committed something.
+
+    ``long_poll`` (a scheduler alone in its process, on Kafka): when idle, wait in a fetch for the
+    next cluster event rather than sleeping ``poll_seconds``, so an event is folded as soon as it
+    is committed (in a shared process the Bell wakes it instead, and a fetch would hold up the
+    others' reads of the same topic)."""
     bell = bell or Bell()
     topics = topics or Topics()
     scheduler = Scheduler(log, topics=topics)
@@ -249,7 +261,10 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
             if did and on_step is not None:
                 on_step(scheduler, did)
             _still_leading(log, "scheduler")
-            await _pace(bell, did, poll_seconds)
+            if not did and long_poll and isinstance(log, SupportsWaiting):
+                await log.wait_for_records(topics.cluster_events, scheduler.next_input, poll_seconds)
+            else:
+                await _pace(bell, did, poll_seconds)
         return scheduler
     finally:
         if isinstance(log, SupportsExclusive | SupportsLeadership):

@@ -408,3 +408,25 @@ def test_the_cli_never_prints_the_sasl_password(kafka_broker: LocalKafka, prefix
     assert wrong.returncode != 0
     for out in (ok, wrong):
         assert password not in out.stdout + out.stderr and "hunter2-wrong" not in out.stdout + out.stderr
+
+
+async def test_an_idle_reader_waits_in_a_fetch_and_sees_a_record_once_it_is_committed(
+        log: KafkaLog, settings: KafkaSettings, prefix: str, topic: Callable[[str], str]) -> None:
+    t = topic("t")
+    await asyncio.to_thread(log.append, t, [("k", b"first")])
+    (first,) = await asyncio.to_thread(log.read, t, 0)
+    start = first.offset + 1
+    assert not await log.wait_for_records(t, start, 0.3)  # nothing new: False after the timeout
+    writer = KafkaLog(settings, prefix=prefix, role="other-writer")
+    try:
+        waiting = asyncio.ensure_future(log.wait_for_records(t, start, 20))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        await asyncio.to_thread(writer.transact, {t: [("k", b"second"), ("k", b"third")]}, {})
+        assert await asyncio.wait_for(waiting, 20)
+        got = await asyncio.to_thread(log.read, t, start)  # served from what the wait fetched
+        assert [r.value for r in got] == [b"second", b"third"]
+        assert await asyncio.to_thread(log.read, t, got[-1].offset + 1) == []
+        assert [r.value for r in await asyncio.to_thread(log.read, t, 0)] == [b"first", b"second", b"third"]
+    finally:
+        writer.close()
