@@ -16,7 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "kafka":
         return kafka.cli(argv[1:])
     if argv:
-        print(f"usage: python -m bench [kafka [--quick] [--only ...] [--profile DIR]]; got {' '.join(argv)}",
+        print(f"usage: python -m bench [kafka [--quick] [--only ...] [--profile DIR] [--baseline-mode M]]; "
+              f"got {' '.join(argv)}",
               file=sys.stderr)
         return 2
     for line in engine.main():

@@ -11,11 +11,16 @@ The bench starts its own broker (``tests.infra.kafka.LocalKafka``) and stops it 
    acknowledged.
 2. sustained throughput: N submissions pre-loaded into cluster-events, then the scheduler's
    loop (``Scheduler.step`` over a ``KafkaLog``, as ``run_scheduler`` runs it) drains them.
-3. Kueue's baseline scenario in real time: ``run_all`` (scheduler, actuator, simulated cluster,
-   ticker, arrivals; one process, role "all") over the broker, the generator's arrival
-   intervals and runtimes on the wall clock, until every workload has finished.
+3. Kueue's baseline scenario in real time, the generator's arrival intervals and runtimes on the
+   wall clock, until every workload has finished. As deployed (``--baseline-mode split``, the
+   default): the scheduler as its own process (``kueuelog run scheduler``); the actuator and the
+   simulated cluster (each on a log of its own role, elected as ``kueuelog run actuator`` /
+   ``run simcluster`` are), the ticker and the arrival stream in the bench process. With
+   ``--baseline-mode all`` everything runs in one process (``run_all``, role "all"); ``both`` runs
+   the two one after the other.
 
-``python -m bench.kafka [--quick] [--only latency,throughput,baseline] [--profile DIR]``;
+``python -m bench.kafka [--quick] [--only latency,throughput,baseline] [--profile DIR]
+[--baseline-mode split|all|both]``;
 ``KUEUELOG_BENCH_QUICK=1`` is the same as ``--quick`` (a smoke run well under two minutes).
 """
 
@@ -54,14 +59,27 @@ from events.manifests import Document
 from events.messages import (
     AdmitWorkload,
     CycleCompleted,
+    DecisionApplied,
     EvictionCompleted,
     ObjectApplied,
     WorkloadFinished,
 )
+from services.actuator.actuator import SimClusterPort
 from services.runtime.kafka import HEADERS, KafkaLog, KafkaSettings
 from services.runtime.log import Record
-from services.runtime.services import run_all, run_scheduler, wall_clock_ms
+from services.runtime.services import (
+    Bell,
+    run_actuator,
+    run_all,
+    run_arrivals,
+    run_scheduler,
+    run_simcluster,
+    run_ticker,
+    wall_clock_ms,
+)
+from services.schedulerd import GROUP as SCHEDULER_GROUP
 from services.schedulerd import Scheduler
+from services.simcluster.cluster import SimConfig
 from services.simcluster.durations import DURATION_ANNOTATION
 from services.watcher.seed import ArrivalStream, arrival_schedule
 from tests.infra.kafka import LocalKafka
@@ -331,11 +349,18 @@ class SchedulerThread:
             raise self.error
 
 
-def start_scheduler_process(bootstrap: str, prefix: str, log_path: Path) -> subprocess.Popen[bytes]:
+def start_scheduler_process(bootstrap: str, prefix: str, log_path: Path,
+                            profile: Path | None = None) -> subprocess.Popen[bytes]:
+    """``kueuelog run scheduler`` (no HTTP server); with ``profile``, under cProfile writing there
+    (its main thread: the scheduler core and the waits on its Kafka I/O thread) once stopped."""
+    prof: list[str] = []
+    if profile is not None:
+        profile.parent.mkdir(parents=True, exist_ok=True)
+        prof = ["-m", "cProfile", "-o", str(profile)]
     with log_path.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "run", "scheduler", "--bootstrap-servers", bootstrap,
-             "--topic-prefix", prefix], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            [sys.executable, *prof, "-m", "services.cli", "run", "scheduler", "--bootstrap-servers", bootstrap,
+             "--topic-prefix", prefix, "--http-port", "0"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
@@ -530,29 +555,37 @@ def measure_throughput(broker: LocalKafka, sizes: Sizes, profile: Path | None) -
 
 
 @contextlib.contextmanager
-def profiling(path: Path | None, log: KafkaLog) -> Iterator[None]:
-    """cProfile the calling thread and the log's I/O thread (where aiokafka runs) into one profile
+def profiling(path: Path | None, *logs: KafkaLog) -> Iterator[None]:
+    """cProfile the calling thread and the logs' I/O threads (where aiokafka runs) into one profile
     at ``path`` (``.prof`` for pstats/snakeviz, ``.txt`` the top functions by own time)."""
     if path is None:
         yield
         return
-    prof, io_prof = cProfile.Profile(), cProfile.Profile()
-    log._io.run(_call(io_prof.enable))
+    prof, io_profs = cProfile.Profile(), [cProfile.Profile() for _ in logs]
+    for log, io_prof in zip(logs, io_profs, strict=True):
+        log._io.run(_call(io_prof.enable))
     prof.enable()
     try:
         yield
     finally:
         prof.disable()
-        log._io.run(_call(io_prof.disable))
+        for log, io_prof in zip(logs, io_profs, strict=True):
+            log._io.run(_call(io_prof.disable))
         path.parent.mkdir(parents=True, exist_ok=True)
         stats = pstats.Stats(prof)
-        stats.add(io_prof)
+        for io_prof in io_profs:
+            stats.add(io_prof)
         stats.dump_stats(path)
-        out = io.StringIO()
-        pstats.Stats(str(path), stream=out).sort_stats("tottime").print_stats(30)
-        out.write("\n--- by cumulative time ---\n")
-        pstats.Stats(str(path), stream=out).sort_stats("cumulative").print_stats(40)
-        path.with_suffix(".txt").write_text(out.getvalue())
+        summarize_profile(path)
+
+
+def summarize_profile(path: Path) -> None:
+    """``path``.txt: the top functions of the profile at ``path`` by own and by cumulative time."""
+    out = io.StringIO()
+    pstats.Stats(str(path), stream=out).sort_stats("tottime").print_stats(30)
+    out.write("\n--- by cumulative time ---\n")
+    pstats.Stats(str(path), stream=out).sort_stats("cumulative").print_stats(40)
+    path.with_suffix(".txt").write_text(out.getvalue())
 
 
 async def _call(fn: Any) -> None:
@@ -577,14 +610,26 @@ class BaselineResult:
     cycles: int
     arrivals_span: float
     done: bool
+    mode: str = "all"
+    scheduler_cpu: float = 0.0  # split mode: the scheduler process
+    heads: int = 0  # heads nominated, summed over the cycles
+    running: float = 0.0  # % of nominal quota actually running (start to finish), not only reserved
+    applied_ms: list[float] = field(default_factory=list)
+    started_ms: list[float] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         waits = ", ".join(f"{k} {self.wait_by_class.get(k, float('nan')):.1f} s" for k in ("large", "medium", "small"))
         k = KUEUE_BASELINE
         ok_wall = "meets" if self.wall <= TARGETS["wall"] else "misses"
         ok_usage = "meets" if self.usage >= TARGETS["usage"] else "misses"
+        where = ("scheduler process + actuator, simulated cluster, ticker, arrivals in the bench process"
+                 if self.mode == "split" else "run_all in one process")
+        cpu = (f"  CPU: scheduler process {self.scheduler_cpu:.1f} s ({self.scheduler_cpu / self.wall * 100:.0f}% "
+               f"of a core), bench process {self.cpu:.1f} s ({self.cpu / self.wall * 100:.0f}%)"
+               if self.mode == "split" else
+               f"  CPU: this process {self.cpu:.1f} s ({self.cpu / self.wall * 100:.0f}% of a core)")
         return [
-            f"baseline through Kafka in real time (run_all, simulated cluster): {self.workloads:,} workloads, "
+            f"baseline through Kafka in real time ({where}): {self.workloads:,} workloads, "
             f"{self.queues} ClusterQueues, arrivals over {self.arrivals_span:.0f} s; {self.events:,} cluster events, "
             f"{self.cycles:,} cycles, {self.admissions:,} admissions{'' if self.done else ' (STOPPED BEFORE DONE)'}",
             f"  wall {self.wall:.1f} s (Kueue {k['wall']:.0f} s; target <= {TARGETS['wall']:.0f} s: {ok_wall}), "
@@ -592,8 +637,12 @@ class BaselineResult:
             f"target >= {TARGETS['usage']:.0f}%: {ok_usage})",
             f"  average time to admission: {waits} (Kueue large {k['large']} s, medium {k['medium']} s, "
             f"small {k['small']} s)",
-            f"  CPU: this process {self.cpu:.1f} s ({self.cpu / self.wall * 100:.0f}% of a core), broker "
-            f"{self.broker_cpu:.1f} s ({self.broker_cpu / self.wall * 100:.0f}% of a core)",
+            f"  quota running (not only reserved) {self.running:.1f}% of nominal; admission written -> actuator's "
+            f"DecisionApplied p50/p99 {percentile(self.applied_ms, 50):.0f}/{percentile(self.applied_ms, 99):.0f} ms"
+            f", -> workload running p50/p99 {percentile(self.started_ms, 50):.0f}/"
+            f"{percentile(self.started_ms, 99):.0f} ms; {self.heads:,} heads nominated in {self.cycles:,} cycles "
+            f"({self.heads / max(1, self.admissions):.0f} per admission)",
+            f"{cpu}, broker {self.broker_cpu:.1f} s ({self.broker_cpu / self.wall * 100:.0f}% of a core)",
         ]
 
 
@@ -631,14 +680,39 @@ async def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
         await reader.stop()
 
 
-def measure_baseline(broker: LocalKafka, sizes: Sizes, profile: Path | None) -> BaselineResult:
+BASELINE_MODES = ("split", "all")
+
+
+def measure_baseline(broker: LocalKafka, sizes: Sizes, profile: Path | None, run_dir: Path,
+                     mode: str = "split") -> BaselineResult:
     bootstrap = broker.bootstrap_servers
-    topics = Topics(prefix="base")
+    topics = Topics(prefix=f"base-{mode}-{next(_RUNS)}")
     make_topics(bootstrap, topics)
     queues = sizes.baseline_cohorts * sizes.baseline_queues
+    if mode == "all":
+        run = _baseline_all(bootstrap, topics, sizes, broker.pid, profile)
+    elif mode == "split":
+        run = _baseline_split(bootstrap, topics, sizes, broker.pid, profile, run_dir)
+    else:
+        raise ValueError(f"baseline mode: {mode!r} is not one of {', '.join(BASELINE_MODES)}")
+    return _baseline_result(bootstrap, topics, sizes, queues, run)
+
+
+@dataclass
+class _BaselineRun:
+    wall: float
+    cpu: float
+    broker_cpu: float
+    done: bool
+    mode: str
+    scheduler_cpu: float = 0.0
+
+
+def _baseline_all(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: int | None,
+                  profile: Path | None) -> _BaselineRun:
     with KafkaLog(KafkaSettings(bootstrap_servers=bootstrap), prefix=topics.prefix, role="all") as log:
 
-        async def main() -> tuple[Any, float, float, float, float]:
+        async def main() -> _BaselineRun:
             stop = asyncio.Event()
             if not await log.acquire("scheduler", stop):
                 raise RuntimeError("did not become the leader")
@@ -646,57 +720,146 @@ def measure_baseline(broker: LocalKafka, sizes: Sizes, profile: Path | None) -> 
             objects, _ = baseline_objects(sizes, start)
             arrivals = ArrivalStream(log, arrival_schedule(objects, start=start), topics=topics)
             limit = asyncio.get_running_loop().call_later(900, stop.set)  # a safety net, not a measure
-            cpu, bcpu = time.process_time(), proc_cpu_seconds(broker.pid)
-            with profiling(profile / "baseline.prof" if profile else None, log):
+            cpu, bcpu = time.process_time(), proc_cpu_seconds(broker_pid)
+            with profiling(profile / "baseline-all.prof" if profile else None, log):
                 result = await run_all(log, clock="real", stop=stop, arrivals=arrivals, topics=topics,
                                        until_done=True)
             cpu = time.process_time() - cpu
             wall = wall_clock_ms() / 1000 - start / 1000  # from the first arrival until everything finished
-            bcpu = proc_cpu_seconds(broker.pid) - bcpu
+            bcpu = proc_cpu_seconds(broker_pid) - bcpu
             limit.cancel()
-            return result, wall, cpu, bcpu, start / 1000
+            return _BaselineRun(wall=wall, cpu=cpu, broker_cpu=bcpu, done=result.done, mode="all")
 
-        result, wall, cpu, bcpu, _ = asyncio.run(main())
-        cycles = result.scheduler.state.cycles
-        done = result.done
+        return asyncio.run(main())
+
+
+def _baseline_split(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: int | None,
+                    profile: Path | None, run_dir: Path) -> _BaselineRun:
+    """The scheduler as its own process; the actuator and the simulated cluster each on a log of its
+    own role and elected as their ``kueuelog run`` would be, plus the ticker and the arrivals (a log
+    without a role, as a watcher appends), as tasks of this process."""
+    settings = KafkaSettings(bootstrap_servers=bootstrap)
+    proc = start_scheduler_process(bootstrap, topics.prefix, run_dir / f"scheduler-{topics.prefix}.log",
+                                   profile / "baseline-scheduler.prof" if profile else None)
+    try:
+        with (KafkaLog(settings, prefix=topics.prefix, role="actuator") as alog,
+              KafkaLog(settings, prefix=topics.prefix, role="simcluster") as slog,
+              KafkaLog(settings, prefix=topics.prefix) as plain):
+
+            async def main() -> _BaselineRun:
+                stop, done, bell = asyncio.Event(), asyncio.Event(), Bell()
+                for log, role in ((alog, "actuator"), (slog, "simcluster")):
+                    if not await log.acquire(role, stop):
+                        raise RuntimeError(f"did not become the {role} leader")
+                # The scheduler process is up once it has folded a first tick.
+                ticks = asyncio.ensure_future(run_ticker(plain, stop, topics=topics, cluster=SimConfig().cluster,
+                                                         bell=bell))
+                deadline = time.perf_counter() + 120
+                while plain.position(SCHEDULER_GROUP, topics.cluster_events) == 0:
+                    if proc.poll() is not None or time.perf_counter() > deadline:
+                        stop.set()
+                        await ticks
+                        raise RuntimeError(f"the scheduler process did not start (exit {proc.poll()}); "
+                                           f"see {run_dir / f'scheduler-{topics.prefix}.log'}")
+                    await asyncio.sleep(0.05)
+                start = wall_clock_ms() + 500
+                objects, _ = baseline_objects(sizes, start)
+                arrivals = ArrivalStream(plain, arrival_schedule(objects, start=start), topics=topics)
+                limit = asyncio.get_running_loop().call_later(900, stop.set)  # a safety net, not a measure
+                cpu, bcpu, scpu = time.process_time(), proc_cpu_seconds(broker_pid), proc_cpu_seconds(proc.pid)
+
+                async def stop_when_done() -> None:
+                    waiters = [asyncio.ensure_future(done.wait()), asyncio.ensure_future(stop.wait())]
+                    try:
+                        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        for w in waiters:
+                            w.cancel()
+                    stop.set()
+                    bell.ring()
+
+                with profiling(profile / "baseline-split.prof" if profile else None, alog, slog, plain):
+                    async with asyncio.TaskGroup() as group:
+                        group.create_task(stop_when_done())
+                        group.create_task(run_actuator(alog, stop, port=SimClusterPort(topics, SimConfig().cluster),
+                                                       topics=topics, bell=bell))
+                        group.create_task(run_simcluster(slog, stop, clock="real", topics=topics, bell=bell,
+                                                         arrivals=arrivals, done=done))
+                        group.create_task(run_arrivals(arrivals, stop, bell=bell))
+                    await ticks
+                cpu = time.process_time() - cpu
+                wall = wall_clock_ms() / 1000 - start / 1000  # from the first arrival until everything finished
+                bcpu = proc_cpu_seconds(broker_pid) - bcpu
+                scpu = proc_cpu_seconds(proc.pid) - scpu
+                limit.cancel()
+                return _BaselineRun(wall=wall, cpu=cpu, broker_cpu=bcpu, done=done.is_set(), mode="split",
+                                    scheduler_cpu=scpu)
+
+            return asyncio.run(main())
+    finally:
+        stop_process(proc)
+        if profile is not None and (profile / "baseline-scheduler.prof").exists():
+            summarize_profile(profile / "baseline-scheduler.prof")
+
+
+def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, run: _BaselineRun) -> BaselineResult:
     _, klass = baseline_objects(sizes, 0)
     decisions = asyncio.run(read_all(bootstrap, topics.decisions))
     events = asyncio.run(read_all(bootstrap, topics.cluster_events))
     first_admit: dict[str, int] = {}
     running_since: dict[str, int] = {}
-    admissions = 0
+    admitted_at: dict[str, int] = {}  # decision id -> when it was written
+    admissions = cycles = heads = 0
     for ts, value in decisions:
         d = decode_decision(value)
-        if isinstance(d, AdmitWorkload):
+        if isinstance(d, CycleCompleted):
+            cycles += 1
+            heads += len(d.heads)
+        elif isinstance(d, AdmitWorkload):
             admissions += 1
+            admitted_at[d.id] = ts
             key = f"{d.namespace}/{d.name}"
             running_since[key] = ts  # when the scheduler wrote it: quota is reserved from then
             first_admit.setdefault(key, ts)
     created: dict[str, int] = {}
     cpu_of: dict[str, int] = {}
-    used = 0
+    runtime_of: dict[str, int] = {}
+    applied_ms: list[float] = []  # admission written -> the actuator's DecisionApplied written
+    started_ms: list[float] = []  # admission written -> the simulated workload started running
+    used = ran = 0
     last = 0
-    for _, value in events:
+    for ts, value in events:
         ev = decode_envelope(value).event
         if isinstance(ev, ObjectApplied) and isinstance(ev.object, o.Workload):
             key = f"{ev.object.namespace}/{ev.object.name}"
             created[key] = ev.time
             cpu_of[key] = dict(ev.object.pod_sets[0].requests)["cpu"]
+            runtime_of[key] = int(dict(ev.object.annotations).get(DURATION_ANNOTATION, "0"))
+        elif isinstance(ev, DecisionApplied) and ev.decision_id in admitted_at:
+            applied_ms.append(ts - admitted_at[ev.decision_id])
         elif isinstance(ev, WorkloadFinished | EvictionCompleted):
             key = f"{ev.namespace}/{ev.name}"
             last = max(last, ev.time)
             if key in running_since:
-                used += (ev.time - running_since.pop(key)) * cpu_of[key]
+                since = running_since.pop(key)
+                used += (ev.time - since) * cpu_of[key]
+                if isinstance(ev, WorkloadFinished) and ev.succeeded:
+                    ran += runtime_of[key] * cpu_of[key]
+                    started_ms.append(ev.time - runtime_of[key] - since)
     waits: dict[str, list[int]] = defaultdict(list)
     for key, at in first_admit.items():
         waits[klass[key]].append(at - created[key])
     start = min(created.values())
     makespan = last - start
     usage = used / (queues * 20_000 * makespan) * 100 if makespan else 0.0
+    running = ran / (queues * 20_000 * makespan) * 100 if makespan else 0.0
     return BaselineResult(
-        workloads=len(created), queues=queues, wall=wall, cpu=cpu, broker_cpu=bcpu, makespan=makespan / 1000,
-        wait_by_class={k: sum(v) / len(v) / 1000 for k, v in waits.items()}, usage=usage, admissions=admissions,
-        events=len(events), cycles=cycles, arrivals_span=(max(created.values()) - start) / 1000, done=done)
+        workloads=len(created), queues=queues, wall=run.wall, cpu=run.cpu, broker_cpu=run.broker_cpu,
+        makespan=makespan / 1000, wait_by_class={k: sum(v) / len(v) / 1000 for k, v in waits.items()}, usage=usage,
+        admissions=admissions, events=len(events), cycles=cycles,
+        arrivals_span=(max(created.values()) - start) / 1000, done=run.done, mode=run.mode,
+        scheduler_cpu=run.scheduler_cpu, heads=heads, running=running, applied_ms=applied_ms,
+        started_ms=started_ms)
 
 
 def warm_up(bootstrap: str, transactions: int = 400) -> float:
@@ -718,9 +881,10 @@ BENCHES = ("latency", "throughput", "baseline")
 
 
 def main(*, quick: bool | None = None, only: Sequence[str] = BENCHES, profile: Path | None = None,
-         baseline_seconds: float | None = None) -> Iterator[str]:
+         baseline_seconds: float | None = None, baseline_modes: Sequence[str] = ("split",)) -> Iterator[str]:
     """Run the Kafka benchmarks on a broker of their own; yields report lines as they come.
-    ``baseline_seconds`` keeps only the baseline's arrivals of its first that many seconds."""
+    ``baseline_seconds`` keeps only the baseline's arrivals of its first that many seconds;
+    ``baseline_modes`` says how its services run (see :data:`BASELINE_MODES`)."""
     if quick is None:
         quick = os.environ.get("KUEUELOG_BENCH_QUICK", "") not in ("", "0")
     sizes = QUICK if quick else FULL
@@ -741,7 +905,8 @@ def main(*, quick: bool | None = None, only: Sequence[str] = BENCHES, profile: P
         if "throughput" in only:
             yield from measure_throughput(broker, sizes, profile).lines()
         if "baseline" in only:
-            yield from measure_baseline(broker, sizes, profile).lines()
+            for mode in baseline_modes:
+                yield from measure_baseline(broker, sizes, profile, Path(tmp), mode).lines()
     yield f"Kafka benchmarks done in {time.perf_counter() - t:.0f} s"
 
 
@@ -751,6 +916,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
     p.add_argument("--profile", type=Path, metavar="DIR", help="write cProfile stats of throughput/baseline here")
     p.add_argument("--baseline-seconds", type=float, metavar="S", help="only the baseline's first S s of arrivals")
+    p.add_argument("--baseline-mode", choices=(*BASELINE_MODES, "both"), default="split",
+                   help="split: the scheduler as its own process, actuator and simulated cluster in the bench "
+                        "(as deployed; default); all: run_all in one process; both: one after the other")
     args = p.parse_args(argv)
     unknown = set(args.only.split(",")) - set(BENCHES)
     if unknown:
@@ -760,8 +928,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def cli(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    modes = BASELINE_MODES if args.baseline_mode == "both" else (args.baseline_mode,)
     for line in main(quick=args.quick, only=args.only.split(","), profile=args.profile,
-                     baseline_seconds=args.baseline_seconds):
+                     baseline_seconds=args.baseline_seconds, baseline_modes=modes):
         print(line, flush=True)
     return 0
 
