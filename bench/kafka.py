@@ -75,6 +75,7 @@ from services.runtime.services import (
     run_scheduler,
     run_simcluster,
     run_ticker,
+    stop_when,
     wall_clock_ms,
 )
 from services.schedulerd import GROUP as SCHEDULER_GROUP
@@ -768,19 +769,9 @@ def _baseline_split(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
                 limit = asyncio.get_running_loop().call_later(900, stop.set)  # a safety net, not a measure
                 cpu, bcpu, scpu = time.process_time(), proc_cpu_seconds(broker_pid), proc_cpu_seconds(proc.pid)
 
-                async def stop_when_done() -> None:
-                    waiters = [asyncio.ensure_future(done.wait()), asyncio.ensure_future(stop.wait())]
-                    try:
-                        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-                    finally:
-                        for w in waiters:
-                            w.cancel()
-                    stop.set()
-                    bell.ring()
-
                 with profiling(profile / "baseline-split.prof" if profile else None, alog, slog, plain):
                     async with asyncio.TaskGroup() as group:
-                        group.create_task(stop_when_done())
+                        group.create_task(stop_when(done, stop, bell))
                         group.create_task(run_actuator(alog, stop, port=SimClusterPort(topics, SimConfig().cluster),
                                                        topics=topics, bell=bell))
                         group.create_task(run_simcluster(slog, stop, clock="real", topics=topics, bell=bell,

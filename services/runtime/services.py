@@ -395,6 +395,18 @@ async def run_ticker(log: Log, stop: asyncio.Event, *, interval_ms: int = 1000, 
 # --- all in one process --------------------------------------------------------------------------
 
 
+async def stop_when(done: asyncio.Event, stop: asyncio.Event, bell: Bell) -> None:
+    """Set ``stop`` (and wake everyone) once ``done`` is set, or return when ``stop`` is."""
+    waiters = [asyncio.ensure_future(done.wait()), asyncio.ensure_future(stop.wait())]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
+    stop.set()
+    bell.ring()
+
+
 @dataclass
 class RunResult:
     scheduler: Scheduler
@@ -420,16 +432,6 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
     if until_done is None:
         until_done = clock == "simulated"
 
-    async def stop_when_done() -> None:
-        waiters = [asyncio.ensure_future(done.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
-        stop.set()
-        bell.ring()
-
     if isinstance(log, SupportsLeadership) and not await log.acquire("scheduler", stop):
         raise LeadershipLost("stopped before becoming the leader")  # every service here writes as the leader
     common: dict[str, Any] = {"topics": topics, "bell": bell, "poll_seconds": poll_seconds}
@@ -446,7 +448,7 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
             coros.append(run_arrivals(arrivals, stop, wall_clock=wall_clock, bell=bell, poll_seconds=poll_seconds))
     try:
         async with asyncio.TaskGroup() as group:
-            group.create_task(stop_when_done())
+            group.create_task(stop_when(done, stop, bell))
             tasks = [group.create_task(c) for c in coros]
     except BaseExceptionGroup as eg:
         if len(eg.exceptions) == 1:
