@@ -401,7 +401,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.service in ("scheduler", "all"):
             from services.runtime.metrics import SchedulerMetrics
 
-            on_step = svc.observe_scheduler(SchedulerMetrics(registry, gauge_interval_s=1.0))
+            on_step = svc.observe_scheduler(SchedulerMetrics(registry, gauge_interval_s=None))
         ProcessCollector(registry=registry)
         try:
             server = await _serve_http(registry, status, args.http_host, port, explicit)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
 
 from events import objects as o
 from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload
@@ -37,14 +38,35 @@ def resource_value(resource: str, amount: int) -> float:
     return amount / 1000 if resource in MILLI_RESOURCES else float(amount)
 
 
+class _RefreshOnCollect:
+    """A collector with no metrics of its own: collecting it brings the lazy gauges up to date."""
+
+    def __init__(self, metrics: SchedulerMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> list[Metric]:
+        m = self.metrics
+        if m.gauge_interval_s is None and m._latest is not None:
+            m._refresh_gauges(m._latest)
+        return []
+
+
 class SchedulerMetrics:
     """The scheduler's metrics; call :meth:`observe` after every live step (not during recovery)."""
 
-    def __init__(self, registry: CollectorRegistry | None = None, *, gauge_interval_s: float = 0.0,
+    def __init__(self, registry: CollectorRegistry | None = None, *, gauge_interval_s: float | None = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """``gauge_interval_s``: refresh the state gauges at most this often (0: after every step)."""
+        """``gauge_interval_s``: refresh the state gauges at most this often (0: after every step);
+        None: only when the registry is collected (a scrape), so a busy scheduler never stalls on
+        them between scrapes."""
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._latest: State | None = None
+        # Registered first, so that a collection refreshes the gauges before they are read.
+        r.register(_RefreshOnCollect(self))
         cq = ["cluster_queue"]
         fr_labels = ["cohort", "cluster_queue", "flavor", "resource"]
         # --- Kueue: counters and histograms fed by decisions ---------------------------------
@@ -132,6 +154,9 @@ class SchedulerMetrics:
                 self._admitted(d, state)
             elif isinstance(d, EvictWorkload):
                 self._evicted(d, state)
+        self._latest = state
+        if self.gauge_interval_s is None:
+            return
         now = self._clock()
         if now - self._gauges_at >= self.gauge_interval_s:
             # The gauges walk every workload: once per interval, not after every step of a busy loop.

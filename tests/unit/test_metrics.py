@@ -274,3 +274,18 @@ def test_gauges_are_refreshed_at_most_once_per_interval_counters_every_step() ->
     assert metrics.registry.get_sample_value("kueuelog_events_folded_total") == 6
     metrics.refresh(state)
     assert calls[-1] == 2.2 and len(calls) == 4
+
+
+def test_lazy_gauges_are_refreshed_by_a_scrape_not_by_steps() -> None:
+    from prometheus_client import generate_latest
+
+    metrics = SchedulerMetrics(gauge_interval_s=None)
+    calls: list[int] = []
+    real = metrics._refresh_gauges
+    metrics._refresh_gauges = lambda state: (calls.append(1), real(state))  # type: ignore[method-assign]
+    state = State()
+    for _ in range(5):
+        metrics.observe([], [], state, events_folded=1)
+    assert calls == []
+    text = generate_latest(metrics.registry).decode()
+    assert calls == [1] and "kueuelog_events_folded_total 5.0" in text
