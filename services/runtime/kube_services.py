@@ -25,7 +25,6 @@ starts an :class:`ActuatorService`); the actuator checks on every step that it s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -44,9 +43,10 @@ from services.runtime.log import Log, LogError
 from services.runtime.services import (
     POLL_SECONDS,
     Backoff,
-    LeadershipLost,
     ServiceStatus,
-    SupportsLeadership,
+    ride_out,
+    sleep_unless,
+    still_leading,
     wall_clock_ms,
 )
 from services.watcher.kube import WatcherStats, run_kube_watcher
@@ -154,34 +154,22 @@ class ActuatorService:
             try:
                 did = await actuator.step()  # recovers first at start and after a failed commit
             except LogError as e:
-                if not e.retriable:
-                    raise
-                wait = backoff.next()
-                _log.warning("log unavailable; will recover from it", service="actuator", error=str(e),
-                             retry_in_s=round(wait, 2))
-                self.status.down(f"log unavailable: {e}")
-                await _sleep_unless(stop, wait)
+                await ride_out("actuator", e, backoff, stop, self.status)
                 continue
             backoff.reset()
             self.status.up()
-            # (Once stopping, a runner sharing this log may have released the role already.)
-            if not stop.is_set() and isinstance(self.log, SupportsLeadership) and not self.log.holds(self.role):
-                raise LeadershipLost(f"lost the {self.role} leadership to another instance; stopping")
+            still_leading(self.log, self.role, stop)
             if actuator.retry_after is not None:
-                await _sleep_unless(stop, actuator.retry_after)
+                await sleep_unless(stop, actuator.retry_after)
             elif did:
                 await asyncio.sleep(0)
             else:
-                await _sleep_unless(stop, self.poll_seconds)
+                await sleep_unless(stop, self.poll_seconds)
 
     def collector(self) -> StatsCollector:
         return StatsCollector("actuator", {"": lambda: self.actuator.stats,
                                            "job_reconciler_": lambda: self.reconciler.stats})
 
-
-async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 # --- metrics -----------------------------------------------------------------------------------------

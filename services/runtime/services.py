@@ -191,7 +191,7 @@ class Backoff:
         self.current = self.first
 
 
-async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
 
@@ -210,9 +210,25 @@ async def lead(log: Log, name: str, stop: asyncio.Event) -> bool:
     return True
 
 
-def _still_leading(log: Log, name: str) -> None:
+def still_leading(log: Log, name: str, stop: asyncio.Event | None = None) -> None:
+    """Raise LeadershipLost when another instance leads ``name`` now (not once ``stop`` is set: a
+    runner sharing the log may have released the role already)."""
+    if stop is not None and stop.is_set():
+        return
     if isinstance(log, SupportsLeadership) and not log.holds(name):
         raise LeadershipLost(f"lost the {name} leadership to another instance; stopping")
+
+
+async def ride_out(service: str, e: LogError, backoff: Backoff, stop: asyncio.Event,
+                   status: ServiceStatus | None = None) -> None:
+    """A log error in ``service``'s step: a final one is raised again; one that may pass (a broker
+    restarting) marks the service down, is logged, and waits out the back-off or ``stop``."""
+    if not e.retriable:
+        raise e
+    wait = backoff.next()
+    _unavailable(service, e, wait)
+    _down(status, e)
+    await sleep_unless(stop, wait)
 
 
 async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None = None, bell: Bell | None = None,
@@ -249,18 +265,13 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                         on_step(scheduler, 0)  # nothing written yet: gauges of the recovered state
                 did = scheduler.step()
             except LogError as e:
-                if not e.retriable:
-                    raise
-                wait = backoff.next()
-                _unavailable("scheduler", e, wait)
-                _down(status, e)
                 fresh = True
-                await _sleep_unless(stop, wait)
+                await ride_out("scheduler", e, backoff, stop, status)
                 continue
             backoff.reset()
             if did and on_step is not None:
                 on_step(scheduler, did)
-            _still_leading(log, "scheduler")
+            still_leading(log, "scheduler")
             if not did and long_poll and isinstance(log, SupportsWaiting):
                 await log.wait_for_records(topics.cluster_events, scheduler.next_input, poll_seconds)
             else:
@@ -282,12 +293,7 @@ async def run_actuator(log: Log, stop: asyncio.Event, *, port: ActuationPort | N
         try:
             did = actuator.step()  # recovers first when its view may be stale (start, a failed commit)
         except LogError as e:
-            if not e.retriable:
-                raise
-            wait = backoff.next()
-            _unavailable("actuator", e, wait)
-            _down(status, e)
-            await _sleep_unless(stop, wait)
+            await ride_out("actuator", e, backoff, stop, status)
             continue
         backoff.reset()
         _up(status)
@@ -330,13 +336,8 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
             if not did and clock == "simulated":
                 did = advance_time(sim, arrivals)
         except LogError as e:
-            if not e.retriable:
-                raise
-            wait = backoff.next()
-            _unavailable("simcluster", e, wait)
-            _down(status, e)
             sim.invalidate()
-            await _sleep_unless(stop, wait)
+            await ride_out("simcluster", e, backoff, stop, status)
             continue
         backoff.reset()
         _up(status)
@@ -360,11 +361,7 @@ async def run_arrivals(stream: ArrivalStream, stop: asyncio.Event, *, wall_clock
             if stream.release_until(wall_clock()):
                 bell.ring()
         except LogError as e:
-            if not e.retriable:
-                raise
-            wait = backoff.next()
-            _unavailable("arrivals", e, wait)
-            await _sleep_unless(stop, wait)
+            await ride_out("arrivals", e, backoff, stop)
             continue
         backoff.reset()
         due = stream.next_due()
