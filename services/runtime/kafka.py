@@ -35,8 +35,8 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, TypeVar
 
 import aiokafka.producer.sender as _aiokafka_sender
@@ -717,20 +717,3 @@ class KafkaLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def with_role(self, role: str | None) -> KafkaLog:
-        """Another log on the same cluster, prefix and shard, writing as ``role``."""
-        return KafkaLog(self.settings, prefix=self.prefix, shard=self.shard, role=role)
-
-
-def settings_for(bootstrap_servers: str, **kw: Any) -> KafkaSettings:
-    return replace(KafkaSettings(bootstrap_servers=bootstrap_servers), **kw)
-
-
-def describe(settings: KafkaSettings) -> Iterator[tuple[str, str]]:
-    """Settings for a log line or ``--help`` output, with secrets masked."""
-    for f in fields(settings):
-        value = getattr(settings, f.name)
-        if f.name == "sasl_password":
-            value = "***" if value else ""
-        yield f.name, str(value)
