@@ -649,7 +649,9 @@ class BaselineResult:
 
 def baseline_objects(sizes: Sizes, start_ms: int) -> tuple[list[tuple[Document, o.AnyObject]], dict[str, str]]:
     """The timed baseline, durations as annotations, creation times on the wall clock from ``start_ms``."""
-    scenario = baseline(timed=True, cohorts=sizes.baseline_cohorts, queues_per_cohort=sizes.baseline_queues)
+    # Kueue's generator config: reclaimWithinCohort Any, withinClusterQueue LowerPriority.
+    scenario = baseline(timed=True, preemption=True, cohorts=sizes.baseline_cohorts,
+                        queues_per_cohort=sizes.baseline_queues)
     objects: list[tuple[Document, o.AnyObject]] = []
     for i, obj in enumerate(scenario.objects):
         if isinstance(obj, o.Workload):

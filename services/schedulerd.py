@@ -140,18 +140,19 @@ class Scheduler:
         self.stats.decisions += len(result.decisions)
         return result.decisions, record, result.changed
 
-    def cycles_until_quiet(self) -> list[bytes]:
+    def cycles_until_quiet(self) -> list[tuple[str, bytes]]:
         """Cycles until one changes nothing; none at all when nothing that could change a decision
         happened since the last quiet cycle (a quiet cycle is a fixed point: running it again
-        would decide the same, write nothing and change nothing)."""
-        out: list[bytes] = []
+        would decide the same, write nothing and change nothing). Each record comes with its key:
+        the workload for a decision, ``cycle`` for a cycle's record."""
+        out: list[tuple[str, bytes]] = []
         self._ran = ([], [])
         if not self._needs_cycle:
             return out
         for _ in range(MAX_CYCLES_PER_BATCH):
             decisions, record, changed = self.cycle()
-            out.extend(encode(d) for d in decisions)
-            out.append(encode(record))
+            out.extend((f"{d.namespace}/{d.name}", encode(d)) for d in decisions)
+            out.append(("cycle", encode(record)))
             self._ran[0].extend(decisions)
             self._ran[1].append(record)
             if not changed:
@@ -172,8 +173,7 @@ class Scheduler:
             if letter is not None:
                 dead.append(letter)
         self.next_input = batch[-1].offset + 1
-        records = self.cycles_until_quiet()
-        decisions = [(self._decision_key(r), r) for r in records]
+        decisions = self.cycles_until_quiet()
         appends: dict[str, list[tuple[str, bytes]]] = {self.topics.decisions: decisions}
         if dead:
             appends[self.topics.dead_letters] = dead
@@ -189,13 +189,6 @@ class Scheduler:
         self.stats.batches += 1
         self.last_decisions, self.last_cycles = self._ran
         return len(batch)
-
-    @staticmethod
-    def _decision_key(record: bytes) -> str:
-        d = decode_decision(record)
-        if isinstance(d, CycleCompleted):
-            return "cycle"
-        return f"{d.namespace}/{d.name}"
 
     def _snapshot(self, decisions_offset: int) -> bytes:
         return encode(Snapshot(input_offset=self.next_input, decisions_offset=decisions_offset,

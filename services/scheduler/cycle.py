@@ -27,7 +27,7 @@ from services.scheduler import effects, fairsharing
 from services.scheduler.flavors import Assignment, Mode, Policy, assign, selector_matches
 from services.scheduler.preemption import Preemptor, Simulation, Target, preemption_message
 from services.scheduler.quota import FR, Node
-from services.scheduler.state import State, WorkloadRecord, generation
+from services.scheduler.state import State, WorkloadRecord, generation, tree_version
 
 NOT_NOMINATED, NOMINATED, SKIPPED, ASSUMED = "notNominated", "nominated", "skipped", "assumed"
 GENERIC, NAMESPACE_MISMATCH, FAILED_AFTER_NOMINATION, PENDING_PREEMPTION = (
@@ -46,6 +46,7 @@ class Entry:
     requeue_reason: str = GENERIC
     pending_reason: PendingReason = PendingReason.WAITING_FOR_QUOTA
     forget_flavors: bool = False  # skipped or preempting: the next attempt tries every flavor again
+    nominated_at: tuple[int, int] | None = None  # the tree's version when nominated (if remembered)
 
     @property
     def mode(self) -> Mode:
@@ -163,9 +164,52 @@ def _nominate(state: State, e: Entry) -> None:
         e.message = rec.priority_error
         e.pending_reason = PendingReason.MISCONFIGURED
         return
+    memo, key = _memo_slot(state, e)
+    if memo is not None:
+        known = memo.get(key)
+        if known is not None:
+            e.assignment, targets, e.pending_reason, e.message = known
+            e.targets = list(targets)
+            return
     _get_assignments(state, e)
     assert e.assignment is not None
     e.message = e.assignment.message()
+    if memo is not None:
+        memo[key] = (e.assignment, tuple(e.targets), e.pending_reason, e.message)
+
+
+_Memo = dict[tuple[object, ...], tuple[Assignment, tuple[Target, ...], PendingReason, str]]
+
+
+def _memo_slot(state: State, e: Entry) -> tuple[_Memo | None, tuple[object, ...]]:
+    """Where a nomination is remembered, and under which key.
+
+    A nomination reads the workload's podSets, priority (and, for LowerOrNewerEqualPriority,
+    its queue time) and resumed flavor search, the ClusterQueue's configuration, the clock
+    (candidate order) and, in its cohort tree, usage and the admitted workloads. The tree's
+    version moves whenever any of the latter changes, so two heads of one ClusterQueue with
+    the same podSets and priority get the same answer until then: with saturated queues most
+    heads are exactly that, and the flavor search and preemption simulation run once per shape.
+    Fair sharing reads shares across the tree and is not remembered.
+    """
+    if state.config.fair_sharing:
+        return None, ()
+    cq, rec = e.cq, e.rec
+    root, version = tree_version(state, cq.name)
+    if e.nominated_at is None:
+        e.nominated_at = version
+    elif e.nominated_at != version:
+        return None, ()  # the tree changed since this head was nominated: its nomination is not the key's
+    slot = state.nomination_memo.get(root)
+    if slot is None or slot[0] != version:
+        slot = (version, {})
+        state.nomination_memo[root] = slot
+    resume = rec.last_tried if rec.last_generation == generation(state, cq.name) else None
+    newer = (rec.queue_time
+             if cq.preemption.within_cluster_queue == o.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY else None)
+    key = (cq.name, rec.obj.pod_sets, rec.priority, newer, tuple(sorted(resume.items())) if resume else None,
+           state.now)
+    return slot[1], key
 
 
 def _order_key(e: Entry) -> tuple[int, int, int, int, str]:
@@ -369,7 +413,7 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
     if mode != Mode.FIT and not e.targets:
         if e.cq.preemption.reclaim_within_cohort != o.ReclaimWithinCohort.ANY:
             overlay.add(node, _resources_to_reserve(e, node))
-        _explain_no_targets(state, e)
+        _explain_no_targets(state, e, remembered=not overlay.added)
         return
     if any(t.key in preempted for t in e.targets):
         _skip(e, "Workload has overlapping preemption targets with another workload")
@@ -400,14 +444,31 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
     e.status = ASSUMED
 
 
-def _explain_no_targets(state: State, e: Entry) -> None:
+def _explain_no_targets(state: State, e: Entry, *, remembered: bool) -> None:
     """Preemption found nothing: say whether the policy is what stops it (and which part),
-    by searching again as if every policy allowed everything."""
+    by searching again as if every policy allowed everything. ``remembered``: nothing was
+    added to the tree in this cycle yet, so the answer may be remembered with the nomination's."""
     p = e.cq.preemption
     assert e.assignment is not None
     if p.within_cluster_queue == o.WithinClusterQueue.NEVER and p.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER:
         e.pending_reason = PendingReason.WAITING_FOR_QUOTA
         return
+    memo, key = _memo_slot(state, e) if remembered else (None, ())
+    if memo is not None:
+        key = ("explain", *key)
+        known = memo.get(key)
+        if known is None:
+            _explain_search(state, e)
+            memo[key] = (e.assignment, (), e.pending_reason, e.message)
+        else:
+            _, _, e.pending_reason, e.message = known
+        return
+    _explain_search(state, e)
+
+
+def _explain_search(state: State, e: Entry) -> None:
+    p = e.cq.preemption
+    assert e.assignment is not None
     frs = frozenset((f, r) for ps in e.assignment.pod_sets for r, f in ps.flavors.items()
                     if ps.modes.get(r, Mode.FIT) != Mode.FIT)
     would = Preemptor(state, e.cq, e.rec, permissive=True).targets(frs, e.assignment.usage)

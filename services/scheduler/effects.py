@@ -11,7 +11,7 @@ from __future__ import annotations
 from events import objects as o
 from events.messages import Condition, HeadOutcome
 from services.scheduler import conditions as cond
-from services.scheduler.state import ClusterQueueQueue, State, WorkloadRecord, generation, reserve_quota
+from services.scheduler.state import ClusterQueueQueue, State, WorkloadRecord, generation, reserve_quota, touch_tree
 
 
 def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission) -> None:
@@ -34,6 +34,8 @@ def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission) -> Non
 def mark_evicted(state: State, rec: WorkloadRecord, reason: str, message: str, preemption_reason: str) -> None:
     now = state.now
     rec.evicting = True
+    if rec.admission is not None:
+        touch_tree(state, rec.admission.cluster_queue)  # evicted candidates come first
     rec.set_condition(cond.evicted(reason, message, now))
     if preemption_reason:
         rec.set_condition(cond.preempted(preemption_reason, message, now))
@@ -48,11 +50,11 @@ def pending_condition(state: State, message: str, kueue_reason: str) -> Conditio
 def mark_pending(state: State, rec: WorkloadRecord, message: str, reason: str, kueue_reason: str) -> bool:
     """Set the pending condition; False when it says nothing new (no decision is recorded then)."""
     old = rec.conditions.get("QuotaReserved")
-    c = pending_condition(state, message, kueue_reason)
-    if (old is not None and old.status == c.status and old.reason == c.reason and old.message == c.message
+    c_reason = "Inadmissible" if kueue_reason == "Inadmissible" else "Pending"  # as pending_condition
+    if (old is not None and old.status == "False" and old.reason == c_reason and old.message == message
             and rec.pending_reason == reason):
-        return False
-    rec.set_condition(c)
+        return False  # checked before building the condition: most parked heads say the same again
+    rec.set_condition(pending_condition(state, message, kueue_reason))
     rec.pending_reason = reason
     return True
 

@@ -151,6 +151,11 @@ class State:
         self.admitted: dict[str, dict[str, None]] = {}  # cq -> workloads holding its quota
         self.tree_members: dict[str, list[str]] = {}  # root node -> ClusterQueues under it (cache)
         self.inactive: dict[str, tuple[str, str]] = {}  # cq -> (reason, message)
+        # Caches for the cycle, never saved: a version per cohort tree (root node), bumped whenever
+        # something a nomination reads changes under it (usage, the admitted set, an admitted
+        # workload's priority or eviction), and the nominations remembered at that version.
+        self.tree_versions: dict[str, int] = {}
+        self.nomination_memo: dict[str, tuple[tuple[int, int], dict[Any, Any]]] = {}
 
     # --- derived indices -----------------------------------------------------------
 
@@ -317,6 +322,8 @@ def _requeue_with(state: State, rec: WorkloadRecord, priority: int) -> None:
     if queue is not None:
         queue.remove(rec)
     rec.priority = priority
+    if rec.admission is not None:
+        touch_tree(state, rec.admission.cluster_queue)
     if queue is not None and rec.pending:
         queue.push(rec)
 
@@ -333,6 +340,8 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
             priority, error = old.priority, ""
         old.obj = wl
         old.priority, old.priority_error = priority, error
+        if old.admission is not None:
+            touch_tree(state, old.admission.cluster_queue)  # a preemption candidate may have changed
         if wl.admission is not None and old.admission is None:
             _take_admission(state, old, wl.admission, wl.reserved_at if wl.reserved_at is not None else state.now)
         _enqueue(state, old)
@@ -377,6 +386,23 @@ def reserve_quota(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) 
         for fr, v in sorted(rec.usage.items()):
             node.add_usage(fr, v)
         state.admitted.setdefault(adm.cluster_queue, {})[rec.key] = None
+        touch_tree(state, adm.cluster_queue)
+
+
+def touch_tree(state: State, cq_name: str) -> None:
+    """Something a nomination reads changed under ``cq_name``'s cohort tree: nominations
+    remembered there are stale. (While the indices are dirty the configuration epoch, which
+    moves with every rebuild, already says so.)"""
+    if state._dirty or cq_name not in state.cluster_queues:
+        return
+    root = state.cq_node(cq_name).root().name
+    state.tree_versions[root] = state.tree_versions.get(root, 0) + 1
+
+
+def tree_version(state: State, cq_name: str) -> tuple[str, tuple[int, int]]:
+    """(root of ``cq_name``'s tree, its version together with the configuration epoch)."""
+    root = state.cq_node(cq_name).root().name
+    return root, (state.epoch, state.tree_versions.get(root, 0))
 
 
 def generation(state: State, cq: str) -> tuple[int, int]:
@@ -392,6 +418,7 @@ def release_usage(state: State, rec: WorkloadRecord) -> None:
         for fr, v in sorted(rec.usage.items()):
             node.remove_usage(fr, v)
         state.admitted.get(adm.cluster_queue, {}).pop(rec.key, None)
+        touch_tree(state, adm.cluster_queue)
     rec.admission = None
     rec.usage = {}
     rec.reserved_at = None

@@ -9,19 +9,23 @@ completions. Whatever happens:
 - no node of the cohort tree ever uses more than its quota allows;
 - the incrementally maintained usage equals a recomputation from scratch;
 - a workload is admitted at most once per stay in its queue;
-- a ClusterQueue within its nominal quota never loses a workload to a borrower.
+- a ClusterQueue within its nominal quota never loses a workload to a borrower;
+- a remembered nomination decides exactly as a fresh flavor search and preemption simulation.
 """
 
 from __future__ import annotations
 
 from copy import deepcopy
 from dataclasses import dataclass
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from events import objects as o
+from events.codec import encode
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, ObjectApplied, WorkloadFinished
+from services.scheduler import cycle as cycle_module
 from services.scheduler.apply import apply_cycle
 from services.scheduler.cycle import run_cycle
 from services.scheduler.index import rebuild
@@ -233,3 +237,63 @@ def test_histories_exercise_admission_and_preemption() -> None:
     play()
     assert seen["admit"] > 100
     assert seen["preempt"] > 0
+
+
+def _forgetful(state: State, e: object) -> tuple[None, tuple[()]]:
+    return None, ()
+
+
+class RecordingRun(Run):
+    """A run that keeps every cycle's decisions and head outcomes, encoded."""
+
+    def __init__(self, world: list[o.AnyObject]) -> None:
+        self.cycles: list[bytes] = []
+        super().__init__(world)
+
+    def cycle(self) -> None:
+        s = self.state
+        for key in sorted(k for k, r in s.workloads.items() if r.evicting):
+            finish_eviction(s, s.workloads[key])
+        result = run_cycle(s)
+        self.cycles.append(encode((result.decisions, result.heads)))
+
+
+@SETTINGS
+@given(worlds(), actions)
+def test_remembered_nominations_decide_as_a_fresh_search(world: list[o.AnyObject], history: list[object]) -> None:
+    """Nominations remembered per cohort-tree version give exactly what searching again gives."""
+    remembering = RecordingRun(world)
+    for action in history:
+        remembering.step(action)
+    fresh = RecordingRun(world)
+    with patch.object(cycle_module, "_memo_slot", _forgetful):
+        for action in history:
+            fresh.step(action)
+    assert fresh.cycles == remembering.cycles
+    assert encode_state(fresh.state) == encode_state(remembering.state)
+
+
+def test_histories_reuse_remembered_nominations() -> None:
+    """Guard: the histories above do reach a remembered nomination, with and without preemption."""
+    hits = {"nomination": 0, "explanation": 0}
+    real = cycle_module._memo_slot
+
+    def counting(state: State, e: cycle_module.Entry) -> tuple[object, tuple[object, ...]]:
+        memo, key = real(state, e)
+        if memo is not None and key in memo:
+            hits["nomination"] += 1
+        if memo is not None and ("explain", *key) in memo:
+            hits["explanation"] += 1
+        return memo, key
+
+    @settings(max_examples=150, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(worlds(), actions)
+    def play(world: list[o.AnyObject], history: list[object]) -> None:
+        run = Run(world)
+        for action in history:
+            run.step(action)
+
+    with patch.object(cycle_module, "_memo_slot", counting):
+        play()
+    assert hits["nomination"] > 20
