@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -775,9 +775,9 @@ def _baseline_split(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
                     async with asyncio.TaskGroup() as group:
                         group.create_task(stop_when(done, stop, bell))
                         group.create_task(run_actuator(alog, stop, port=SimClusterPort(topics, SimConfig().cluster),
-                                                       topics=topics, bell=bell))
+                                                       topics=topics, bell=bell, long_poll=True))
                         group.create_task(run_simcluster(slog, stop, clock="real", topics=topics, bell=bell,
-                                                         arrivals=arrivals, done=done))
+                                                         arrivals=arrivals, done=done, long_poll=True))
                         group.create_task(run_arrivals(arrivals, stop, bell=bell))
                     await ticks
                 cpu = time.process_time() - cpu
@@ -800,7 +800,7 @@ def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, 
     decisions = asyncio.run(read_all(bootstrap, topics.decisions))
     events = asyncio.run(read_all(bootstrap, topics.cluster_events))
     first_admit: dict[str, int] = {}
-    running_since: dict[str, int] = {}
+    holds: dict[str, deque[int]] = defaultdict(deque)  # workload -> when each of its admissions was written
     admitted_at: dict[str, int] = {}  # decision id -> when it was written
     admissions = cycles = heads = 0
     for ts, value in decisions:
@@ -812,7 +812,7 @@ def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, 
             admissions += 1
             admitted_at[d.id] = ts
             key = f"{d.namespace}/{d.name}"
-            running_since[key] = ts  # when the scheduler wrote it: quota is reserved from then
+            holds[key].append(ts)  # when the scheduler wrote it: quota is reserved from then
             first_admit.setdefault(key, ts)
     created: dict[str, int] = {}
     cpu_of: dict[str, int] = {}
@@ -833,8 +833,8 @@ def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, 
         elif isinstance(ev, WorkloadFinished | EvictionCompleted):
             key = f"{ev.namespace}/{ev.name}"
             last = max(last, ev.time)
-            if key in running_since:
-                since = running_since.pop(key)
+            if holds.get(key):  # a release ends the oldest admission still open (preempted ones are readmitted)
+                since = holds[key].popleft()
                 used += (ev.time - since) * cpu_of[key]
                 if isinstance(ev, WorkloadFinished) and ev.succeeded:
                     ran += runtime_of[key] * cpu_of[key]

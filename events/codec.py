@@ -108,6 +108,26 @@ def decode_error(data: bytes, known_types: frozenset[str], error: Exception) -> 
     return MalformedRecord(str(error))
 
 
+class DecisionPeek(msgspec.Struct, frozen=True):
+    """A decision record's type tag and cycle, read without decoding the rest (a cycle record
+    carries every head's outcome; a consumer that only needs to skip it should not build them)."""
+
+    type: str = ""
+    cycle: int = -1
+
+
+_peek_decoder: Final = msgspec.json.Decoder(DecisionPeek)
+
+
+def peek_decision(data: bytes) -> DecisionPeek:
+    """Type and cycle of a decision record; an empty type when it is not even a JSON object
+    (a full :func:`decode_decision` then says what is wrong)."""
+    try:
+        return _peek_decoder.decode(data)
+    except msgspec.DecodeError:
+        return DecisionPeek()
+
+
 def decode_decision(data: bytes) -> Any:
     try:
         return _decision_decoder.decode(data)

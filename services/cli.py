@@ -343,7 +343,7 @@ async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: An
         # in real time as the wall clock reaches them (resuming after a restart: see ArrivalStream).
         stream, bell = arrivals(), svc.Bell()
         run_sim = svc.run_simcluster(log, stop, clock=args.clock, config=config, topics=topics, status=status,
-                                     arrivals=stream, bell=bell)
+                                     arrivals=stream, bell=bell, long_poll=True)
         if stream is None or args.clock == "simulated":
             await run_sim
         else:
@@ -351,7 +351,8 @@ async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: An
     elif cfg is None:
         from services.actuator.actuator import SimClusterPort
 
-        await svc.run_actuator(log, stop, port=SimClusterPort(topics, cluster), topics=topics, status=status)
+        await svc.run_actuator(log, stop, port=SimClusterPort(topics, cluster), topics=topics, status=status,
+                               long_poll=True)
     else:
         from services.runtime.kube_services import ActuatorService, api_client
 

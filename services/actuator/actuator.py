@@ -35,7 +35,7 @@ from typing import Final, Protocol
 
 import structlog
 
-from events.codec import MalformedRecord, UnknownEventType, decode_decision, encode
+from events.codec import MalformedRecord, UnknownEventType, decode_decision, encode, peek_decision
 from events.envelope import Envelope, Topics, event_key
 from events.messages import (
     ActuationFailed,
@@ -117,8 +117,11 @@ class Watermark:
         self.ids.add(d.id)
 
     def close(self, c: CycleCompleted) -> None:
-        if c.cycle >= self.cycle:
-            self.cycle, self.closed, self.ids = c.cycle, True, set()
+        self.close_cycle(c.cycle)
+
+    def close_cycle(self, cycle: int) -> None:
+        if cycle >= self.cycle:
+            self.cycle, self.closed, self.ids = cycle, True, set()
 
     @classmethod
     def recovered(cls, log: Log, topic: str, position: int,
@@ -165,7 +168,7 @@ class _Batch:
 class Actuator:
     """The actuator's state machine over a log; synchronous so it can be stepped deterministically."""
 
-    def __init__(self, log: Log, port: ActuationPort, *, topics: Topics | None = None, batch_size: int = 500,
+    def __init__(self, log: Log, port: ActuationPort, *, topics: Topics | None = None, batch_size: int = 5000,
                  max_attempts: int = 5) -> None:
         self.log = log
         self.port = port
@@ -211,6 +214,15 @@ class Actuator:
 
     def _apply(self, rec: Record, out: _Batch) -> bool:
         """Carry out one decision record into ``out``; False to stop the batch before it."""
+        # Most records are cycle records and pending notes, which order nothing: their tag and
+        # cycle are enough, so they are not decoded in full.
+        peek = peek_decision(rec.value)
+        if peek.type == "cycle" and peek.cycle >= 0:
+            self.watermark.close_cycle(peek.cycle)
+            return True
+        if peek.type == "pending":
+            self.stats.ignored += 1
+            return True
         d = self._decode(rec)
         if d is None:
             return True

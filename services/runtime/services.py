@@ -284,7 +284,10 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
 
 async def run_actuator(log: Log, stop: asyncio.Event, *, port: ActuationPort | None = None,
                        topics: Topics | None = None, bell: Bell | None = None,
-                       poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None) -> Actuator:
+                       poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
+                       long_poll: bool = False) -> Actuator:
+    """Applies decisions until ``stop``. ``long_poll`` (a log of its own, on Kafka): when idle, wait
+    in a fetch for the next decision instead of sleeping up to ``poll_seconds``, as the scheduler does."""
     topics = topics or Topics()
     bell = bell or Bell()
     actuator = Actuator(log, port or SimClusterPort(topics), topics=topics)
@@ -297,7 +300,10 @@ async def run_actuator(log: Log, stop: asyncio.Event, *, port: ActuationPort | N
             continue
         backoff.reset()
         _up(status)
-        await _pace(bell, did, poll_seconds)
+        if not did and long_poll and isinstance(log, SupportsWaiting):
+            await log.wait_for_records(topics.decisions, actuator.next_offset, poll_seconds)
+        else:
+            await _pace(bell, did, poll_seconds)
     return actuator
 
 
@@ -319,10 +325,13 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
                          config: SimConfig | None = None, topics: Topics | None = None, bell: Bell | None = None,
                          arrivals: ArrivalStream | None = None, done: asyncio.Event | None = None,
                          wall_clock: Callable[[], int] = wall_clock_ms,
-                         poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None) -> SimCluster:
+                         poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
+                         long_poll: bool = False) -> SimCluster:
     """The simulated cluster. In simulated mode it also owns time: it advances the clock (its own
     reports and ``arrivals``) whenever the system is idle. ``done`` is set once nothing is left
-    (in real mode ``arrivals`` is released by :func:`run_arrivals` and only consulted for that)."""
+    (in real mode ``arrivals`` is released by :func:`run_arrivals` and only consulted for that).
+    ``long_poll`` (a log of its own, on Kafka): when idle, wait in a fetch for the next command
+    (until the next report is due at the latest) instead of sleeping."""
     topics = topics or Topics()
     bell = bell or Bell()
     if clock == "simulated":
@@ -347,7 +356,11 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
         if done is not None and finished(sim, arrivals):
             done.set()
         hint = sim.wait_hint_ms() if clock == "real" else None
-        await bell.wait(poll_seconds if hint is None else min(poll_seconds, hint / 1000))
+        idle = poll_seconds if hint is None else min(poll_seconds, hint / 1000)
+        if long_poll and isinstance(log, SupportsWaiting):
+            await log.wait_for_records(sim.topic, sim.next_offset, idle)
+        else:
+            await bell.wait(idle)
     return sim
 
 
