@@ -61,7 +61,7 @@ from typing import Any
 import structlog
 from kubernetes_asyncio import client
 
-from events.codec import MalformedRecord, UnknownEventType, decode_decision, encode
+from events.codec import MalformedRecord, UnknownEventType, decode_decision, encode, peek_decision
 from events.envelope import Envelope, Topics, event_key
 from events.messages import (
     ActuationFailed,
@@ -239,6 +239,10 @@ class KubeActuator:
         return d
 
     async def _apply(self, rec: Record, reports: list[tuple[str, bytes]]) -> bool:
+        peek = peek_decision(rec.value)
+        if peek.type == "cycle" and peek.cycle >= 0:
+            self.watermark.close_cycle(peek.cycle)  # heads' outcomes are not needed: not decoded
+            return True
         d = self._decode(rec)
         if d is None:
             return True

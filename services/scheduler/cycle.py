@@ -411,9 +411,10 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
         return
     node = state.cq_node(e.cq.name)
     if mode != Mode.FIT and not e.targets:
+        # Explained before its own reservation is added, which would otherwise stand in its way.
+        _explain_no_targets(state, e, remembered=not overlay.added)
         if e.cq.preemption.reclaim_within_cohort != o.ReclaimWithinCohort.ANY:
             overlay.add(node, _resources_to_reserve(e, node))
-        _explain_no_targets(state, e, remembered=not overlay.added)
         return
     if any(t.key in preempted for t in e.targets):
         _skip(e, "Workload has overlapping preemption targets with another workload")
@@ -475,15 +476,18 @@ def _explain_search(state: State, e: Entry) -> None:
     if not would:
         e.pending_reason = PendingReason.WAITING_FOR_QUOTA
         return
-    own = sorted(t.key for t in would if _cluster_queue_of(state, t.key) == e.cq.name)
-    others = sorted(t.key for t in would if _cluster_queue_of(state, t.key) != e.cq.name)
+    # ClusterQueues, not workloads, are named: which workloads would go changes with every
+    # admission, and a message that changed with it would be a new pending decision every time.
+    queues = sorted({_cluster_queue_of(state, t.key) for t in would})
+    others = [q for q in queues if q != e.cq.name]
     stopped: list[str] = []
-    if own:
-        stopped.append(f"withinClusterQueue={p.within_cluster_queue} does not allow preempting {', '.join(own)}")
+    if e.cq.name in queues:
+        stopped.append(f"withinClusterQueue={p.within_cluster_queue} does not allow preempting workloads "
+                       f"of this ClusterQueue")
     if others:
         stopped.append(
             f"reclaimWithinCohort={p.reclaim_within_cohort} and borrowWithinCohort={p.borrow_within_cohort} "
-            f"do not allow preempting {', '.join(others)}"
+            f"do not allow preempting workloads of ClusterQueue(s) {', '.join(others)}"
         )
     e.pending_reason = PendingReason.PREEMPTION_NOT_ALLOWED
     e.message = f"{e.message}. It would fit by preemption, but {'; '.join(stopped)}"

@@ -82,6 +82,18 @@ def test_every_decision_round_trips(decision: object) -> None:
     assert decode_decision(encode(decision)) == decision
 
 
+@pytest.mark.parametrize("decision", DECISIONS, ids=lambda d: type(d).__name__)
+def test_a_peek_reads_the_tag_and_cycle_of_every_decision_record(decision: object) -> None:
+    peek = codec.peek_decision(encode(decision))
+    assert peek.type == msgspec.inspect.type_info(type(decision)).tag  # type: ignore[attr-defined]
+    assert peek.cycle == decision.cycle  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("data", [b"", b"not json", b"[1, 2]", b'{"cycle": "seven"}'])
+def test_a_peek_at_garbage_has_no_type(data: bytes) -> None:
+    assert codec.peek_decision(data).type == ""
+
+
 @given(st.binary())
 def test_arbitrary_bytes_are_malformed_or_unknown_never_a_crash(data: bytes) -> None:
     with contextlib.suppress(MalformedRecord, UnknownEventType):

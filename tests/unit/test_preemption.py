@@ -132,15 +132,37 @@ def test_within_cluster_queue(policy, preemptor, victim, want_preempted):
 
 def test_no_preemption_candidates_keeps_kueues_message_and_names_the_policy():
     """Kueue writes the flavor assigner's message; kueuelog keeps it verbatim and adds, beyond Kueue,
-    which policy protects which workload (PreemptionNotAllowed)."""
+    which policy protects the workloads of which ClusterQueue (PreemptionNotAllowed)."""
     cq = _cq("cq", 4, cohort=None).preemption(within="LowerPriority")
     out = simulate(*_world(cq), _running("victim", "cq", 4, 5), _pending("preemptor", "cq", 4, 5), cycles=1)
     assert out.preempted() == []
     assert out.message("ns/preemptor") == (
         _insufficient(4) + ". It would fit by preemption, but withinClusterQueue=LowerPriority "
-        "does not allow preempting ns/victim"
+        "does not allow preempting workloads of this ClusterQueue"
     )
     assert out.wl("ns/preemptor").pending_reason == "PreemptionNotAllowed"
+
+
+def test_the_policy_message_names_the_protected_cluster_queues_not_their_workloads():
+    """Which workloads would have to go changes with every admission; the ClusterQueues holding them
+    rarely do, so the pending message (and with it the pending decisions) stays the same."""
+    objs = [
+        *_world(_cq("cq-a", 4).preemption(within="LowerPriority"), _cq("cq-b", 4), _cq("cq-c", 4)),
+        _running("a0", "cq-a", 2, 5, at=5),
+        _running("b1", "cq-b", 4, 0, at=10),
+        _running("b2", "cq-b", 2, 0, at=20),
+        _running("c1", "cq-c", 2, 0, at=30),
+        _pending("a1", "cq-a", 4, 1),
+    ]
+    out = simulate(*objs, cycles=1)
+    assert out.preempted() == []
+    # cq-b borrows (its workloads could be reclaimed); cq-c is within its nominal quota; a0 alone
+    # would not make room. Explained before a1's own reservation, which would hide the answer.
+    assert out.message("ns/a1") == (
+        _insufficient(2) + ". It would fit by preemption, but reclaimWithinCohort=Never and "
+        "borrowWithinCohort=Never do not allow preempting workloads of ClusterQueue(s) cq-b"
+    )
+    assert out.wl("ns/a1").pending_reason == "PreemptionNotAllowed"
 
 
 def test_with_preemption_disabled_the_message_is_kueues_alone():
