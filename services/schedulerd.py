@@ -36,6 +36,11 @@ GROUP = "scheduler"
 # Events that cannot change what a cycle decides (until waitForPodsReady makes readiness count).
 NO_SCHEDULING_EFFECT = (DecisionApplied, ActuationFailed, PodsReady)
 MAX_CYCLES_PER_BATCH = 1000
+# Heads nominated in one step before it commits and reads what arrived meanwhile. With saturated
+# queues every release of quota sends a cohort's parked workloads back, and retrying them one head
+# per ClusterQueue per cycle can take hundreds of cycles; a finish that arrives during them should
+# not wait for the last one (Kueue's own loop sees new events between any two cycles).
+MAX_HEADS_PER_STEP = 2000
 
 
 class SchedulerStopped(RuntimeError):
@@ -78,6 +83,7 @@ class Scheduler:
     topics: Topics = field(default_factory=Topics)
     batch_size: int = 1000
     snapshot_every: int = 50_000  # cluster events between snapshots
+    max_heads_per_step: int = MAX_HEADS_PER_STEP
     state: State = field(default_factory=State)
     next_input: int = 0
     stats: Stats = field(default_factory=Stats)
@@ -86,6 +92,7 @@ class Scheduler:
     last_cycles: list[CycleCompleted] = field(default_factory=list)
     _since_snapshot: int = 0
     _needs_cycle: bool = True  # until a cycle has been quiet (also after a restart: one cycle to be sure)
+    _cut_short: bool = False  # the last step stopped its cycles at the head budget: go on without new events
     _ran: tuple[list[AnyDecision], list[CycleCompleted]] = field(default_factory=lambda: ([], []))
 
     # --- folding -----------------------------------------------------------------------
@@ -141,14 +148,17 @@ class Scheduler:
         return result.decisions, record, result.changed
 
     def cycles_until_quiet(self) -> list[tuple[str, bytes]]:
-        """Cycles until one changes nothing; none at all when nothing that could change a decision
-        happened since the last quiet cycle (a quiet cycle is a fixed point: running it again
-        would decide the same, write nothing and change nothing). Each record comes with its key:
-        the workload for a decision, ``cycle`` for a cycle's record."""
+        """Cycles until one changes nothing, or until ``max_heads_per_step`` heads were nominated
+        (the next step goes on); none at all when nothing that could change a decision happened
+        since the last quiet cycle (a quiet cycle is a fixed point: running it again would decide
+        the same, write nothing and change nothing). Each record comes with its key: the
+        workload for a decision, ``cycle`` for a cycle's record."""
         out: list[tuple[str, bytes]] = []
         self._ran = ([], [])
         if not self._needs_cycle:
             return out
+        heads = 0
+        self._cut_short = True
         for _ in range(MAX_CYCLES_PER_BATCH):
             decisions, record, changed = self.cycle()
             out.extend((f"{d.namespace}/{d.name}", encode(d)) for d in decisions)
@@ -156,23 +166,29 @@ class Scheduler:
             self._ran[0].extend(decisions)
             self._ran[1].append(record)
             if not changed:
-                self._needs_cycle = False
+                self._needs_cycle = self._cut_short = False
+                break
+            heads += len(record.heads) + len(record.admitted_heads)
+            if heads >= self.max_heads_per_step:
                 break
         return out
 
     # --- the live step -----------------------------------------------------------------
 
     def step(self) -> int:
-        """Read one batch, fold it, run cycles, commit everything at once; returns events read."""
+        """Read one batch, fold it, run cycles, commit everything at once. Returns the events read,
+        or, when none arrived but the last step's cycles were cut short, the cycles run; 0 when
+        there was nothing to do."""
         batch = self.log.read(self.topics.cluster_events, self.next_input, self.batch_size)
-        if not batch:
+        if not batch and not self._cut_short:
             return 0
         dead: list[tuple[str, bytes]] = []
         for rec in batch:
             letter = self.fold_record(rec)
             if letter is not None:
                 dead.append(letter)
-        self.next_input = batch[-1].offset + 1
+        if batch:
+            self.next_input = batch[-1].offset + 1
         decisions = self.cycles_until_quiet()
         appends: dict[str, list[tuple[str, bytes]]] = {self.topics.decisions: decisions}
         if dead:
@@ -188,7 +204,7 @@ class Scheduler:
         self.log.transact(appends, {(GROUP, self.topics.cluster_events): self.next_input})
         self.stats.batches += 1
         self.last_decisions, self.last_cycles = self._ran
-        return len(batch)
+        return len(batch) or len(self._ran[1])
 
     def _snapshot(self, decisions_offset: int) -> bytes:
         return encode(Snapshot(input_offset=self.next_input, decisions_offset=decisions_offset,

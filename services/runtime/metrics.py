@@ -143,13 +143,20 @@ class SchedulerMetrics:
         if log_lag is not None:
             self.log_lag.set(log_lag)
         self.cycles.inc(len(cycle_records))
-        for record in cycle_records:
-            if record.admitted_heads:
-                self.admission_attempts.labels("success").inc()
-            elif record.heads:
-                self.admission_attempts.labels("inadmissible").inc()
+        # Counted first, then one increment per label: a step can hold thousands of cycles.
+        success = sum(1 for record in cycle_records if record.admitted_heads)
+        inadmissible = sum(1 for record in cycle_records if not record.admitted_heads and record.heads)
+        if success:
+            self.admission_attempts.labels("success").inc(success)
+        if inadmissible:
+            self.admission_attempts.labels("inadmissible").inc(inadmissible)
+        by_type: dict[str, int] = {}
         for d in decisions:
-            self.decisions.labels(str(type(d).__struct_config__.tag)).inc()
+            tag = str(type(d).__struct_config__.tag)
+            by_type[tag] = by_type.get(tag, 0) + 1
+        for tag in sorted(by_type):
+            self.decisions.labels(tag).inc(by_type[tag])
+        for d in decisions:
             if isinstance(d, AdmitWorkload):
                 self._admitted(d, state)
             elif isinstance(d, EvictWorkload):
