@@ -25,7 +25,15 @@ import msgspec
 
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope, encode
 from events.envelope import Topics
-from events.messages import ActuationFailed, AnyDecision, CycleCompleted, DecisionApplied, PodsReady
+from events.messages import (
+    ActuationFailed,
+    AdmitWorkload,
+    AnyDecision,
+    CycleCompleted,
+    DecisionApplied,
+    EvictWorkload,
+    PodsReady,
+)
 from services.runtime.log import Log, Record, read_backwards
 from services.scheduler.apply import apply_cycle
 from services.scheduler.cycle import run_cycle
@@ -41,6 +49,9 @@ MAX_CYCLES_PER_BATCH = 1000
 # per ClusterQueue per cycle can take hundreds of cycles; a finish that arrives during them should
 # not wait for the last one (Kueue's own loop sees new events between any two cycles).
 MAX_HEADS_PER_STEP = 2000
+# ... and sooner once something was admitted or evicted: the actuator should not wait for the
+# rest of a sweep that will mostly park workloads again.
+EARLY_COMMIT_HEADS = 250
 
 
 class SchedulerStopped(RuntimeError):
@@ -170,6 +181,9 @@ class Scheduler:
                 break
             heads += len(record.heads) + len(record.admitted_heads)
             if heads >= self.max_heads_per_step:
+                break
+            if heads >= min(EARLY_COMMIT_HEADS, self.max_heads_per_step) and any(
+                    isinstance(d, AdmitWorkload | EvictWorkload) for d in self._ran[0]):
                 break
         return out
 
