@@ -354,14 +354,20 @@ def start_scheduler_process(bootstrap: str, prefix: str, log_path: Path,
                             profile: Path | None = None) -> subprocess.Popen[bytes]:
     """``kueuelog run scheduler`` (no HTTP server); with ``profile``, under cProfile writing there
     (its main thread: the scheduler core and the waits on its Kafka I/O thread) once stopped."""
+    return start_service_process("scheduler", bootstrap, prefix, log_path, profile)
+
+
+def start_service_process(service: str, bootstrap: str, prefix: str, log_path: Path,
+                          profile: Path | None = None, *extra: str) -> subprocess.Popen[bytes]:
+    """``kueuelog run SERVICE`` on the bench's broker (no HTTP server), output to ``log_path``."""
     prof: list[str] = []
     if profile is not None:
         profile.parent.mkdir(parents=True, exist_ok=True)
         prof = ["-m", "cProfile", "-o", str(profile)]
     with log_path.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, *prof, "-m", "services.cli", "run", "scheduler", "--bootstrap-servers", bootstrap,
-             "--topic-prefix", prefix, "--http-port", "0"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+            [sys.executable, *prof, "-m", "services.cli", "run", service, "--bootstrap-servers", bootstrap,
+             "--topic-prefix", prefix, "--http-port", "0", *extra], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
@@ -613,6 +619,7 @@ class BaselineResult:
     done: bool
     mode: str = "all"
     scheduler_cpu: float = 0.0  # split mode: the scheduler process
+    service_cpu: dict[str, float] = field(default_factory=dict)  # procs mode: each service process
     heads: int = 0  # heads nominated, summed over the cycles
     running: float = 0.0  # % of nominal quota actually running (start to finish), not only reserved
     applied_ms: list[float] = field(default_factory=list)
@@ -623,12 +630,20 @@ class BaselineResult:
         k = KUEUE_BASELINE
         ok_wall = "meets" if self.wall <= TARGETS["wall"] else "misses"
         ok_usage = "meets" if self.usage >= TARGETS["usage"] else "misses"
-        where = ("scheduler process + actuator, simulated cluster, ticker, arrivals in the bench process"
-                 if self.mode == "split" else "run_all in one process")
-        cpu = (f"  CPU: scheduler process {self.scheduler_cpu:.1f} s ({self.scheduler_cpu / self.wall * 100:.0f}% "
-               f"of a core), bench process {self.cpu:.1f} s ({self.cpu / self.wall * 100:.0f}%)"
-               if self.mode == "split" else
-               f"  CPU: this process {self.cpu:.1f} s ({self.cpu / self.wall * 100:.0f}% of a core)")
+        where = {"procs": "scheduler, actuator and simulated cluster as processes; ticker and arrivals in the "
+                          "bench process",
+                 "split": "scheduler process + actuator, simulated cluster, ticker, arrivals in the bench process",
+                 }.get(self.mode, "run_all in one process")
+        if self.mode == "procs":
+            cpu = "  CPU: " + ", ".join(f"{name} {used:.1f} s ({used / self.wall * 100:.0f}% of a core)"
+                                        for name, used in self.service_cpu.items())
+            cpu += f", bench process {self.cpu:.1f} s ({self.cpu / self.wall * 100:.0f}%)"
+        elif self.mode == "split":
+            cpu = (f"  CPU: scheduler process {self.scheduler_cpu:.1f} s "
+                   f"({self.scheduler_cpu / self.wall * 100:.0f}% of a core), bench process {self.cpu:.1f} s "
+                   f"({self.cpu / self.wall * 100:.0f}%)")
+        else:
+            cpu = f"  CPU: this process {self.cpu:.1f} s ({self.cpu / self.wall * 100:.0f}% of a core)"
         return [
             f"baseline through Kafka in real time ({where}): {self.workloads:,} workloads, "
             f"{self.queues} ClusterQueues, arrivals over {self.arrivals_span:.0f} s; {self.events:,} cluster events, "
@@ -683,7 +698,7 @@ async def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
         await reader.stop()
 
 
-BASELINE_MODES = ("split", "all")
+BASELINE_MODES = ("procs", "split", "all")
 
 
 def measure_baseline(broker: LocalKafka, sizes: Sizes, profile: Path | None, run_dir: Path,
@@ -696,6 +711,8 @@ def measure_baseline(broker: LocalKafka, sizes: Sizes, profile: Path | None, run
         run = _baseline_all(bootstrap, topics, sizes, broker.pid, profile)
     elif mode == "split":
         run = _baseline_split(bootstrap, topics, sizes, broker.pid, profile, run_dir)
+    elif mode == "procs":
+        run = _baseline_procs(bootstrap, topics, sizes, broker.pid, profile, run_dir)
     else:
         raise ValueError(f"baseline mode: {mode!r} is not one of {', '.join(BASELINE_MODES)}")
     return _baseline_result(bootstrap, topics, sizes, queues, run)
@@ -709,6 +726,7 @@ class _BaselineRun:
     done: bool
     mode: str
     scheduler_cpu: float = 0.0
+    service_cpu: dict[str, float] = field(default_factory=dict)  # procs mode: each service process
 
 
 def _baseline_all(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: int | None,
@@ -795,6 +813,106 @@ def _baseline_split(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
             summarize_profile(profile / "baseline-scheduler.prof")
 
 
+def _baseline_procs(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: int | None,
+                    profile: Path | None, run_dir: Path) -> _BaselineRun:
+    """As deployed: scheduler, actuator and simulated cluster each a ``kueuelog run`` process; the
+    arrivals (a log without a role, as a watcher appends) and the ticker in this process, which
+    also watches cluster-events for the last workload to finish."""
+    settings = KafkaSettings(bootstrap_servers=bootstrap)
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    logs = {name: run_dir / f"{name}-{topics.prefix}.log" for name in ("scheduler", "actuator", "simcluster")}
+    try:
+        for name in ("scheduler", "actuator", "simcluster"):
+            extra = ("--clock", "real") if name == "simcluster" else ()
+            procs[name] = start_service_process(name, bootstrap, topics.prefix, logs[name],
+                                                profile / f"baseline-{name}.prof" if profile else None, *extra)
+        with KafkaLog(settings, prefix=topics.prefix) as plain:
+
+            async def main() -> _BaselineRun:
+                stop, bell = asyncio.Event(), Bell()
+                ticks = asyncio.ensure_future(run_ticker(plain, stop, topics=topics, cluster=SimConfig().cluster,
+                                                         bell=bell))
+                deadline = time.perf_counter() + 120
+                # Up once the scheduler has folded a first tick and actuator and cluster lead their roles.
+                while (plain.position(SCHEDULER_GROUP, topics.cluster_events) == 0
+                       or any(not _leads(logs[n]) for n in ("actuator", "simcluster"))):
+                    dead = [n for n, p in procs.items() if p.poll() is not None]
+                    if dead or time.perf_counter() > deadline:
+                        stop.set()
+                        await ticks
+                        raise RuntimeError(f"{', '.join(dead) or 'a service'} did not start; see {run_dir}")
+                    await asyncio.sleep(0.05)
+                start = wall_clock_ms() + 500
+                objects, _ = baseline_objects(sizes, start)
+                workloads = sum(1 for _, obj in objects if isinstance(obj, o.Workload))
+                arrivals = ArrivalStream(plain, arrival_schedule(objects, start=start), topics=topics)
+                limit = asyncio.get_running_loop().call_later(900, stop.set)  # a safety net, not a measure
+                cpu, bcpu = time.process_time(), proc_cpu_seconds(broker_pid)
+                pcpu = {n: proc_cpu_seconds(p.pid) for n, p in procs.items()}
+                done = False
+
+                async def until_finished() -> None:
+                    nonlocal done
+                    done = await _count_finishes(bootstrap, topics, workloads, stop)
+                    stop.set()
+
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(run_arrivals(arrivals, stop, bell=bell))
+                    group.create_task(_watch_processes(procs, stop))
+                    group.create_task(until_finished())
+                await ticks
+                cpu = time.process_time() - cpu
+                wall = wall_clock_ms() / 1000 - start / 1000  # from the first arrival until everything finished
+                bcpu = proc_cpu_seconds(broker_pid) - bcpu
+                used = {n: proc_cpu_seconds(p.pid) - pcpu[n] for n, p in procs.items()}
+                limit.cancel()
+                return _BaselineRun(wall=wall, cpu=cpu, broker_cpu=bcpu, done=done, mode="procs",
+                                    scheduler_cpu=used["scheduler"], service_cpu=used)
+
+            return asyncio.run(main())
+    finally:
+        for proc in procs.values():
+            stop_process(proc)
+        for name in procs:
+            if profile is not None and (profile / f"baseline-{name}.prof").exists():
+                summarize_profile(profile / f"baseline-{name}.prof")
+
+
+def _leads(log_path: Path) -> bool:
+    return log_path.exists() and b"leading" in log_path.read_bytes()
+
+
+async def _watch_processes(procs: Mapping[str, subprocess.Popen[bytes]], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        dead = [n for n, p in procs.items() if p.poll() is not None]
+        if dead:
+            stop.set()
+            raise RuntimeError(f"{', '.join(dead)} exited during the run (exit {procs[dead[0]].poll()})")
+        await asyncio.sleep(0.2)
+
+
+async def _count_finishes(bootstrap: str, topics: Topics, workloads: int, stop: asyncio.Event) -> bool:
+    """Follow cluster-events until every workload has finished (True) or ``stop`` (False)."""
+    reader = new_reader(bootstrap, fetch_wait_ms=100)
+    await reader.start()
+    try:
+        tp = TopicPartition(topics.cluster_events, 0)
+        reader.assign([tp])
+        await reader.seek_to_beginning(tp)
+        finished: set[str] = set()
+        while not stop.is_set():
+            got = await reader.getmany(tp, timeout_ms=100, max_records=10_000)
+            for m in got.get(tp, []):
+                ev = decode_envelope(m.value or b"").event
+                if isinstance(ev, WorkloadFinished) and ev.succeeded:
+                    finished.add(f"{ev.namespace}/{ev.name}")
+            if len(finished) >= workloads:
+                return True
+        return False
+    finally:
+        await reader.stop()
+
+
 def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, run: _BaselineRun) -> BaselineResult:
     _, klass = baseline_objects(sizes, 0)
     decisions = asyncio.run(read_all(bootstrap, topics.decisions))
@@ -851,8 +969,8 @@ def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, 
         makespan=makespan / 1000, wait_by_class={k: sum(v) / len(v) / 1000 for k, v in waits.items()}, usage=usage,
         admissions=admissions, events=len(events), cycles=cycles,
         arrivals_span=(max(created.values()) - start) / 1000, done=run.done, mode=run.mode,
-        scheduler_cpu=run.scheduler_cpu, heads=heads, running=running, applied_ms=applied_ms,
-        started_ms=started_ms)
+        scheduler_cpu=run.scheduler_cpu, service_cpu=run.service_cpu, heads=heads, running=running,
+        applied_ms=applied_ms, started_ms=started_ms)
 
 
 def warm_up(bootstrap: str, transactions: int = 400) -> float:
@@ -874,7 +992,7 @@ BENCHES = ("latency", "throughput", "baseline")
 
 
 def main(*, quick: bool | None = None, only: Sequence[str] = BENCHES, profile: Path | None = None,
-         baseline_seconds: float | None = None, baseline_modes: Sequence[str] = ("split",)) -> Iterator[str]:
+         baseline_seconds: float | None = None, baseline_modes: Sequence[str] = ("procs",)) -> Iterator[str]:
     """Run the Kafka benchmarks on a broker of their own; yields report lines as they come.
     ``baseline_seconds`` keeps only the baseline's arrivals of its first that many seconds;
     ``baseline_modes`` says how its services run (see :data:`BASELINE_MODES`)."""
@@ -909,9 +1027,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", default=",".join(BENCHES), help=f"comma-separated subset of {','.join(BENCHES)}")
     p.add_argument("--profile", type=Path, metavar="DIR", help="write cProfile stats of throughput/baseline here")
     p.add_argument("--baseline-seconds", type=float, metavar="S", help="only the baseline's first S s of arrivals")
-    p.add_argument("--baseline-mode", choices=(*BASELINE_MODES, "both"), default="split",
-                   help="split: the scheduler as its own process, actuator and simulated cluster in the bench "
-                        "(as deployed; default); all: run_all in one process; both: one after the other")
+    p.add_argument("--baseline-mode", choices=(*BASELINE_MODES, "every"), default="procs",
+                   help="procs: scheduler, actuator and simulated cluster each a `kueuelog run` process (as "
+                        "deployed; default); split: only the scheduler as its own process, actuator and simulated "
+                        "cluster in the bench; all: run_all in one process; every: one after the other")
     args = p.parse_args(argv)
     unknown = set(args.only.split(",")) - set(BENCHES)
     if unknown:
@@ -921,7 +1040,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def cli(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    modes = BASELINE_MODES if args.baseline_mode == "both" else (args.baseline_mode,)
+    modes = BASELINE_MODES if args.baseline_mode == "every" else (args.baseline_mode,)
     for line in main(quick=args.quick, only=args.only.split(","), profile=args.profile,
                      baseline_seconds=args.baseline_seconds, baseline_modes=modes):
         print(line, flush=True)
