@@ -51,7 +51,7 @@ MAX_CYCLES_PER_BATCH = 1000
 MAX_HEADS_PER_STEP = 2000
 # ... and sooner once something was admitted or evicted: the actuator should not wait for the
 # rest of a sweep that will mostly park workloads again.
-EARLY_COMMIT_HEADS = 250
+EARLY_COMMIT_HEADS = 100
 
 
 class SchedulerStopped(RuntimeError):
