@@ -49,9 +49,9 @@ MAX_CYCLES_PER_BATCH = 1000
 # per ClusterQueue per cycle can take hundreds of cycles; a finish that arrives during them should
 # not wait for the last one (Kueue's own loop sees new events between any two cycles).
 MAX_HEADS_PER_STEP = 2000
-# ... and sooner once something was admitted or evicted: the actuator should not wait for the
-# rest of a sweep that will mostly park workloads again.
-EARLY_COMMIT_HEADS = 100
+# ... and sooner once something was admitted or evicted and then a cycle was not: the actuator
+# should not wait for the rest of a sweep that mostly parks workloads again (while every cycle
+# admits, as when a backlog drains, the step goes on to the budget).
 
 
 class SchedulerStopped(RuntimeError):
@@ -169,6 +169,7 @@ class Scheduler:
         if not self._needs_cycle:
             return out
         heads = 0
+        acted = False  # something was admitted or evicted in this step
         self._cut_short = True
         for _ in range(MAX_CYCLES_PER_BATCH):
             decisions, record, changed = self.cycle()
@@ -182,9 +183,10 @@ class Scheduler:
             heads += len(record.heads) + len(record.admitted_heads)
             if heads >= self.max_heads_per_step:
                 break
-            if heads >= min(EARLY_COMMIT_HEADS, self.max_heads_per_step) and any(
-                    isinstance(d, AdmitWorkload | EvictWorkload) for d in self._ran[0]):
+            acts = any(isinstance(d, AdmitWorkload | EvictWorkload) for d in decisions)
+            if acted and not acts:
                 break
+            acted = acted or acts
         return out
 
     # --- the live step -----------------------------------------------------------------
