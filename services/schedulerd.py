@@ -95,6 +95,11 @@ class Scheduler:
     batch_size: int = 1000
     snapshot_every: int = 50_000  # cluster events between snapshots
     max_heads_per_step: int = MAX_HEADS_PER_STEP
+    # Live services end a step early (head budget, or a sweep after admissions) to fold what
+    # arrived meanwhile. A deterministic driver runs each batch's cycles until quiet instead, so
+    # that its decisions do not depend on how a log backend happens to chunk its reads.
+    cut_short_steps: bool = True
+    last_events: int = 0  # cluster events the last step read (0 for a step that only went on)
     state: State = field(default_factory=State)
     next_input: int = 0
     stats: Stats = field(default_factory=Stats)
@@ -180,6 +185,8 @@ class Scheduler:
             if not changed:
                 self._needs_cycle = self._cut_short = False
                 break
+            if not self.cut_short_steps:
+                continue
             heads += len(record.heads) + len(record.admitted_heads)
             if heads >= self.max_heads_per_step:
                 break
@@ -205,6 +212,7 @@ class Scheduler:
                 dead.append(letter)
         if batch:
             self.next_input = batch[-1].offset + 1
+        self.last_events = len(batch)
         decisions = self.cycles_until_quiet()
         appends: dict[str, list[tuple[str, bytes]]] = {self.topics.decisions: decisions}
         if dead:

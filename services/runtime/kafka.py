@@ -73,7 +73,7 @@ SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MAX_RECORD_BYTES: Final = 100 * 1024 * 1024  # a snapshot of a large state is tens of MB
 LEASES_SUFFIX: Final = "leases"
-FETCH_WAIT_MS: Final = 5
+FETCH_WAIT_MS: Final = 20
 # A transaction begun right after a commit may meet CONCURRENT_TRANSACTIONS until the previous
 # markers are written; aiokafka retries after this back-off (its default, 100 ms, is most of
 # a decision's latency budget).

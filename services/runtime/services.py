@@ -270,7 +270,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                 continue
             backoff.reset()
             if did and on_step is not None:
-                on_step(scheduler, did)
+                on_step(scheduler, scheduler.last_events)
             still_leading(log, "scheduler")
             if not did and long_poll and isinstance(log, SupportsWaiting):
                 await log.wait_for_records(topics.cluster_events, scheduler.next_input, poll_seconds)
@@ -491,7 +491,7 @@ def drive_until_idle(log: Log, *, topics: Topics | None = None, config: SimConfi
     nothing is left to do; deterministic (no asyncio, no wall clock, no threads)."""
     topics = topics or Topics()
     config = config or SimConfig()
-    scheduler = Scheduler(log, topics=topics)
+    scheduler = Scheduler(log, topics=topics, cut_short_steps=False)
     scheduler.recover()
     actuator = Actuator(log, port or SimClusterPort(topics, config.cluster), topics=topics)
     actuator.recover()
