@@ -479,8 +479,7 @@ class LocalKafka:
                 classpath,
                 "kafka.tools.StorageTool",
                 "format",
-                "-t",
-                _cluster_id(),
+                f"--cluster-id={_cluster_id()}",  # one word: an id may begin with "-" (1 in 64)
                 "-c",
                 str(props),
                 "--ignore-formatted",
