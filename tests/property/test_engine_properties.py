@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from copy import deepcopy
 from dataclasses import dataclass
+from typing import TypeVar
 from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
@@ -196,15 +197,20 @@ class Run:
         self.checks += 1
 
 
+R = TypeVar("R", bound="Run")
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _play(run: R, history: list[object]) -> R:
+    for action in history:
+        run.step(action)
+    return run
 
 
 @SETTINGS
 @given(worlds(), actions)
 def test_quota_invariants_hold_for_any_history(world: list[o.AnyObject], history: list[object]) -> None:
-    run = Run(world)
-    for action in history:
-        run.step(action)
+    _play(Run(world), history)
 
 
 @SETTINGS
@@ -262,13 +268,9 @@ class RecordingRun(Run):
 @given(worlds(), actions)
 def test_remembered_nominations_decide_as_a_fresh_search(world: list[o.AnyObject], history: list[object]) -> None:
     """Nominations remembered per cohort-tree version give exactly what searching again gives."""
-    remembering = RecordingRun(world)
-    for action in history:
-        remembering.step(action)
-    fresh = RecordingRun(world)
+    remembering = _play(RecordingRun(world), history)
     with patch.object(cycle_module, "_memo_slot", _forgetful):
-        for action in history:
-            fresh.step(action)
+        fresh = _play(RecordingRun(world), history)
     assert fresh.cycles == remembering.cycles
     assert encode_state(fresh.state) == encode_state(remembering.state)
 
@@ -290,9 +292,7 @@ def test_histories_reuse_remembered_nominations() -> None:
               suppress_health_check=[HealthCheck.too_slow])
     @given(worlds(), actions)
     def play(world: list[o.AnyObject], history: list[object]) -> None:
-        run = Run(world)
-        for action in history:
-            run.step(action)
+        _play(Run(world), history)
 
     with patch.object(cycle_module, "_memo_slot", counting):
         play()
