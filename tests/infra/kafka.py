@@ -49,6 +49,12 @@ NODE_ID = 1
 # Users of the SASL_PLAINTEXT listener (test credentials for a throwaway local broker).
 SASL_USERS = {"kueuelog": "kueuelog-test-secret"}
 START_TIMEOUT_S = 90.0
+# The local broker lives for one test session or benchmark, on a small machine: the JVM's
+# optimising compiler (C2) would spend 4-15 s of CPU per 30 s of load recompiling the broker's
+# hot paths, CPU taken from the services under test (it doubled the scheduler's p99 latency on
+# 2 cores). The quick compiler alone costs the broker ~20% more CPU on the hot paths and never
+# stalls. A long-running production broker is the opposite case: leave its JVM alone.
+JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 STOP_TIMEOUT_S = 30.0
 INSTALL_TIMEOUT_S = 900.0
 # A port picked free can be taken by someone else before the JVM binds it; a few fresh
@@ -240,12 +246,14 @@ class LocalKafka:
         version: str | None = None,
         cache_dir: Path | None = None,
         heap: tuple[str, str] = ("256m", "512m"),
+        jvm_options: tuple[str, ...] = JVM_OPTIONS,
     ) -> None:
         self.version = version or os.environ.get("KUEUELOG_KAFKA_VERSION", DEFAULT_VERSION)
         self.cache_dir = cache_dir or cache_root()
         self.home = self.cache_dir / f"kafka-{self.version}"
         self.libs = self.home / "libs"
         self.heap = heap
+        self.jvm_options = jvm_options
         self.run_dir: Path | None = None
         self.port: int | None = None
         self.controller_port: int | None = None
@@ -515,6 +523,7 @@ class LocalKafka:
                     f"-Xms{self.heap[0]}",
                     f"-Xmx{self.heap[1]}",
                     "-Djava.awt.headless=true",
+                    *self.jvm_options,
                     # Timestamps make the log usable when a test prints its tail.
                     "-Dorg.slf4j.simpleLogger.showDateTime=true",
                     "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
