@@ -73,7 +73,11 @@ SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MAX_RECORD_BYTES: Final = 100 * 1024 * 1024  # a snapshot of a large state is tens of MB
 LEASES_SUFFIX: Final = "leases"
-FETCH_WAIT_MS: Final = 20
+FETCH_WAIT_MS: Final = 20  # how long the broker holds a fetch that finds nothing new
+# How often a read that knows records lie ahead checks whether its consumer got past them: a
+# fetch that brings only transaction markers yields no record, and waiting for a record would
+# sit out the next fetch's whole FETCH_WAIT_MS although the position already reached the end.
+READ_CHECK_MS: Final = 2
 # A transaction begun right after a commit may meet CONCURRENT_TRANSACTIONS until the previous
 # markers are written; aiokafka retries after this back-off (its default, 100 ms, is most of
 # a decision's latency budget).
@@ -461,9 +465,7 @@ class KafkaLog:
                 r.next, r.empty_from = start, -1
             deadline = asyncio.get_running_loop().time() + self.settings.request_timeout_ms / 1000
             while True:
-                # Short waits: a fetch that brings only control records yields nothing, and getmany
-                # would sit out its whole timeout although the position has already reached the end.
-                got = await r.consumer.getmany(r.tp, timeout_ms=FETCH_WAIT_MS, max_records=limit)
+                got = await r.consumer.getmany(r.tp, timeout_ms=READ_CHECK_MS, max_records=limit)
                 msgs = got.get(r.tp, [])
                 if msgs:
                     r.next, r.empty_from = msgs[-1].offset + 1, -1
