@@ -35,7 +35,7 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, TypeVar
 
@@ -324,6 +324,9 @@ class KafkaLog:
         self._admin: AIOKafkaAdminClient | None = None
         self._producer: AIOKafkaProducer | None = None
         self._producer_broken = False
+        # One transaction at a time on the producer: a pipelined scheduler step may still be
+        # committing when a service sharing this log (one process running them all) begins its own.
+        self._txn_lock = asyncio.Lock()
         self._readers: dict[str, _Reader] = {}
         self._committed: dict[tuple[str, str], int] = {}
         self._own_end: dict[str, int] = {}
@@ -588,6 +591,11 @@ class KafkaLog:
             for key, _ in records:
                 if not isinstance(key, str):
                     raise LogError(f"kafka: record key must be a string, not {type(key).__name__}", retriable=False)
+        async with self._txn_lock:
+            return await self._transact_now(appends, commits)
+
+    async def _transact_now(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
+                            commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
         producer = await self._producer_ready()
         if not self.transactional_id:
             if commits:
@@ -622,6 +630,23 @@ class KafkaLog:
                  commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
         """Appends and consumer-position commits in one Kafka transaction."""
         return self._run(self._transact(appends, commits), "transaction")
+
+    def transact_soon(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
+                      commits: Mapping[tuple[str, str], int]) -> Callable[[], dict[str, list[int]]]:
+        """Start :meth:`transact` on the I/O thread and return at once; the function returned waits
+        for its outcome. Transactions on one log run one at a time, in the order they were begun."""
+        future = asyncio.run_coroutine_threadsafe(self._transact(appends, commits), self._io.loop)
+        timeout = self.settings.request_timeout_ms / 1000 * 3
+
+        def outcome() -> dict[str, list[int]]:
+            try:
+                return future.result(timeout)
+            except BaseException as e:
+                if isinstance(e, KeyboardInterrupt | SystemExit):
+                    raise
+                future.cancel()  # timed out: do not let it run on under a successor's recovery
+                raise _wrap("kafka transaction", e) from e
+        return outcome
 
     def append(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[int]:
         """Append and wait until the records are acknowledged by all in-sync replicas."""
