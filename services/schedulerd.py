@@ -52,6 +52,12 @@ MAX_HEADS_PER_STEP = 2000
 # ... and sooner once something was admitted or evicted and then a cycle was not: the actuator
 # should not wait for the rest of a sweep that mostly parks workloads again (while every cycle
 # admits, as when a backlog drains, the step goes on to the budget).
+# A sweep in which no cycle admits or evicts stops after this many heads: it only parks
+# workloads that do not fit, and the finish that would let one in is likely waiting to be
+# folded. Each quota release sends the cohort's parked workloads back, so with busy queues a
+# long sweep is mostly undone by the next step anyway; reading in between lets that release in
+# tens of milliseconds instead of after the whole sweep (which held a whole step for ~100 ms).
+MAX_IDLE_HEADS_PER_STEP = 100
 
 
 class SchedulerStopped(RuntimeError):
@@ -95,6 +101,7 @@ class Scheduler:
     batch_size: int = 1000
     snapshot_every: int = 50_000  # cluster events between snapshots
     max_heads_per_step: int = MAX_HEADS_PER_STEP
+    max_idle_heads_per_step: int = MAX_IDLE_HEADS_PER_STEP
     # Live services end a step early (head budget, or a sweep after admissions) to fold what
     # arrived meanwhile. A deterministic driver runs each batch's cycles until quiet instead, so
     # that its decisions do not depend on how a log backend happens to chunk its reads.
@@ -178,7 +185,7 @@ class Scheduler:
         self._ran = ([], [])
         if not self._needs_cycle:
             return out
-        heads = 0
+        heads = idle = 0  # heads nominated in this step; of them, since the last cycle that acted
         acted = False  # something was admitted or evicted in this step
         self._cut_short = True
         for _ in range(MAX_CYCLES_PER_BATCH):
@@ -192,11 +199,15 @@ class Scheduler:
                 break
             if not self.cut_short_steps:
                 continue
-            heads += len(record.heads) + len(record.admitted_heads)
+            nominated = len(record.heads) + len(record.admitted_heads)
+            heads += nominated
             if heads >= self.max_heads_per_step:
                 break
             acts = any(isinstance(d, AdmitWorkload | EvictWorkload) for d in decisions)
             if acted and not acts:
+                break
+            idle = 0 if acts else idle + nominated
+            if idle >= self.max_idle_heads_per_step:
                 break
             acted = acted or acts
         return out

@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 
 from events.codec import decode_decision, encode
 from events.envelope import Envelope, Topics
-from events.manifests import load
+from events.manifests import Document, load, normalize
 from events.messages import AdmitWorkload, CycleCompleted, ObjectApplied, WorkloadFinished
 from services.runtime.log import LogError, SqliteLog
 from services.scheduler.snapshot import encode_state
 from services.schedulerd import GROUP, Scheduler, SchedulerStopped
+from tests.builders import Builder, a_cluster_queue, a_flavor, a_local_queue, a_namespace, a_workload
 
 EXAMPLES = sorted(str(p) for p in Path("examples").glob("*.yaml"))
 T = Topics()
@@ -126,6 +127,57 @@ def test_a_step_stops_at_its_head_budget_and_the_next_goes_on_without_new_events
     # Cutting a run of cycles into steps decides the same (all events were folded before either
     # ran a cycle), and a replay re-derives every cycle from the recorded input offsets.
     assert admissions(log) == admissions(whole)
+    assert list(Scheduler(log).replay(0, verify=True)) == []
+    whole.close()
+
+
+def _apply(log: SqliteLog, *builders: Builder) -> None:
+    recs = []
+    for i, b in enumerate(builders):
+        obj = normalize(Document("test.yaml", i + 1, b.obj()))
+        assert obj is not None
+        ev = ObjectApplied(time=getattr(obj, "creation_time", None) or 0, object=obj)
+        recs.append(("t", encode(Envelope(id=f"t:{log.end_offset(T.cluster_events) + i}", source="test", event=ev))))
+    log.append(T.cluster_events, recs)
+
+
+def test_a_sweep_that_admits_nothing_stops_at_the_idle_budget_and_ends_where_an_uncut_one_does(
+        log: SqliteLog, tmp_path: Path) -> None:
+    # Two ClusterQueues of one cohort, each full: every pending workload is parked again, one head
+    # per queue per cycle, without any cycle admitting; then a finish sends them all back.
+    builders: list[Builder] = [a_flavor("f"), a_namespace("ns")]
+    for cq in ("a", "b"):
+        builders += [a_cluster_queue(cq).cohort("co").flavor("f", cpu=1), a_local_queue("ns", f"lq-{cq}", cq),
+                     a_workload("ns", f"run-{cq}").queue(f"lq-{cq}").request(cpu="1").created(0)]
+        builders += [a_workload("ns", f"w-{cq}-{i}").queue(f"lq-{cq}").request(cpu="1").created(10 + i)
+                     for i in range(12)]
+    whole = SqliteLog(tmp_path / "whole")
+    for lg in (log, whole):
+        _apply(lg, *builders)
+    uncut = Scheduler(whole, max_idle_heads_per_step=10**9)
+    cut = Scheduler(log, max_idle_heads_per_step=4)
+    for s in (uncut, cut):
+        _drain(s)
+    assert len(uncut.last_cycles) > 3  # the sweep is long enough to be cut
+
+    finish = WorkloadFinished(time=cut.state.now, namespace="ns", name="run-a")
+    for lg in (log, whole):
+        lg.append(T.cluster_events, [("f", encode(Envelope(id="f:1", source="test", event=finish)))])
+    _drain(uncut)
+    sweeps = []
+    while cut.step():
+        sweeps.append([len(c.heads) + len(c.admitted_heads) for c in cut.last_cycles])
+    # The first step admits into the released quota, then parks; later steps only park, and each
+    # stops once it has nominated 4 heads (two cycles of two heads) with nothing admitted.
+    assert len(sweeps) > 3, sweeps
+    assert all(sum(heads) == 4 for heads in sweeps[1:-1]), sweeps
+
+    def admitted(lg: SqliteLog) -> list[str]:
+        return [f"{d.namespace}/{d.name}" for r in lg.read(T.decisions, 0, 100_000)
+                if isinstance(d := decode_decision(r.value), AdmitWorkload)]
+
+    assert admitted(log) == admitted(whole)
+    assert encode_state(cut.state) == encode_state(uncut.state)
     assert list(Scheduler(log).replay(0, verify=True)) == []
     whole.close()
 
