@@ -98,22 +98,26 @@ def _down(status: ServiceStatus | None, e: LogError) -> None:
         status.down(f"log unavailable: {e}")
 
 
-StepHook = Callable[[Scheduler, int], None]
-"""Called after each committed live step of the scheduler with the events it folded (metrics),
-and once after each recovery with 0 (``last_decisions`` and ``last_cycles`` empty)."""
+StepHook = Callable[[Scheduler, int | None], None]
+"""Called after each committed live step of the scheduler with the events it folded (metrics;
+0 for a step that went on with cycles cut short before), and once after each recovery with
+None (``last_decisions`` and ``last_cycles`` empty)."""
 
 
 def observe_scheduler(metrics: SchedulerMetrics) -> StepHook:
     """The hook that feeds :class:`SchedulerMetrics` from each committed step. The lag is only
-    asked of the log after a full batch: a shorter one read everything there was."""
+    asked of the log after recovery and after a full batch: a shorter one read everything there
+    was. Gauges are refreshed at once only after recovery; steps leave that to the metrics'
+    own pace (a sweep of parked workloads can be hundreds of short steps, and the gauges walk
+    every workload)."""
 
-    def hook(scheduler: Scheduler, events: int) -> None:
+    def hook(scheduler: Scheduler, events: int | None) -> None:
         lag = 0
-        if events == 0 or events >= scheduler.batch_size:
+        if events is None or events >= scheduler.batch_size:
             lag = max(0, scheduler.log.end_offset(scheduler.topics.cluster_events) - scheduler.next_input)
-        metrics.observe(scheduler.last_decisions, scheduler.last_cycles, scheduler.state, events_folded=events,
-                        log_lag=lag)
-        if events == 0:
+        metrics.observe(scheduler.last_decisions, scheduler.last_cycles, scheduler.state,
+                        events_folded=events or 0, log_lag=lag)
+        if events is None:
             metrics.refresh(scheduler.state)  # just recovered: the gauges show the recovered state at once
 
     return hook
@@ -262,7 +266,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                     fresh = False
                     _up(status)
                     if on_step is not None:
-                        on_step(scheduler, 0)  # nothing written yet: gauges of the recovered state
+                        on_step(scheduler, None)  # nothing written yet: gauges of the recovered state
                 did = scheduler.step()
             except LogError as e:
                 fresh = True

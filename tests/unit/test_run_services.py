@@ -94,14 +94,40 @@ def test_up_clears_the_problem() -> None:
 # --- the scheduler's metrics ------------------------------------------------------------------------
 
 
+def test_the_metrics_hook_walks_the_workloads_and_asks_the_lag_only_after_recovery(log: SqliteLog) -> None:
+    seed_all(log, load({"m.yaml": MANIFESTS}))
+    metrics = SchedulerMetrics(gauge_interval_s=None)  # as the service runs it: gauges refreshed on scrape
+    walks: list[int] = []
+    refresh = metrics._refresh_gauges
+    metrics._refresh_gauges = lambda state: (walks.append(1), refresh(state))[1]  # type: ignore[method-assign]
+    asked: list[str] = []
+
+    class CountingEnds:
+        def __getattr__(self, name: str) -> object:
+            return getattr(log, name)
+
+        def end_offset(self, topic: str) -> int:
+            asked.append(topic)
+            return log.end_offset(topic)
+
+    scheduler = Scheduler(CountingEnds())  # type: ignore[arg-type]
+    scheduler.step()
+    hook = observe_scheduler(metrics)
+    hook(scheduler, None)
+    assert (len(walks), len(asked)) == (1, 1)
+    hook(scheduler, 0)  # a step that went on with cut-short cycles: no new events, nothing to walk
+    hook(scheduler, 3)
+    assert (len(walks), len(asked)) == (1, 1)
+
+
 async def test_scheduler_reports_ready_and_feeds_metrics_only_from_committed_live_steps(log: SqliteLog) -> None:
     seed_all(log, load({"m.yaml": MANIFESTS}))
     metrics = SchedulerMetrics()
     calls: list[tuple[int, int, int]] = []
     observe = observe_scheduler(metrics)
 
-    def on_step(s: Scheduler, events: int) -> None:
-        calls.append((events, len(s.last_decisions), len(s.last_cycles)))
+    def on_step(s: Scheduler, events: int | None) -> None:
+        calls.append((-1 if events is None else events, len(s.last_decisions), len(s.last_cycles)))
         observe(s, events)
 
     status = ServiceStatus("scheduler")
@@ -118,9 +144,10 @@ async def test_scheduler_reports_ready_and_feeds_metrics_only_from_committed_liv
     admits = [d for d in written if isinstance(d, AdmitWorkload)]
     cycles = [d for d in written if isinstance(d, CycleCompleted)]
     assert [a.name for a in admits] == ["w0", "w1"]
-    assert calls[0] == (0, 0, 0), "once after recovery: gauges only"
+    assert calls[0] == (-1, 0, 0), "once after recovery: gauges only"
+    assert all(e >= 0 for e, _, _ in calls[1:]), "steps say how many events they folded, 0 included"
     seeded = log.end_offset(T.cluster_events)
-    assert sum(e for e, _, _ in calls) == scheduler.stats.events == seeded
+    assert sum(e for e, _, _ in calls[1:]) == scheduler.stats.events == seeded
     assert sum(d for _, d, _ in calls) == len(written) - len(cycles)
     assert sum(c for _, _, c in calls) == len(cycles)
     r = metrics.registry
