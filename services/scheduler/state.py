@@ -105,15 +105,24 @@ class ClusterQueueQueue:
         self.inadmissible.pop(rec.key, None)
 
     def unpark_all(self, workloads: dict[str, WorkloadRecord]) -> None:
-        """Every parked workload back into the ordered queue, merged in one sort."""
+        """Every parked workload back into the ordered queue. Parked workloads were heads, taken
+        from the front in order, so they usually all go before what is still queued: then the
+        sorted batch is put in front, otherwise the two sorted runs are merged in one sort."""
         if not self.inadmissible:
             return
+        back = []
         for key in self.inadmissible:
             rec = workloads[key]
             rec.inadmissible = False
-            self.active.append((rec.queue_key(), key))
+            back.append((rec.queue_key(), key))
         self.inadmissible.clear()
-        self.active.sort()
+        back.sort()
+        active = self.active
+        if not active or back[-1] < active[0]:
+            active[:0] = back
+        else:
+            active.extend(back)
+            active.sort()
 
     def __len__(self) -> int:
         return len(self.active) + len(self.inadmissible)
