@@ -71,13 +71,17 @@ def namespace_labels(state: State, namespace: str) -> dict[str, str]:
     return dict(ns.labels)
 
 
-def _oracle_for(state: State, cq: o.ClusterQueue, rec: WorkloadRecord):  # type: ignore[no-untyped-def]
+_Searches = dict[tuple[object, ...], tuple[Target, ...]]
+
+
+def _oracle_for(state: State, cq: o.ClusterQueue, rec: WorkloadRecord,  # type: ignore[no-untyped-def]
+                searches: _Searches | None = None):
     p = cq.preemption
     trivially_none = (
         p.within_cluster_queue == o.WithinClusterQueue.NEVER
         and p.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER
     )
-    preemptor = Preemptor(state, cq, rec)
+    preemptor = Preemptor(state, cq, rec, memo=searches)
 
     def oracle(fr: FR, value: int) -> tuple[Mode, int]:
         if trivially_none:
@@ -89,7 +93,8 @@ def _oracle_for(state: State, cq: o.ClusterQueue, rec: WorkloadRecord):  # type:
     return oracle
 
 
-def _targets(state: State, cq: o.ClusterQueue, rec: WorkloadRecord, a: Assignment) -> list[Target]:
+def _targets(state: State, cq: o.ClusterQueue, rec: WorkloadRecord, a: Assignment,
+             searches: _Searches | None = None) -> list[Target]:
     frs = frozenset(
         (flavor, res)
         for ps in a.pod_sets
@@ -100,7 +105,7 @@ def _targets(state: State, cq: o.ClusterQueue, rec: WorkloadRecord, a: Assignmen
         return []
     if state.config.fair_sharing:
         return fairsharing.targets(state, cq, rec, frs, a.usage)
-    return Preemptor(state, cq, rec).targets(frs, a.usage)
+    return Preemptor(state, cq, rec, memo=searches).targets(frs, a.usage)
 
 
 def _policy(state: State, cq: o.ClusterQueue) -> Policy:
@@ -115,16 +120,19 @@ def _policy(state: State, cq: o.ClusterQueue) -> Policy:
 
 
 def _get_assignments(state: State, e: Entry) -> None:
-    """Kueue's ``getAssignments``: full assignment, preemption, then partial admission."""
+    """Kueue's ``getAssignments``: full assignment, preemption, then partial admission.
+    Nothing changes the state meanwhile, so the preemption searches of the flavor oracle and of
+    the targets are shared: for a single resource the oracle's search is the targets' search."""
     cq, rec = e.cq, e.rec
-    policy, oracle = _policy(state, cq), _oracle_for(state, cq, rec)
+    searches: _Searches = {}
+    policy, oracle = _policy(state, cq), _oracle_for(state, cq, rec, searches)
     resume = rec.last_tried if rec.last_generation == generation(state, cq.name) else None
     full = assign(state, cq, rec, policy, oracle, resume=resume)
     e.assignment, e.pending_reason = full, full.pending_reason
     if full.mode == Mode.FIT:
         return
     if full.mode != Mode.NO_FIT:
-        targets = _targets(state, cq, rec, full)
+        targets = _targets(state, cq, rec, full, searches)
         if targets:
             e.targets = targets
             return
@@ -143,7 +151,7 @@ def _get_assignments(state: State, e: Entry) -> None:
             results[k] = (a, [])
             hi = k
             continue
-        t = _targets(state, cq, rec, a) if a.mode != Mode.NO_FIT else []
+        t = _targets(state, cq, rec, a, searches) if a.mode != Mode.NO_FIT else []
         if t:
             results[k] = (a, t)
             hi = k

@@ -87,16 +87,25 @@ def candidate_order(preemptor_cq: str, now: int):  # type: ignore[no-untyped-def
 
 
 def _uses(rec: WorkloadRecord, frs: frozenset[FR]) -> bool:
-    return any(fr in frs for fr in rec.usage)
+    return not frs.isdisjoint(rec.usage)
 
 
 def _within_nominal(node: Node, frs: frozenset[FR]) -> bool:
-    return all(node.usage.get(fr, 0) <= node.subtree.get(fr, 0) for fr in frs)
+    usage, subtree = node.usage, node.subtree
+    for fr in frs:  # noqa: SIM110 - a loop, not all(): called for every queue of the cohort per search
+        if usage.get(fr, 0) > subtree.get(fr, 0):
+            return False
+    return True
 
 
 def _fits_in_quota(node: Node, request: dict[FR, int]) -> tuple[bool, dict[FR, int]]:
-    fits = all(node.usage.get(fr, 0) + v <= node.subtree.get(fr, 0) for fr, v in request.items())
-    remaining = {fr: max(0, v - node.local_available(fr)) for fr, v in request.items()}
+    usage, subtree = node.usage, node.subtree
+    fits = True
+    remaining: dict[FR, int] = {}
+    for fr, v in request.items():
+        if usage.get(fr, 0) + v > subtree.get(fr, 0):
+            fits = False
+        remaining[fr] = max(0, v - node.local_available(fr))
     return fits, remaining
 
 
@@ -129,10 +138,14 @@ class Simulation:
 class Preemptor:
     """Finds preemption targets for one pending workload in one ClusterQueue."""
 
-    def __init__(self, state: State, cq: o.ClusterQueue, rec: WorkloadRecord, *, permissive: bool = False) -> None:
-        """``permissive`` ignores the ClusterQueue's policies: used only to explain what they forbid."""
+    def __init__(self, state: State, cq: o.ClusterQueue, rec: WorkloadRecord, *, permissive: bool = False,
+                 memo: dict[tuple[object, ...], tuple[Target, ...]] | None = None) -> None:
+        """``permissive`` ignores the ClusterQueue's policies: used only to explain what they forbid.
+        ``memo`` remembers searches by their request; share it only among preemptors of the same
+        workload and ClusterQueue while the state does not change (one nomination)."""
         self.state, self.cq, self.rec, self.permissive = state, cq, rec, permissive
         self.node = state.cq_node(cq.name)
+        self.memo = memo
 
     # --- candidates ----------------------------------------------------------------------
 
@@ -227,6 +240,15 @@ class Preemptor:
         return True
 
     def targets(self, frs: frozenset[FR], usage: dict[FR, int]) -> list[Target]:
+        if self.memo is None:
+            return self._search(frs, usage)
+        key = (self.permissive, frs, tuple(sorted(usage.items())))
+        known = self.memo.get(key)
+        if known is None:
+            known = self.memo[key] = tuple(self._search(frs, usage))
+        return list(known)
+
+    def _search(self, frs: frozenset[FR], usage: dict[FR, int]) -> list[Target]:
         if not frs:
             return []
         candidates, none_from_others, none_hierarchical = self._candidates(frs, usage)
