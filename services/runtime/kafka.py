@@ -29,7 +29,9 @@ call of the port waits for its coroutine there.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import json
 import os
 import ssl
@@ -345,11 +347,18 @@ class KafkaLog:
     # --- plumbing -------------------------------------------------------------------------
 
     def _run(self, coro: Coroutine[Any, Any, T], what: str) -> T:
+        return self._result(asyncio.run_coroutine_threadsafe(coro, self._io.loop), what)
+
+    def _result(self, future: concurrent.futures.Future[T], what: str, *, cancel: bool = False) -> T:
+        """Wait for work begun on the I/O thread; a failure or timeout comes out as a LogError.
+        ``cancel``: do not let it run on after that (under a successor's recovery)."""
         try:
-            return self._io.run(coro, timeout=self.settings.request_timeout_ms / 1000 * 3)
+            return future.result(self.settings.request_timeout_ms / 1000 * 3)
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt | SystemExit):
                 raise
+            if cancel:
+                future.cancel()
             raise _wrap(f"kafka {what}", e) from e
 
     async def _start_admin(self) -> None:
@@ -636,17 +645,7 @@ class KafkaLog:
         """Start :meth:`transact` on the I/O thread and return at once; the function returned waits
         for its outcome. Transactions on one log run one at a time, in the order they were begun."""
         future = asyncio.run_coroutine_threadsafe(self._transact(appends, commits), self._io.loop)
-        timeout = self.settings.request_timeout_ms / 1000 * 3
-
-        def outcome() -> dict[str, list[int]]:
-            try:
-                return future.result(timeout)
-            except BaseException as e:
-                if isinstance(e, KeyboardInterrupt | SystemExit):
-                    raise
-                future.cancel()  # timed out: do not let it run on under a successor's recovery
-                raise _wrap("kafka transaction", e) from e
-        return outcome
+        return functools.partial(self._result, future, "transaction", cancel=True)
 
     def append(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[int]:
         """Append and wait until the records are acknowledged by all in-sync replicas."""
