@@ -25,7 +25,7 @@ from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, HeadOutco
 from services.scheduler import conditions as cond
 from services.scheduler import effects, fairsharing
 from services.scheduler.flavors import Assignment, Mode, Policy, assign, selector_matches
-from services.scheduler.preemption import Preemptor, Simulation, Target, preemption_message
+from services.scheduler.preemption import Preemptor, Searches, Simulation, Target, preemption_message
 from services.scheduler.quota import FR, Node
 from services.scheduler.state import State, WorkloadRecord, generation, tree_version
 
@@ -71,11 +71,8 @@ def namespace_labels(state: State, namespace: str) -> dict[str, str]:
     return dict(ns.labels)
 
 
-_Searches = dict[tuple[object, ...], tuple[Target, ...]]
-
-
 def _oracle_for(state: State, cq: o.ClusterQueue, rec: WorkloadRecord,  # type: ignore[no-untyped-def]
-                searches: _Searches | None = None):
+                searches: Searches | None = None):
     p = cq.preemption
     trivially_none = (
         p.within_cluster_queue == o.WithinClusterQueue.NEVER
@@ -94,7 +91,7 @@ def _oracle_for(state: State, cq: o.ClusterQueue, rec: WorkloadRecord,  # type: 
 
 
 def _targets(state: State, cq: o.ClusterQueue, rec: WorkloadRecord, a: Assignment,
-             searches: _Searches | None = None) -> list[Target]:
+             searches: Searches | None = None) -> list[Target]:
     frs = frozenset(
         (flavor, res)
         for ps in a.pod_sets
@@ -124,7 +121,7 @@ def _get_assignments(state: State, e: Entry) -> None:
     Nothing changes the state meanwhile, so the preemption searches of the flavor oracle and of
     the targets are shared: for a single resource the oracle's search is the targets' search."""
     cq, rec = e.cq, e.rec
-    searches: _Searches = {}
+    searches: Searches = {}
     policy, oracle = _policy(state, cq), _oracle_for(state, cq, rec, searches)
     resume = rec.last_tried if rec.last_generation == generation(state, cq.name) else None
     full = assign(state, cq, rec, policy, oracle, resume=resume)

@@ -56,6 +56,10 @@ class Target:
     reason: str
 
 
+Searches = dict[tuple[object, ...], tuple[Target, ...]]
+"""Preemption searches remembered by their request (see :class:`Preemptor`)."""
+
+
 @dataclass(slots=True)
 class _Candidate:
     rec: WorkloadRecord
@@ -139,7 +143,7 @@ class Preemptor:
     """Finds preemption targets for one pending workload in one ClusterQueue."""
 
     def __init__(self, state: State, cq: o.ClusterQueue, rec: WorkloadRecord, *, permissive: bool = False,
-                 memo: dict[tuple[object, ...], tuple[Target, ...]] | None = None) -> None:
+                 memo: Searches | None = None) -> None:
         """``permissive`` ignores the ClusterQueue's policies: used only to explain what they forbid.
         ``memo`` remembers searches by their request; share it only among preemptors of the same
         workload and ClusterQueue while the state does not change (one nomination)."""
