@@ -483,7 +483,9 @@ class KafkaLog:
                     r.next, r.empty_from = msgs[-1].offset + 1, -1
                     return self._records(topic, msgs)
                 self._skipped(r, start, await r.consumer.position(r.tp))
-                if r.next >= r.end:  # only control records were left before the end
+                # Only control records were left before the end, unless the end moved since it was
+                # last asked (this writer's own commits, or anyone's): ask again before saying so.
+                if r.next >= r.end and r.next >= await self._end(r):
                     return []
                 if asyncio.get_running_loop().time() > deadline:
                     raise LogError(f"kafka: no records from {topic} at {r.next} although it ends at {r.end}",
