@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,14 +23,19 @@ EXAMPLES = sorted(str(p) for p in Path("examples").glob("*.yaml"))
 T = Topics()
 
 
-def _seed(log: SqliteLog) -> int:
-    files = {f: Path(f).read_text() for f in EXAMPLES}
+def _append_objects(log: SqliteLog, objects: list[Any], source: str) -> int:
+    start = log.end_offset(T.cluster_events)
     recs = []
-    for i, (_, obj) in enumerate(load(files)):
+    for i, obj in enumerate(objects):
         ev = ObjectApplied(time=getattr(obj, "creation_time", None) or 0, object=obj)
-        recs.append(("seed", encode(Envelope(id=f"seed:{i}", source="seed", event=ev))))
+        recs.append((source, encode(Envelope(id=f"{source}:{start + i}", source=source, event=ev))))
     log.append(T.cluster_events, recs)
     return len(recs)
+
+
+def _seed(log: SqliteLog) -> int:
+    files = {f: Path(f).read_text() for f in EXAMPLES}
+    return _append_objects(log, [obj for _, obj in load(files)], "seed")
 
 
 @pytest.fixture
@@ -132,13 +138,9 @@ def test_a_step_stops_at_its_head_budget_and_the_next_goes_on_without_new_events
 
 
 def _apply(log: SqliteLog, *builders: Builder) -> None:
-    recs = []
-    for i, b in enumerate(builders):
-        obj = normalize(Document("test.yaml", i + 1, b.obj()))
-        assert obj is not None
-        ev = ObjectApplied(time=getattr(obj, "creation_time", None) or 0, object=obj)
-        recs.append(("t", encode(Envelope(id=f"t:{log.end_offset(T.cluster_events) + i}", source="test", event=ev))))
-    log.append(T.cluster_events, recs)
+    objects = [normalize(Document("test.yaml", i + 1, b.obj())) for i, b in enumerate(builders)]
+    assert None not in objects
+    _append_objects(log, objects, "test")
 
 
 def test_a_sweep_that_admits_nothing_stops_at_the_idle_budget_and_ends_where_an_uncut_one_does(
