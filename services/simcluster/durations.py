@@ -11,7 +11,11 @@ length is a property of the cluster the job runs on: a Kubernetes actuator has
 no such notion, and keeping it out of the actuation port keeps that port the
 same for both clusters. The index folds ``ObjectApplied(Workload)`` events
 from cluster-events in log order, so a lookup made after catching up to a
-given offset is a function of the log.
+given offset is a function of the log. The simulated cluster catches it up
+when a start names a workload it does not know yet (a Workload is applied
+before it is admitted, so it is there by then); a known workload's duration is
+the one from the newest catch-up, so an annotation changed after that counts
+from the next one.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ positions (that is all "idle" looks at).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import pytest
 
 from events import objects as o
@@ -15,7 +17,7 @@ from events.envelope import Envelope, Topics
 from events.manifests import Document, normalize
 from events.messages import EvictionCompleted, ObjectApplied, PodsReady, WorkloadFinished
 from events.simcluster import Reported, RunStarted, StartWorkload, StopWorkload, decode_sim_record, sim_cluster_topic
-from services.runtime.log import LogError, SqliteLog
+from services.runtime.log import LogError, Record, SqliteLog
 from services.simcluster.cluster import GROUP, SimCluster, SimConfig
 from services.simcluster.durations import DURATION_ANNOTATION, DurationError, duration_of, parse_duration
 from tests.builders import a_job
@@ -257,7 +259,8 @@ def test_an_undecodable_record_is_skipped_and_the_rest_carried_out(log: SqliteLo
     settle(sim)
     assert sim.stats.skipped == 2
     assert [type(e.event) for e in reports(log)] == [PodsReady]
-    assert log.position(GROUP, SIM) == log.end_offset(SIM)
+    assert log.position(GROUP, SIM) == 3  # past both, committed with the run they preceded
+    assert sim.next_offset == log.end_offset(SIM)
 
 
 @pytest.mark.parametrize(
@@ -368,9 +371,70 @@ def test_status_records_fold_idempotently(log: SqliteLog) -> None:
     run_to_end(sim, log)
     records = [decode_sim_record(r.value) for r in log.read(SIM, 0, 100)]
     assert [type(r) for r in records] == [StartWorkload, RunStarted, Reported, Reported]
-    assert log.position(GROUP, SIM) == log.end_offset(SIM)
+    # Committed with the last report: only that step's own status record lies beyond.
+    assert log.position(GROUP, SIM) == log.end_offset(SIM) - 1 == sim.next_offset - 1
     before = (sim.state.clock, dict(sim.state.report_counts), dict(sim.state.runs))
     log.commit(GROUP, SIM, 0)  # as if the position were lost: everything read again
     settle(sim)
     assert (sim.state.clock, dict(sim.state.report_counts), dict(sim.state.runs)) == before
     assert len(reports(log)) == 2
+
+
+class CountingLog:
+    """A real log that counts transactions and reads of each topic."""
+
+    def __init__(self, inner: SqliteLog) -> None:
+        self.inner, self.transactions, self.reads = inner, 0, dict[str, int]()
+
+    def transact(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
+                 commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
+        self.transactions += 1
+        return self.inner.transact(appends, commits)
+
+    def read(self, topic: str, start: int, limit: int = 1000) -> list[Record]:
+        self.reads[topic] = self.reads.get(topic, 0) + 1
+        return self.inner.read(topic, start, limit)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_a_step_that_writes_nothing_commits_nothing_and_time_still_moves(log: SqliteLog) -> None:
+    key = apply_job(log, "etl", "5s")
+    start(log, key, "c0-0")
+    counting = CountingLog(log)
+    sim = SimCluster.simulated(counting)  # type: ignore[arg-type]
+    assert sim.step() > 0
+    assert counting.transactions == 1  # the run started (and its pods are ready)
+    committed = log.position(GROUP, SIM)
+    assert sim.step() > 0  # its own status records, read back
+    assert counting.transactions == 1
+    assert log.position(GROUP, SIM) == committed < sim.next_offset == log.end_offset(SIM)
+    others_caught_up(log)
+    assert sim.system_idle()  # idle by what it has read, not by what it has committed
+    assert sim.jump() == 1
+    assert counting.transactions == 2
+
+    restarted = SimCluster.simulated(log)
+    run_to_end(restarted, log)  # re-reads what the first one never committed: no report twice
+    assert sorted(e.id for e in reports(log)) == [f"sim:finished:{key}:1", f"sim:pods-ready:{key}:1"]
+
+
+def test_cluster_events_are_read_only_to_learn_a_workload_not_seen_yet(log: SqliteLog) -> None:
+    a, b = apply_job(log, "a", "5s"), apply_job(log, "b", "7s")
+    counting = CountingLog(log)
+    sim = SimCluster.simulated(counting)  # type: ignore[arg-type]
+    start(log, a, "c0-0")
+    settle(sim)
+    learned = counting.reads[TOPICS.cluster_events]
+    assert learned > 0
+    start(log, b, "c0-1")  # b was applied before the catch-up for a: known already
+    settle(sim)
+    assert counting.reads[TOPICS.cluster_events] == learned
+    c = apply_job(log, "c", "9s")
+    start(log, c, "c0-2")
+    settle(sim)
+    assert counting.reads[TOPICS.cluster_events] > learned
+    run_to_end(sim, log)
+    finishes = sorted(e.event.time for e in reports(log) if isinstance(e.event, WorkloadFinished))
+    assert finishes == [T0 + 5_000, T0 + 7_000, T0 + 9_000]  # every duration from its own annotation
