@@ -34,7 +34,7 @@ from events.messages import (
     EvictWorkload,
     PodsReady,
 )
-from services.runtime.log import Log, Record, SupportsPipelining, read_backwards
+from services.runtime.log import Log, Record, read_backwards
 from services.scheduler.apply import apply_cycle
 from services.scheduler.cycle import run_cycle
 from services.scheduler.snapshot import decode_state, encode_state
@@ -106,10 +106,6 @@ class Scheduler:
     # arrived meanwhile. A deterministic driver runs each batch's cycles until quiet instead, so
     # that its decisions do not depend on how a log backend happens to chunk its reads.
     cut_short_steps: bool = True
-    # A live scheduler on a log that supports it commits a step while it computes the next one;
-    # at most one transaction is in flight, and a step starts its own only once the previous one
-    # committed (a failure then surfaces in that step, and the service rebuilds from the log).
-    pipeline: bool = False
     last_events: int = 0  # cluster events the last step read (0 for a step that only went on)
     state: State = field(default_factory=State)
     next_input: int = 0
@@ -121,7 +117,6 @@ class Scheduler:
     _needs_cycle: bool = True  # until a cycle has been quiet (also after a restart: one cycle to be sure)
     _cut_short: bool = False  # the last step stopped its cycles at the head budget: go on without new events
     _ran: tuple[list[AnyDecision], list[CycleCompleted]] = field(default_factory=lambda: ([], []))
-    _in_flight: Callable[[], object] | None = None  # waits for the pipelined transaction of the last step
 
     # --- folding -----------------------------------------------------------------------
 
@@ -220,7 +215,6 @@ class Scheduler:
         there was nothing to do."""
         batch = self.log.read(self.topics.cluster_events, self.next_input, self.batch_size)
         if not batch and not self._cut_short:
-            self.settle()
             return 0
         dead: list[tuple[str, bytes]] = []
         for rec in batch:
@@ -235,7 +229,6 @@ class Scheduler:
         if dead:
             appends[self.topics.dead_letters] = dead
         self._since_snapshot += len(batch)
-        self.settle()
         if self._since_snapshot >= self.snapshot_every:
             # The snapshot reflects this batch's cycles too. Where they will land is not known before
             # the commit (a Kafka log puts control records between transactions), so the snapshot
@@ -244,19 +237,10 @@ class Scheduler:
             appends[self.topics.snapshots] = [("scheduler", self._snapshot(decisions_start))]
             self._since_snapshot = 0
         commits = {(GROUP, self.topics.cluster_events): self.next_input}
-        if self.pipeline and isinstance(self.log, SupportsPipelining):
-            self._in_flight = self.log.transact_soon(appends, commits)
-        else:
-            self.log.transact(appends, commits)
+        self.log.transact(appends, commits)
         self.stats.batches += 1
         self.last_decisions, self.last_cycles = self._ran
         return len(batch) or len(self._ran[1])
-
-    def settle(self) -> None:
-        """Wait until the last step's transaction committed (raises its LogError if it failed)."""
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:
-            in_flight()
 
     def _snapshot(self, decisions_offset: int) -> bytes:
         return encode(Snapshot(input_offset=self.next_input, decisions_offset=decisions_offset,
@@ -264,7 +248,6 @@ class Scheduler:
 
     def write_snapshot(self) -> None:
         """A snapshot of the state at the committed position (e.g. on a clean shutdown)."""
-        self.settle()
         end = self.log.end_offset(self.topics.decisions)
         self.log.append(self.topics.snapshots, [("scheduler", self._snapshot(end))])
         self._since_snapshot = 0

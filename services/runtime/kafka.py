@@ -29,15 +29,13 @@ call of the port waits for its coroutine there.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import functools
 import json
 import os
 import ssl
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, TypeVar
 
@@ -326,8 +324,8 @@ class KafkaLog:
         self._admin: AIOKafkaAdminClient | None = None
         self._producer: AIOKafkaProducer | None = None
         self._producer_broken = False
-        # One transaction at a time on the producer: a pipelined scheduler step may still be
-        # committing when a service sharing this log (one process running them all) begins its own.
+        # One transaction at a time on the producer, whoever begins it (services sharing this log
+        # in one process, the leadership task).
         self._txn_lock = asyncio.Lock()
         self._readers: dict[str, _Reader] = {}
         self._committed: dict[tuple[str, str], int] = {}
@@ -347,18 +345,13 @@ class KafkaLog:
     # --- plumbing -------------------------------------------------------------------------
 
     def _run(self, coro: Coroutine[Any, Any, T], what: str) -> T:
-        return self._result(asyncio.run_coroutine_threadsafe(coro, self._io.loop), what)
-
-    def _result(self, future: concurrent.futures.Future[T], what: str, *, cancel: bool = False) -> T:
-        """Wait for work begun on the I/O thread; a failure or timeout comes out as a LogError.
-        ``cancel``: do not let it run on after that (under a successor's recovery)."""
+        """Run ``coro`` on the I/O thread and wait; a failure or timeout comes out as a LogError."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._io.loop)
         try:
             return future.result(self.settings.request_timeout_ms / 1000 * 3)
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt | SystemExit):
                 raise
-            if cancel:
-                future.cancel()
             raise _wrap(f"kafka {what}", e) from e
 
     async def _start_admin(self) -> None:
@@ -641,13 +634,6 @@ class KafkaLog:
                  commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
         """Appends and consumer-position commits in one Kafka transaction."""
         return self._run(self._transact(appends, commits), "transaction")
-
-    def transact_soon(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
-                      commits: Mapping[tuple[str, str], int]) -> Callable[[], dict[str, list[int]]]:
-        """Start :meth:`transact` on the I/O thread and return at once; the function returned waits
-        for its outcome. Transactions on one log run one at a time, in the order they were begun."""
-        future = asyncio.run_coroutine_threadsafe(self._transact(appends, commits), self._io.loop)
-        return functools.partial(self._result, future, "transaction", cancel=True)
 
     def append(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[int]:
         """Append and wait until the records are acknowledged by all in-sync replicas."""

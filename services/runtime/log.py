@@ -23,10 +23,10 @@ import fcntl
 import os
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 DB_FILE = "log.db"
 
@@ -68,17 +68,6 @@ class Log(Protocol):
                  commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]: ...
 
     def close(self) -> None: ...
-
-
-@runtime_checkable
-class SupportsPipelining(Protocol):
-    """A log that can carry out a transaction while its caller goes on: Kafka's commit is several
-    round trips on the log's I/O thread, which the scheduler spends computing its next step.
-    ``transact_soon`` starts the transaction and returns a function that waits for its outcome
-    (the offsets written, or the LogError ``transact`` would raise)."""
-
-    def transact_soon(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
-                      commits: Mapping[tuple[str, str], int]) -> Callable[[], dict[str, list[int]]]: ...
 
 
 def read_backwards(log: Log, topic: str, before: int, *, chunk: int = 64) -> Iterator[Record]:

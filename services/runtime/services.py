@@ -250,7 +250,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
     others' reads of the same topic)."""
     bell = bell or Bell()
     topics = topics or Topics()
-    scheduler = Scheduler(log, topics=topics, pipeline=True)
+    scheduler = Scheduler(log, topics=topics)
     if not await lead(log, "scheduler", stop):
         return scheduler
     if status is not None:
@@ -261,7 +261,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
         while not stop.is_set():
             try:
                 if fresh:
-                    scheduler = Scheduler(log, topics=topics, pipeline=True)
+                    scheduler = Scheduler(log, topics=topics)
                     scheduler.recover()
                     fresh = False
                     _up(status)
@@ -270,8 +270,6 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                 did = scheduler.step()
             except LogError as e:
                 fresh = True
-                with contextlib.suppress(LogError):
-                    scheduler.settle()  # a commit still in flight ends before the rebuild reads the log
                 await ride_out("scheduler", e, backoff, stop, status)
                 continue
             backoff.reset()
@@ -284,10 +282,6 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                 await _pace(bell, did, poll_seconds)
         return scheduler
     finally:
-        try:
-            scheduler.settle()  # the last step's commit, before another instance may lead
-        except LogError as e:
-            _log.warning("the last step's commit failed while stopping; a successor recomputes it", error=str(e))
         if isinstance(log, SupportsExclusive | SupportsLeadership):
             log.release("scheduler")
 

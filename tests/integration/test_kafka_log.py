@@ -127,21 +127,6 @@ def test_readers_never_see_an_aborted_transaction(log: KafkaLog, topic: Callable
     assert [r.value for r in log.read(t, 0)] == [b"committed", b"after"]
 
 
-def test_a_transaction_begun_soon_commits_before_the_next_and_reports_its_failure(
-        log: KafkaLog, topic: Callable[[str], str]) -> None:
-    t = topic("t")
-    first = log.transact_soon({t: [("k", b"one")]}, {("g", t): 1})
-    second = log.transact({t: [("k", b"two")]}, {("g", t): 2})  # waits for the first on the same producer
-    assert first()[t][0] < second[t][0]
-    assert [r.value for r in log.read(t, 0)] == [b"one", b"two"]
-    assert log.position("g", t) == 2
-    bad = log.transact_soon({t: [(7, b"x")]}, {})  # type: ignore[list-item]
-    with pytest.raises(LogError, match="record key must be a string"):
-        bad()
-    log.append(t, [("k", b"three")])
-    assert [r.value for r in log.read(t, 0)] == [b"one", b"two", b"three"]
-
-
 def test_settings_come_from_the_environment_and_hide_the_password() -> None:
     s = KafkaSettings.from_env({"KUEUELOG_KAFKA_BOOTSTRAP_SERVERS": "b:9092",
                                 "KUEUELOG_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from events.codec import decode_decision, encode
 from events.envelope import Envelope, Topics
 from events.manifests import Document, load, normalize
 from events.messages import AdmitWorkload, CycleCompleted, ObjectApplied, WorkloadFinished
-from services.runtime.log import LogError, SqliteLog
+from services.runtime.log import SqliteLog
 from services.scheduler.snapshot import encode_state
 from services.schedulerd import GROUP, Scheduler, SchedulerStopped
 from tests.builders import Builder, a_cluster_queue, a_flavor, a_local_queue, a_namespace, a_workload
@@ -231,69 +230,3 @@ def test_snapshot_plus_tail_equals_a_full_replay(tmp_path_factory: pytest.TempPa
     log.close()
 
 
-class DeferringLog:
-    """The embedded log behind the pipelining port: a transaction begun with ``transact_soon``
-    commits only when its outcome is asked for (or fails then, when told to)."""
-
-    def __init__(self, inner: SqliteLog, fail_on: int = 0) -> None:
-        self.inner, self.fail_on = inner, fail_on
-        self.begun = 0
-        self.pending: list[int] = []  # transactions begun and not yet committed
-        self.committed: list[int] = []
-
-    def transact_soon(self, appends: dict[str, list[tuple[str, bytes]]],
-                      commits: dict[tuple[str, str], int]) -> Callable[[], dict[str, list[int]]]:
-        assert not self.pending, "a transaction was begun while the previous one was in flight"
-        self.begun += 1
-        n = self.begun
-        self.pending.append(n)
-
-        def outcome() -> dict[str, list[int]]:
-            self.pending.remove(n)
-            if n == self.fail_on:
-                raise LogError("the broker went away", retriable=True)
-            self.committed.append(n)
-            return self.inner.transact(appends, commits)
-        return outcome
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
-
-
-def test_a_pipelined_scheduler_decides_as_an_unpipelined_one_and_commits_in_order(tmp_path: Path) -> None:
-    plain, piped = SqliteLog(tmp_path / "a"), SqliteLog(tmp_path / "b")
-    try:
-        for lg in (plain, piped):
-            _seed(lg)
-        _drain(Scheduler(plain, batch_size=10))
-        deferring = DeferringLog(piped)
-        s = Scheduler(deferring, batch_size=10, pipeline=True)  # type: ignore[arg-type]
-        assert s.step() and deferring.pending == [1] and piped.end_offset(T.decisions) == 0
-        _drain(s)  # the step that finds nothing waits for the last commit
-        assert deferring.pending == [] and deferring.committed == list(range(1, deferring.begun + 1))
-        assert deferring.begun > 2
-        assert [r.value for r in piped.read(T.decisions, 0, 100_000)] == \
-            [r.value for r in plain.read(T.decisions, 0, 100_000)]
-        assert piped.position(GROUP, T.cluster_events) == plain.position(GROUP, T.cluster_events)
-    finally:
-        plain.close()
-        piped.close()
-
-
-def test_a_failed_pipelined_commit_surfaces_in_the_next_step_which_commits_nothing(log: SqliteLog) -> None:
-    _seed(log)
-    deferring = DeferringLog(log, fail_on=2)
-    s = Scheduler(deferring, batch_size=10, pipeline=True)  # type: ignore[arg-type]
-    s.step()
-    s.step()
-    with pytest.raises(LogError, match="went away"):
-        s.step()
-    # Only the first step is in the log: the third never began its transaction, and a rebuilt
-    # scheduler goes on from there.
-    assert deferring.committed == [1] and deferring.begun == 2
-    first_batch_end = log.position(GROUP, T.cluster_events)
-    fresh = Scheduler(log, batch_size=10)
-    fresh.recover()
-    assert fresh.next_input == first_batch_end
-    _drain(fresh)
-    assert log.position(GROUP, T.cluster_events) == log.end_offset(T.cluster_events)
