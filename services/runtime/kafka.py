@@ -345,13 +345,16 @@ class KafkaLog:
     # --- plumbing -------------------------------------------------------------------------
 
     def _run(self, coro: Coroutine[Any, Any, T], what: str) -> T:
-        """Run ``coro`` on the I/O thread and wait; a failure or timeout comes out as a LogError."""
+        """Run ``coro`` on the I/O thread and wait; a failure or timeout comes out as a LogError,
+        and the work is cancelled then: a transaction the caller gave up on must not commit behind
+        its back (the service rebuilds from the log and writes that step again)."""
         future = asyncio.run_coroutine_threadsafe(coro, self._io.loop)
         try:
             return future.result(self.settings.request_timeout_ms / 1000 * 3)
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt | SystemExit):
                 raise
+            future.cancel()
             raise _wrap(f"kafka {what}", e) from e
 
     async def _start_admin(self) -> None:

@@ -9,6 +9,7 @@ dead letters, and a broker restart in the middle of a run.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -125,6 +126,30 @@ def test_readers_never_see_an_aborted_transaction(log: KafkaLog, topic: Callable
         log._io.run(fail(), timeout=30)
     log.append(t, [("k", b"after")])
     assert [r.value for r in log.read(t, 0)] == [b"committed", b"after"]
+
+
+def test_a_transaction_the_caller_gave_up_on_never_commits_later(settings: KafkaSettings, prefix: str,
+                                                                  topic: Callable[[str], str]) -> None:
+    """A service whose commit timed out rebuilds from the log and writes that step again; had the
+    old transaction committed behind its back, the step would be in the log twice."""
+    quick = dataclasses.replace(settings, request_timeout_ms=1000)
+    t = topic("slow")
+    with KafkaLog(quick, prefix=prefix, role="slow") as lg:
+        lg.append(t, [("k", b"before")])
+        send_all = lg._send_all
+
+        async def slow_send_all(producer, appends):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(6)  # longer than the caller waits (3 x request timeout)
+            return await send_all(producer, appends)
+
+        lg._send_all = slow_send_all  # type: ignore[method-assign]
+        with pytest.raises(LogError):
+            lg.transact({t: [("k", b"given up")]}, {("g", t): 1})
+        lg._send_all = send_all  # type: ignore[method-assign]
+        time.sleep(5)  # past the moment the slow transaction would have committed
+        lg.append(t, [("k", b"after")])
+        assert [r.value for r in lg.read(t, 0)] == [b"before", b"after"]
+        assert lg.position("g", t) == 0
 
 
 def test_settings_come_from_the_environment_and_hide_the_password() -> None:
