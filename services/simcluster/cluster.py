@@ -356,7 +356,8 @@ class SimCluster:
         return timeline[0][0] if timeline else None
 
     def system_idle(self) -> bool:
-        """Every consumer has committed the end of its input: nothing can happen until a time source acts."""
+        """Every consumer is at the end of its input (scheduler and actuator by their committed
+        positions, this cluster by what it has read): nothing can happen until a time source acts."""
         log, t = self.log, self.topics
         # Our own position is the one in memory: a step that only read back status records does
         # not commit it (see ``step``).
