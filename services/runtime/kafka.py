@@ -202,7 +202,9 @@ def _wrap(what: str, e: BaseException) -> LogError:
 
 
 class _LoopThread:
-    """An event loop in a daemon thread; ``run`` waits for a coroutine there."""
+    """An event loop in a daemon thread; ``run`` waits for a coroutine there, and cancels it if
+    the wait fails: work the caller gave up on (a transaction above all) must not go on behind
+    its back."""
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
@@ -210,7 +212,12 @@ class _LoopThread:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result(timeout)
+        except Exception:
+            future.cancel()  # a no-op when it failed by itself; a timed-out one is stopped
+            raise
 
     def close(self) -> None:
         if self.loop.is_running():
@@ -345,16 +352,14 @@ class KafkaLog:
     # --- plumbing -------------------------------------------------------------------------
 
     def _run(self, coro: Coroutine[Any, Any, T], what: str) -> T:
-        """Run ``coro`` on the I/O thread and wait; a failure or timeout comes out as a LogError,
-        and the work is cancelled then: a transaction the caller gave up on must not commit behind
-        its back (the service rebuilds from the log and writes that step again)."""
-        future = asyncio.run_coroutine_threadsafe(coro, self._io.loop)
+        """Run ``coro`` on the I/O thread and wait; a failure or timeout comes out as a LogError
+        (and the work is cancelled: a timed-out transaction must not commit after the service
+        rebuilt from the log and wrote that step again)."""
         try:
-            return future.result(self.settings.request_timeout_ms / 1000 * 3)
+            return self._io.run(coro, timeout=self.settings.request_timeout_ms / 1000 * 3)
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt | SystemExit):
                 raise
-            future.cancel()
             raise _wrap(f"kafka {what}", e) from e
 
     async def _start_admin(self) -> None:
