@@ -86,9 +86,13 @@ def read_backwards(log: Log, topic: str, before: int, *, chunk: int = 64) -> Ite
 
 
 def caught_up(log: Log, group: str, topic: str) -> bool:
-    """Has ``group`` committed the end of ``topic``? (Past the end offset, or with only control
-    records left between its position and the end.)"""
-    position = log.position(group, topic)
+    """Has ``group`` committed the end of ``topic``?"""
+    return at_end(log, topic, log.position(group, topic))
+
+
+def at_end(log: Log, topic: str, position: int) -> bool:
+    """Is ``position`` the end of ``topic``? (Past the end offset, or with only control records
+    left between it and the end.)"""
     return position >= log.end_offset(topic) or not log.read(topic, position, 1)
 
 

@@ -67,7 +67,7 @@ from events.simcluster import (
     decode_sim_record,
     sim_cluster_topic,
 )
-from services.runtime.log import Log, Record, caught_up
+from services.runtime.log import Log, Record, at_end, caught_up
 from services.simcluster.durations import AnnotationIndex, duration_of
 
 GROUP: Final = "simcluster"
@@ -362,7 +362,7 @@ class SimCluster:
         # Our own position is the one in memory: a step that only read back status records does
         # not commit it (see ``step``).
         return (caught_up(log, SCHEDULER_GROUP, t.cluster_events) and caught_up(log, ACTUATOR_GROUP, t.decisions)
-                and (self.next_offset >= log.end_offset(self.topic) or not log.read(self.topic, self.next_offset, 1)))
+                and at_end(log, self.topic, self.next_offset))
 
     def jump(self, limit: int | None = None) -> int:
         """Simulated mode: if the system is idle, move the clock to the next due time (if it is not
