@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from bench.scenarios import Scenario, baseline
 from events import objects as o
 from events.messages import AdmitWorkload, EvictWorkload, ObjectApplied, WorkloadFinished
-from services.scheduler.cycle import run_cycle
-from services.scheduler.state import State, finish_eviction, fold
+from services.core.cycle import run_cycle
+from services.core.state import State, finish_eviction, fold
 
 
 @dataclass

@@ -66,24 +66,20 @@ from events.messages import (
 )
 from events.simcluster import RunStarted, StartWorkload, decode_sim_record, sim_cluster_topic
 from services.actuator.actuator import SimClusterPort
+from services.actuator.runner import run_actuator
+from services.app.driver import run_all, stop_when
+from services.runtime.clock import wall_clock_ms
 from services.runtime.kafka import HEADERS, KafkaLog, KafkaSettings
 from services.runtime.log import Record
-from services.runtime.services import (
-    Bell,
-    run_actuator,
-    run_all,
-    run_arrivals,
-    run_scheduler,
-    run_simcluster,
-    run_ticker,
-    stop_when,
-    wall_clock_ms,
-)
-from services.schedulerd import GROUP as SCHEDULER_GROUP
-from services.schedulerd import Scheduler
+from services.runtime.supervise import Bell
+from services.scheduler.runner import run_scheduler
+from services.scheduler.service import GROUP as SCHEDULER_GROUP
+from services.scheduler.service import Scheduler
+from services.simcluster.arrivals import ArrivalStream, arrival_schedule
 from services.simcluster.cluster import SimConfig
 from services.simcluster.durations import DURATION_ANNOTATION
-from services.watcher.seed import ArrivalStream, arrival_schedule
+from services.simcluster.runner import run_arrivals, run_simcluster
+from services.watcher.ticker import run_ticker
 from tests.infra.kafka import LocalKafka
 
 REPO = Path(__file__).resolve().parents[1]
@@ -375,7 +371,7 @@ def start_service_process(service: str, bootstrap: str, prefix: str, log_path: P
         prof = ["-m", "cProfile", "-o", str(profile)]
     with log_path.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, *prof, "-m", "services.cli", "run", service, "--bootstrap-servers", bootstrap,
+            [sys.executable, *prof, "-m", "services.app.cli", "run", service, "--bootstrap-servers", bootstrap,
              "--topic-prefix", prefix, "--http-port", "0", *extra], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
 
 

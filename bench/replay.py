@@ -33,9 +33,9 @@ from events.messages import (
     PodsReady,
     WorkloadFinished,
 )
-from services.inspect import replay
-from services.runtime.log import SqliteLog
-from services.schedulerd import Scheduler, bulk_fold
+from services.app.logview import replay
+from services.runtime.sqlite import SqliteLog
+from services.scheduler.service import Scheduler, bulk_fold
 
 ROUND_MS = 90_000  # one baseline round of arrivals, then the next
 TICK_MS = 100  # how much simulated time one scheduler read covers

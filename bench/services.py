@@ -20,10 +20,10 @@ from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
 from events.manifests import Document
 from events.messages import AdmitWorkload, EvictionCompleted, ObjectApplied, WorkloadFinished
-from services.runtime.log import SqliteLog
-from services.runtime.services import drive_until_idle
+from services.app.driver import drive_until_idle
+from services.runtime.sqlite import SqliteLog
+from services.simcluster.arrivals import ArrivalStream, arrival_schedule
 from services.simcluster.durations import DURATION_ANNOTATION
-from services.watcher.seed import ArrivalStream, arrival_schedule
 
 NOMINAL_MILLI_CPU = 30 * 20_000
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from events.manifests import Document, normalize
 from events.messages import ObjectApplied
-from services.scheduler.state import State, WorkloadRecord, fold
-from services.simulate import SimulationResult, run
+from services.app.simulate import SimulationResult, run
+from services.core.state import State, WorkloadRecord, fold
 
 V1 = "kueue.x-k8s.io/v1beta1"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from services.runtime.log import LogError, SqliteLog
+from services.runtime.log import LogError
+from services.runtime.sqlite import SqliteLog
 
 
 class CrashingLog:

@@ -9,7 +9,7 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   ``spec.suspend=false`` and record the decision in ``kueuelog.io/decision-id`` (its cycle in
   ``kueuelog.io/decision-cycle``). Then write the Workload's ``status.admission`` and conditions
   ``QuotaReserved=True`` and ``Admitted=True``, with the texts of
-  :mod:`services.scheduler.conditions` (the ones ``simulate`` renders).
+  :mod:`services.core.conditions` (the ones ``simulate`` renders).
 - ``EvictWorkload``: suspend the Job, set ``kueuelog.io/evicted``, restore the original template
   once the Job may be changed (Kubernetes lets a Job's scheduling directives change only while
   it is suspended and not started: in a real cluster that is after the job controller stopped
@@ -102,8 +102,8 @@ from services.actuator.kubeplan import (
     status_patch,
     workload_ref,
 )
+from services.core.render import PENDING_REASON_ANNOTATION
 from services.runtime.log import Log, Record
-from services.scheduler.render import PENDING_REASON_ANNOTATION
 
 _log = structlog.get_logger(__name__)
 

@@ -22,7 +22,7 @@ from events.messages import (
 )
 from events.quantity import QuantityError, format_amount, to_amount
 from services.actuator.kubeerrors import InvalidObject, Ref
-from services.scheduler import conditions as cond
+from services.core import conditions as cond
 
 ANN_DECISION: Final = "kueuelog.io/decision-id"
 ANN_CYCLE: Final = "kueuelog.io/decision-cycle"
@@ -270,7 +270,7 @@ def set_condition(conditions: list[Json], c: Condition) -> None:
 
 
 def admission_json(adm: o.Admission) -> Json:
-    """``status.admission`` as Kueue writes it (and :mod:`services.scheduler.render` renders it)."""
+    """``status.admission`` as Kueue writes it (and :mod:`services.core.render` renders it)."""
     return {
         "clusterQueue": adm.cluster_queue,
         "podSetAssignments": [
@@ -289,7 +289,7 @@ def admitted_status(status: Mapping[str, Any], d: AdmitWorkload) -> Json:
     conds = _conditions(status)
     set_condition(conds, cond.quota_reserved(d.admission.cluster_queue, d.time))
     set_condition(conds, cond.admitted(d.time))
-    for old in list(conds):  # as services.scheduler.effects.commit_admission: an old eviction is history
+    for old in list(conds):  # as services.core.effects.commit_admission: an old eviction is history
         if old.get("type") in ("Evicted", "Preempted") and old.get("status") == "True":
             previously = f"Previously: {old.get('message', '')}"
             set_condition(conds, Condition(type=old["type"], status="False", reason="QuotaReserved",
@@ -304,7 +304,7 @@ def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
         set_condition(conds, cond.preempted(d.preemption_reason, d.message, d.time))
     set_condition(conds, cond.pending(d.message or "The workload is pending after eviction", d.time))
     set_condition(conds, cond.not_admitted(d.time))
-    # As services.scheduler.state.finish_eviction: only a preempted workload goes straight back.
+    # As services.core.state.finish_eviction: only a preempted workload goes straight back.
     set_condition(conds, cond.requeued(d.reason == "Preempted", d.reason, d.message, d.time))
     out = {k: v for k, v in status.items() if k != "admission"}
     out["conditions"] = conds

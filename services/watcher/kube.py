@@ -32,7 +32,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import aiohttp
 import structlog
@@ -114,6 +114,7 @@ class WatchError(Exception):
 
 @dataclass
 class WatcherStats:
+    WHOSE: ClassVar[str] = "the Kubernetes watcher's"
     published: int = 0  # envelopes appended to cluster-events
     skipped: int = 0  # translated envelopes not appended: already published
     notifications: int = 0  # watch notifications and listed objects translated

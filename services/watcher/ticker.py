@@ -20,13 +20,17 @@ e.g. on ``CycleCompleted``; the tick would then be the event that carries it.)
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Final
 
 from events.codec import encode
 from events.envelope import Envelope, Topics, event_key
 from events.messages import ClockTicked
-from services.runtime.log import Log
+from services.runtime.clock import wall_clock_ms
+from services.runtime.log import Log, LogError
+from services.runtime.supervise import Bell, report_unavailable
 
 SOURCE: Final = "ticker"
 
@@ -63,3 +67,23 @@ class Ticker:
         self.last = now
         self.ticks += 1
         return True
+
+
+async def run_ticker(log: Log, stop: asyncio.Event, *, interval_ms: int = 1000, topics: Topics | None = None,
+                     cluster: str = "", wall_clock: Callable[[], int] = wall_clock_ms,
+                     bell: Bell | None = None) -> Ticker:
+    """Real mode only (see ``services.watcher.ticker`` for why simulated time needs no ticks)."""
+    ticker = Ticker(log, wall_clock, interval_ms=interval_ms, topics=topics, cluster=cluster)
+    while not stop.is_set():
+        try:
+            if ticker.tick() and bell is not None:
+                bell.ring()
+        except LogError as e:
+            if not e.retriable:
+                raise
+            report_unavailable("ticker", e, ticker.interval_ms / 1000)  # the next tick is the retry
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), ticker.due_in_ms() / 1000)
+    return ticker
+
+

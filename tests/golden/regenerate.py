@@ -16,9 +16,9 @@ from pathlib import Path
 
 from events.envelope import Topics
 from events.manifests import load
-from services.runtime.log import SqliteLog
-from services.runtime.services import drive_until_idle
-from services.watcher.seed import ArrivalStream
+from services.app.driver import drive_until_idle
+from services.runtime.sqlite import SqliteLog
+from services.simcluster.arrivals import ArrivalStream
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parents[1] / "examples"

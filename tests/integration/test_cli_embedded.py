@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-KUEUELOG = [sys.executable, "-m", "services.cli"]
+KUEUELOG = [sys.executable, "-m", "services.app.cli"]
 
 
 def _run(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -63,7 +63,7 @@ def test_explain_lists_the_cycles_that_considered_a_waiting_workload(demo_log: P
 
 
 def test_explain_piped_into_head_exits_quietly(demo_log: Path) -> None:
-    done = subprocess.run(f"{sys.executable} -m services.cli explain team-b/train-001 --log {demo_log} | head -1",
+    done = subprocess.run(f"{sys.executable} -m services.app.cli explain team-b/train-001 --log {demo_log} | head -1",
                           shell=True, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0
     assert "Traceback" not in done.stderr
@@ -74,7 +74,7 @@ def test_explain_tells_who_preempted_a_workload(demo_log: Path) -> None:
     from events.codec import decode_decision
     from events.envelope import Topics
     from events.messages import EvictWorkload
-    from services.runtime.log import SqliteLog
+    from services.runtime.sqlite import SqliteLog
 
     log = SqliteLog(demo_log, create=False)
     victims = [d for r in log.read(Topics().decisions, 0, 1_000_000)

@@ -27,16 +27,16 @@ from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
 from events.manifests import load
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, WorkloadFinished
+from services.core.snapshot import encode_state
 from services.runtime.kafka import KafkaLog, KafkaSettings
 from services.runtime.log import caught_up
-from services.scheduler.snapshot import encode_state
-from services.schedulerd import GROUP, Scheduler
-from services.watcher.seed import seed_all
+from services.scheduler.service import GROUP, Scheduler
+from services.simcluster.arrivals import seed_all
 from tests.infra.kafka import LocalKafka
 from tests.integration.test_scheduler_sigkill import _manifests, _wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
-KUEUELOG = [sys.executable, "-m", "services.cli"]
+KUEUELOG = [sys.executable, "-m", "services.app.cli"]
 
 
 class Services:

@@ -30,13 +30,14 @@ from events.codec import decode_decision, decode_envelope, encode
 from events.envelope import Envelope, Topics, event_key
 from events.manifests import load
 from events.messages import AdmitWorkload, ClockTicked, CycleCompleted, WorkloadFinished
-from services.inspect import replay
+from services.app.driver import drive_until_idle, run_all
+from services.app.logview import replay
 from services.runtime.kafka import Fenced, KafkaLog, KafkaSettings, LeadershipLost
-from services.runtime.log import Log, LogError, SqliteLog
-from services.runtime.services import drive_until_idle, run_all
-from services.schedulerd import Scheduler
+from services.runtime.log import Log, LogError
+from services.runtime.sqlite import SqliteLog
+from services.scheduler.service import Scheduler
+from services.simcluster.arrivals import ArrivalStream, arrival_schedule, seed_all
 from services.simcluster.cluster import SimConfig
-from services.watcher.seed import ArrivalStream, arrival_schedule, seed_all
 from tests.builders import a_cluster_queue, a_flavor, a_job, a_local_queue
 from tests.infra.kafka import SASL_USERS, LocalKafka
 from tests.log_contract import LogContract
@@ -249,7 +250,7 @@ def _values(log: Log, topic: str) -> list[bytes]:
 
 def _cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``kueuelog ARGS``; a command that follows forever (tail) is stopped with SIGINT at ``timeout``."""
-    proc = subprocess.Popen([sys.executable, "-m", "services.cli", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "services.app.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     try:
         out, err = proc.communicate(timeout=timeout)

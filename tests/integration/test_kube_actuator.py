@@ -36,7 +36,7 @@ from events.messages import (
 from services.actuator.actuator import GROUP
 from services.actuator.kube import KubeActuator, run_kube_actuator
 from services.actuator.kubeplan import ANN_DECISION, ANN_EVICTED, ANN_ORIGINAL
-from services.runtime.log import SqliteLog
+from services.runtime.sqlite import SqliteLog
 from tests.integration.kube_deploy import eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

@@ -4,7 +4,7 @@ deploy/crds and deploy/base's RBAC are applied; the watcher's API client imperso
 watcher's ServiceAccount and the actuator's (which the job reconciler shares) the actuator's,
 so the shipped roles are proven sufficient for the whole loop. The services run as asyncio
 tasks of the test over one log (embedded, or Kafka), exactly as ``kueuelog run`` composes them
-(:mod:`services.runtime.kube_services`, :func:`services.runtime.services.run_scheduler`).
+(:mod:`services.watcher.service`, :mod:`services.actuator.service`, :func:`services.scheduler.runner.run_scheduler`).
 
 A user only creates queued Jobs, *not* suspended (there is no admission webhook: the job
 reconciler suspends them). There is no kubelet or job controller: the test plays their part by
@@ -41,11 +41,15 @@ from events import jobs
 from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
 from events.messages import AdmitWorkload, EvictWorkload, ObjectApplied, ObjectDeleted
-from services.actuator.jobs import Policy
+from services.actuator.job_reconciler import Policy
+from services.actuator.service import ActuatorService
 from services.runtime.kafka import KafkaLog, KafkaSettings
-from services.runtime.kube_services import ActuatorService, WatcherService, api_client
-from services.runtime.log import Log, LogError, SqliteLog
-from services.runtime.services import ServiceStatus, run_scheduler
+from services.runtime.kubeclient import api_client
+from services.runtime.log import Log, LogError
+from services.runtime.sqlite import SqliteLog
+from services.runtime.supervise import ServiceStatus
+from services.scheduler.runner import run_scheduler
+from services.watcher.service import WatcherService
 from tests.infra.kafka import LocalKafka
 from tests.infra.kube import LocalControlPlane
 from tests.infra.pytest_kube import load_configuration, open_api_client
@@ -508,7 +512,7 @@ async def test_kueuelog_run_watcher_publishes_events_and_answers_health_probes(
     out = (tmp_path / "watcher.out").open("wb")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUEUELOG_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "run", "watcher", "--kubeconfig",
+        [sys.executable, "-m", "services.app.cli", "run", "watcher", "--kubeconfig",
          str(kube_control_plane.kubeconfig_path), "--log", str(log_dir), "--cluster", "smoke",
          "--http-port", str(port), "--http-host", "127.0.0.1"],
         cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)

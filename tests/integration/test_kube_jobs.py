@@ -24,7 +24,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events.jobs import workload_name_for_job
-from services.actuator.jobs import (
+from services.actuator.job_reconciler import (
     DECISION_ANNOTATION,
     REJECTED_LABEL,
     REJECTION_ANNOTATION,

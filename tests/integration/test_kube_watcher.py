@@ -30,7 +30,7 @@ from events.codec import decode_envelope
 from events.envelope import Envelope, Topics
 from events.jobs import QUEUE_LABEL, workload_name_for_job
 from events.messages import ObjectApplied, ObjectDeleted, PodsReady, WorkloadFinished
-from services.runtime.log import SqliteLog
+from services.runtime.sqlite import SqliteLog
 from services.watcher.kube import DEFAULT_KINDS, WatcherStats, run_kube_watcher
 from tests.infra.kube import LocalControlPlane
 

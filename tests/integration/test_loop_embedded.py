@@ -40,14 +40,17 @@ from events.simcluster import (
     sim_cluster_topic,
 )
 from services.actuator.actuator import Actuator, SimClusterPort
-from services.runtime.log import LogError, SqliteLog, WriterLockHeld
-from services.runtime.services import NotIdle, advance_time, drive_until_idle, run_all, wall_clock_ms
-from services.scheduler.snapshot import encode_state
-from services.scheduler.state import admission_usage
-from services.schedulerd import Scheduler
+from services.app.driver import NotIdle, drive_until_idle, run_all
+from services.core.snapshot import encode_state
+from services.core.state import admission_usage
+from services.runtime.clock import wall_clock_ms
+from services.runtime.log import LogError, WriterLockHeld
+from services.runtime.sqlite import SqliteLog
+from services.scheduler.service import Scheduler
+from services.simcluster.arrivals import ArrivalStream, arrival_schedule, read_files, seed_all
 from services.simcluster.cluster import SimCluster, SimConfig
 from services.simcluster.durations import DURATION_ANNOTATION
-from services.watcher.seed import ArrivalStream, arrival_schedule, read_files, seed_all
+from services.simcluster.runner import advance_time
 from tests.builders import a_job
 from tests.crashing_log import CrashingLog
 

@@ -25,15 +25,15 @@ from events.codec import decode_decision
 from events.envelope import Topics
 from events.manifests import load
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, WorkloadFinished
-from services.runtime.log import SqliteLog
-from services.scheduler.snapshot import encode_state
-from services.schedulerd import GROUP, Scheduler
-from services.watcher.seed import seed_all
+from services.core.snapshot import encode_state
+from services.runtime.sqlite import SqliteLog
+from services.scheduler.service import GROUP, Scheduler
+from services.simcluster.arrivals import seed_all
 from tests.builders import a_cluster_queue, a_flavor, a_job, a_local_queue
 
 pytestmark = pytest.mark.integration
 T = Topics()
-KUEUELOG = [sys.executable, "-m", "services.cli"]
+KUEUELOG = [sys.executable, "-m", "services.app.cli"]
 
 
 def _manifests() -> str:

@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 from events import objects as o
 from events.codec import encode
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, ObjectApplied, WorkloadFinished
-from services.scheduler import cycle as cycle_module
-from services.scheduler.apply import apply_cycle
-from services.scheduler.cycle import run_cycle
-from services.scheduler.index import rebuild
-from services.scheduler.snapshot import encode_state
-from services.scheduler.state import State, finish_eviction, fold
+from services.core import cycle as cycle_module
+from services.core.apply import apply_cycle
+from services.core.cycle import run_cycle
+from services.core.index import rebuild
+from services.core.snapshot import encode_state
+from services.core.state import State, finish_eviction, fold
 
 FLAVORS = ("f0", "f1")
 WITHIN = [o.WithinClusterQueue.NEVER, o.WithinClusterQueue.LOWER_PRIORITY,

@@ -21,7 +21,8 @@ from events.messages import (
 )
 from events.simcluster import StartWorkload, StopWorkload, decode_sim_record, sim_cluster_topic
 from services.actuator.actuator import GROUP, ActuationError, Actuator, SimClusterPort, Staged
-from services.runtime.log import LogError, SqliteLog
+from services.runtime.log import LogError
+from services.runtime.sqlite import SqliteLog
 from tests.crashing_log import CrashingLog
 
 TOPICS = Topics()

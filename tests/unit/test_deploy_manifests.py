@@ -329,7 +329,7 @@ def test_deployment_runs_what_the_cli_accepts_with_the_config_map(service: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The command line and environment of the pod, through the CLI's own parsing: the watcher and
     the actuator talk to Kubernetes in-cluster, and every service serves its probes' port."""
-    from services.cli import _run_settings, build_parser
+    from services.app.cli import _run_settings, build_parser
 
     container = by_kind("Deployment")[f"kueuelog-{service}"]["spec"]["template"]["spec"]["containers"][0]
     data = by_kind("ConfigMap")["kueuelog-config"]["data"]
@@ -346,7 +346,7 @@ def test_deployment_runs_what_the_cli_accepts_with_the_config_map(service: str,
 
 
 def test_docker_compose_commands_are_ones_the_cli_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.cli import _run_settings, build_parser
+    from services.app.cli import _run_settings, build_parser
 
     compose = docs(ROOT / "docker-compose.yml")[0]["services"]
     for name, s in compose.items():

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from services.scheduler.fairsharing import drs
+from services.core.fairsharing import drs
 from tests.builders import a_cluster_queue, a_flavor, a_local_queue, a_workload, build_state, simulate
 
 FAIR = {"apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration", "fairSharing": {"enable": True}}

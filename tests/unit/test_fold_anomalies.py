@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from events.messages import EvictionCompleted, ObjectDeleted, WorkloadFinished
-from services.scheduler.state import MAX_ANOMALIES, State, fold
+from services.core.state import MAX_ANOMALIES, State, fold
 
 
 def test_odd_facts_are_counted_and_the_latest_kept() -> None:

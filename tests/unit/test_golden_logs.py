@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from events.envelope import Topics
-from services.inspect import replay
-from services.runtime.log import SqliteLog
-from services.schedulerd import Scheduler
+from services.app.logview import replay
+from services.runtime.sqlite import SqliteLog
+from services.scheduler.service import Scheduler
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

@@ -10,7 +10,7 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 
 from services.runtime.health import Check, HealthServer
-from services.runtime.metrics import SchedulerMetrics
+from services.scheduler.metrics import SchedulerMetrics
 from tests.builders import a_cluster_queue, a_flavor, build_state
 
 

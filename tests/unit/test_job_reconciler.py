@@ -19,8 +19,8 @@ from kubernetes_asyncio import client
 from events import objects as o
 from events.jobs import workload_name_for_job
 from events.manifests import Document, normalize
-from services.actuator import jobs as shell
-from services.actuator.jobs import (
+from services.actuator import job_reconciler as shell
+from services.actuator.job_reconciler import (
     DECISION_ANNOTATION,
     REJECTED_LABEL,
     Finished,

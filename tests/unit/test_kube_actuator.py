@@ -37,7 +37,7 @@ from services.actuator.kubeplan import (
     set_condition,
     status_patch,
 )
-from services.scheduler import conditions as cond
+from services.core import conditions as cond
 
 T = 1_700_000_000_000
 SPOT = FlavorScheduling("spot", (("pool", "spot"),), ({"key": "spot", "operator": "Exists"},))

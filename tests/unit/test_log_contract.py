@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.log import LogError, SqliteLog, WriterLockHeld
+from services.runtime.log import LogError, WriterLockHeld
+from services.runtime.sqlite import SqliteLog
 from tests.log_contract import LogContract
 
 
@@ -46,7 +47,8 @@ def test_the_single_writer_lock_is_exclusive_across_processes(tmp_path: Path) ->
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(Path.cwd())!r})
-        from services.runtime.log import SqliteLog, WriterLockHeld
+        from services.runtime.log import WriterLockHeld
+        from services.runtime.sqlite import SqliteLog
         try:
             SqliteLog({str(tmp_path)!r}).exclusive("scheduler")
         except WriterLockHeld:
@@ -63,7 +65,7 @@ def test_the_lock_dies_with_its_holder(tmp_path: Path) -> None:
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(Path.cwd())!r})
-        from services.runtime.log import SqliteLog
+        from services.runtime.sqlite import SqliteLog
         SqliteLog({str(tmp_path)!r}).exclusive("scheduler")
         print("locked", flush=True)
         time.sleep(60)

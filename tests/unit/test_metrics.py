@@ -15,9 +15,9 @@ from events.messages import (
     ObjectApplied,
     ObjectDeleted,
 )
-from services.runtime.metrics import WAIT_TIME_BUCKETS, SchedulerMetrics
-from services.scheduler.cycle import run_cycle
-from services.scheduler.state import State, fold
+from services.core.cycle import run_cycle
+from services.core.state import State, fold
+from services.scheduler.metrics import WAIT_TIME_BUCKETS, SchedulerMetrics
 from tests.builders import (
     Builder,
     a_cluster_queue,

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from events import objects as o
-from services.scheduler.state import ClusterQueueQueue, WorkloadRecord
+from services.core.state import ClusterQueueQueue, WorkloadRecord
 
 
 def _rec(i: int, priority: int, queue_time: int) -> WorkloadRecord:

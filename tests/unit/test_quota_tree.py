@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.scheduler.quota import Node, recompute_subtree
+from services.core.quota import Node, recompute_subtree
 from tests.builders import Builder, a_cluster_queue, a_cohort, a_flavor, a_workload, build_state
 
 C = 1000

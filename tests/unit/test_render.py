@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.scheduler.render import PENDING_REASON_ANNOTATION, workload_list
+from services.core.render import PENDING_REASON_ANNOTATION, workload_list
 from tests.builders import a_cluster_queue, a_flavor, a_local_queue, a_workload, simulate
 
 

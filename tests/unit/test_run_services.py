@@ -15,16 +15,17 @@ from events.codec import decode_decision
 from events.envelope import Topics
 from events.manifests import load
 from events.messages import AdmitWorkload, CycleCompleted
-from services.actuator.jobs import ReconcilerStats
+from services.actuator.job_reconciler import ReconcilerStats
 from services.actuator.kube import KubeStats
-from services.cli import _run_settings, build_parser, main
-from services.runtime.kube_services import StatsCollector
-from services.runtime.log import SqliteLog
-from services.runtime.metrics import SchedulerMetrics
-from services.runtime.services import ServiceStatus, observe_scheduler, run_scheduler
-from services.schedulerd import Scheduler
+from services.app.cli import _run_settings, build_parser, main
+from services.runtime.metrics import StatsCollector
+from services.runtime.sqlite import SqliteLog
+from services.runtime.supervise import ServiceStatus
+from services.scheduler.metrics import SchedulerMetrics
+from services.scheduler.runner import observe_scheduler, run_scheduler
+from services.scheduler.service import Scheduler
+from services.simcluster.arrivals import seed_all
 from services.watcher.kube import WatcherStats
-from services.watcher.seed import seed_all
 
 T = Topics()
 MANIFESTS = """

@@ -13,9 +13,9 @@ from events.codec import decode_decision, encode
 from events.envelope import Envelope, Topics
 from events.manifests import Document, load, normalize
 from events.messages import AdmitWorkload, CycleCompleted, ObjectApplied, WorkloadFinished
-from services.runtime.log import SqliteLog
-from services.scheduler.snapshot import encode_state
-from services.schedulerd import GROUP, Scheduler, SchedulerStopped
+from services.core.snapshot import encode_state
+from services.runtime.sqlite import SqliteLog
+from services.scheduler.service import GROUP, Scheduler, SchedulerStopped
 from tests.builders import Builder, a_cluster_queue, a_flavor, a_local_queue, a_namespace, a_workload
 
 EXAMPLES = sorted(str(p) for p in Path("examples").glob("*.yaml"))

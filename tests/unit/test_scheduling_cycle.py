@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from events.messages import ObjectDeleted, WorkloadFinished
-from services.scheduler.state import fold
-from services.simulate import run
+from services.app.simulate import run
+from services.core.state import fold
 from tests.builders import (
     Builder,
     Outcome,

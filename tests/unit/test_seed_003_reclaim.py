@@ -12,8 +12,8 @@ import pytest
 
 from events.manifests import Document, normalize
 from events.messages import ObjectApplied
-from services.scheduler.state import State, fold
-from services.simulate import run
+from services.app.simulate import run
+from services.core.state import State, fold
 from tests.builders import a_cluster_queue, a_cohort, a_flavor, a_local_queue, a_workload
 
 FAIR = {"apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration", "fairSharing": {"enable": True}}

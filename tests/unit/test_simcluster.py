@@ -17,7 +17,8 @@ from events.envelope import Envelope, Topics
 from events.manifests import Document, normalize
 from events.messages import EvictionCompleted, ObjectApplied, PodsReady, WorkloadFinished
 from events.simcluster import Reported, RunStarted, StartWorkload, StopWorkload, decode_sim_record, sim_cluster_topic
-from services.runtime.log import LogError, Record, SqliteLog
+from services.runtime.log import LogError, Record
+from services.runtime.sqlite import SqliteLog
 from services.simcluster.cluster import GROUP, SimCluster, SimConfig
 from services.simcluster.durations import DURATION_ANNOTATION, DurationError, duration_of, parse_duration
 from tests.builders import a_job

@@ -22,7 +22,7 @@ from events.messages import (
     PodsReady,
     WorkloadFinished,
 )
-from services.scheduler.state import State, fold
+from services.core.state import State, fold
 from services.watcher.translate import (
     EVICTED_ANNOTATION,
     ORIGINAL_ANNOTATION,

@@ -34,11 +34,11 @@ from events.messages import (
     EvictWorkload,
     PodsReady,
 )
+from services.core.apply import apply_cycle
+from services.core.cycle import run_cycle
+from services.core.snapshot import decode_state, encode_state
+from services.core.state import State, fold
 from services.runtime.log import Log, Record, read_backwards
-from services.scheduler.apply import apply_cycle
-from services.scheduler.cycle import run_cycle
-from services.scheduler.snapshot import decode_state, encode_state
-from services.scheduler.state import State, fold
 
 GROUP = "scheduler"
 # Events that cannot change what a cycle decides (until waitForPodsReady makes readiness count).

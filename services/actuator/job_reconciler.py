@@ -40,7 +40,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import aiohttp
 import structlog
@@ -337,6 +337,7 @@ class _Gone(Exception):
 
 @dataclass
 class ReconcilerStats:
+    WHOSE: ClassVar[str] = "the job reconciler's"
     suspended: int = 0
     rejected: int = 0
     workloads_created: int = 0

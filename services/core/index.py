@@ -8,8 +8,8 @@ is deterministic.
 from __future__ import annotations
 
 from events import objects as o
-from services.scheduler.quota import FR, Node, recompute_subtree
-from services.scheduler.state import ClusterQueueQueue, State
+from services.core.quota import FR, Node, recompute_subtree
+from services.core.state import ClusterQueueQueue, State
 
 
 def _quotas(groups: tuple[o.ResourceGroup, ...]) -> dict[FR, o.Quota]:

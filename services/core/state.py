@@ -31,8 +31,8 @@ from events.messages import (
     PodsReady,
     WorkloadFinished,
 )
-from services.scheduler import conditions as cond
-from services.scheduler.quota import FR, Node
+from services.core import conditions as cond
+from services.core.quota import FR, Node
 
 QueueKey = tuple[int, int, int, int, str]
 """Queue order: (not a sticky preemptor, -priority, queue timestamp, input order, namespace/name)."""
@@ -173,7 +173,7 @@ class State:
 
     def ensure_indexed(self) -> None:
         if self._dirty:
-            from services.scheduler.index import rebuild  # local: index imports state
+            from services.core.index import rebuild
 
             rebuild(self)
             self._dirty = False

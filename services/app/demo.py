@@ -8,7 +8,7 @@ and the latest decisions as the simulated morning unfolds. The log is left on
 disk for ``kueuelog replay``, ``explain`` and ``tail``.
 
 The demo drives the services itself, step by step in one thread, exactly as
-:func:`services.runtime.services.drive_until_idle` does, so that the view can
+:func:`services.app.driver.drive_until_idle` does, so that the view can
 be refreshed between steps and a run can be paced for human eyes.
 """
 
@@ -31,12 +31,12 @@ from events.manifests import format_time
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload
 from events.quantity import format_amount
 from services.actuator.actuator import Actuator, SimClusterPort
-from services.inspect import format_decision
-from services.runtime.log import SqliteLog
-from services.runtime.services import advance_time, finished
-from services.schedulerd import Scheduler
+from services.app.logview import format_decision
+from services.runtime.sqlite import SqliteLog
+from services.scheduler.service import Scheduler
+from services.simcluster.arrivals import ArrivalStream, read_files
 from services.simcluster.cluster import SimCluster, SimConfig
-from services.watcher.seed import ArrivalStream, read_files
+from services.simcluster.runner import advance_time, finished
 
 VIEW_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 

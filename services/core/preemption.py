@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from events import objects as o
-from services.scheduler.quota import FR, Node
-from services.scheduler.state import State, WorkloadRecord
+from services.core.quota import FR, Node
+from services.core.state import State, WorkloadRecord
 
 IN_CLUSTER_QUEUE = "InClusterQueue"
 IN_COHORT_RECLAMATION = "InCohortReclamation"

@@ -3,7 +3,7 @@
 A cycle's record — its decisions and what became of the heads it did not admit —
 is everything the cycle changed. Applying it to the state folded up to the
 same input offset gives the state the live scheduler had, through the same
-functions (:mod:`services.scheduler.effects`), at the cost of the changes
+functions (:mod:`services.core.effects`), at the cost of the changes
 alone rather than of the decisions. ``replay --verify`` still re-runs every
 cycle and compares; recovery and plain replay apply.
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload, MarkPending
-from services.scheduler import effects
-from services.scheduler.cycle import restart_held
-from services.scheduler.state import State
+from services.core import effects
+from services.core.cycle import restart_held
+from services.core.state import State
 
 
 class ApplyError(RuntimeError):

@@ -20,7 +20,7 @@ from events.manifests import format_time, parse_time
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, HeadOutcome, MarkPending, ObjectApplied
 from events.objects import Workload
 from services.runtime.log import Log
-from services.schedulerd import Scheduler, bulk_fold
+from services.scheduler.service import Scheduler, bulk_fold
 
 Progress = Callable[[int, int], None]
 

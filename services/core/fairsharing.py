@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from events import objects as o
-from services.scheduler.preemption import (
+from services.core.preemption import (
     IN_CLUSTER_QUEUE,
     IN_COHORT_FAIR_SHARING,
     Preemptor,
@@ -32,11 +32,11 @@ from services.scheduler.preemption import (
     candidate_order,
     satisfies,
 )
-from services.scheduler.quota import FR, Node
-from services.scheduler.state import State, WorkloadRecord
+from services.core.quota import FR, Node
+from services.core.state import State, WorkloadRecord
 
 if TYPE_CHECKING:
-    from services.scheduler.cycle import Entry
+    from services.core.cycle import Entry
 
 Share = tuple[int, Fraction]
 """(1 if weight 0 and borrowing else 0, share): compares as Kueue's ``CompareDRS``."""

@@ -14,7 +14,7 @@ import msgspec
 
 from events import objects as o
 from events.messages import Condition
-from services.scheduler.state import State, WorkloadRecord, admission_usage
+from services.core.state import State, WorkloadRecord, admission_usage
 
 _encoder = msgspec.json.Encoder(order="sorted")
 

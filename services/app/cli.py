@@ -21,8 +21,8 @@ from events.manifests import ManifestError
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from services.scheduler.render import summary_row, workload_list
-    from services.simulate import simulate
+    from services.app.simulate import simulate
+    from services.core.render import summary_row, workload_list
 
     if args.cycles is not None and args.cycles < 0:
         print("error: --cycles must be a non-negative integer", file=sys.stderr)
@@ -90,7 +90,8 @@ def _open_log(args: argparse.Namespace, *, path: str | None = None, role: str | 
               create: bool = False) -> object:
     """The embedded log at ``path``/--log, or Kafka when bootstrap servers are given; exits 2 with
     the reason when neither is usable."""
-    from services.runtime.log import LogError, SqliteLog
+    from services.runtime.log import LogError
+    from services.runtime.sqlite import SqliteLog
 
     path = path or getattr(args, "log", None)
     bootstrap = args.bootstrap_servers or (None if path else os.environ.get("KUEUELOG_KAFKA_BOOTSTRAP_SERVERS"))
@@ -120,7 +121,7 @@ def _replay(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from services.inspect import replay, resolve_until
+    from services.app.logview import replay, resolve_until
 
     log = _open_log(args, path=args.log_path)
     topics = _topics(args)
@@ -151,7 +152,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from services.inspect import explain
+    from services.app.logview import explain
 
     if "/" not in args.workload:
         print("error: WORKLOAD must be NAMESPACE/NAME (a Workload or the Job that owns it)", file=sys.stderr)
@@ -164,7 +165,7 @@ def _explain(args: argparse.Namespace) -> int:
 def _tail(args: argparse.Namespace) -> int:
     import asyncio
 
-    from services.inspect import tail
+    from services.app.logview import tail
 
     types = {t.strip() for t in args.type.split(",") if t.strip()} if args.type else set()
     unknown = types - {"Admit", "Evict", "Pending"}
@@ -186,7 +187,7 @@ def _tail(args: argparse.Namespace) -> int:
 def _schema(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from services.schema import asyncapi, json_schemas
+    from services.app.schema import asyncapi, json_schemas
 
     docs = {**json_schemas(), "asyncapi.json": asyncapi()}
     if args.out:
@@ -206,7 +207,7 @@ def _demo(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from services.demo import new_directory, run_demo, summary
+    from services.app.demo import new_directory, run_demo, summary
 
     paths = args.files or sorted(str(p) for p in Path("examples").glob("*.yaml"))
     if not paths:
@@ -305,29 +306,35 @@ async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: An
                        on_step: Any, cfg: Any, cluster: str, policy: str) -> None:
     import asyncio
 
-    from services.runtime import services as svc
+    from services.actuator.runner import run_actuator
+    from services.app.driver import run_all
+    from services.runtime.clock import wall_clock_ms
+    from services.runtime.supervise import Bell, SupportsLeadership
+    from services.scheduler.runner import run_scheduler
+    from services.simcluster.arrivals import ArrivalStream, read_files
     from services.simcluster.cluster import SimConfig
-    from services.watcher.seed import ArrivalStream, read_files
+    from services.simcluster.runner import run_arrivals, run_simcluster
 
     config = SimConfig(cluster=cluster)
 
     def arrivals() -> ArrivalStream | None:
         if not args.seed:
             return None
-        start = None if args.clock == "simulated" else svc.wall_clock_ms()
+        start = None if args.clock == "simulated" else wall_clock_ms()
         return ArrivalStream.from_files(log, read_files(args.seed), start=start, compress=args.compress,
                                         cluster=cluster, topics=topics)
 
     if args.service == "scheduler":
-        await svc.run_scheduler(log, stop, topics=topics, status=status, on_step=on_step, long_poll=True)
+        await run_scheduler(log, stop, topics=topics, status=status, on_step=on_step, long_poll=True)
         return
     if args.service == "all":
-        result = await svc.run_all(log, clock=args.clock, stop=stop, arrivals=arrivals(), config=config,
+        result = await run_all(log, clock=args.clock, stop=stop, arrivals=arrivals(), config=config,
                                    until_done=args.until_done, topics=topics, status=status, on_step=on_step)
         print(f"stopped: {result.scheduler.stats.cycles} cycles, {result.scheduler.stats.decisions} decisions")
         return
     if args.service == "watcher":
-        from services.runtime.kube_services import WatcherService, api_client
+        from services.runtime.kubeclient import api_client
+        from services.watcher.service import WatcherService
 
         async with api_client(cfg) as api:
             watcher = WatcherService(log, api, cluster=cluster, topics=topics, status=status)
@@ -335,26 +342,27 @@ async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: An
             await watcher.run(stop)
         return
     # One writer per role and shard on Kafka: replicas wait here as standbys.
-    if isinstance(log, svc.SupportsLeadership) and not await log.acquire(args.service, stop):
+    if isinstance(log, SupportsLeadership) and not await log.acquire(args.service, stop):
         return
     status.leading = True
     if args.service == "simcluster":
         # With --seed it also submits the manifests: in simulated time as it advances the clock,
         # in real time as the wall clock reaches them (resuming after a restart: see ArrivalStream).
-        stream, bell = arrivals(), svc.Bell()
-        run_sim = svc.run_simcluster(log, stop, clock=args.clock, config=config, topics=topics, status=status,
+        stream, bell = arrivals(), Bell()
+        run_sim = run_simcluster(log, stop, clock=args.clock, config=config, topics=topics, status=status,
                                      arrivals=stream, bell=bell, long_poll=True)
         if stream is None or args.clock == "simulated":
             await run_sim
         else:
-            await asyncio.gather(run_sim, svc.run_arrivals(stream, stop, bell=bell))
+            await asyncio.gather(run_sim, run_arrivals(stream, stop, bell=bell))
     elif cfg is None:
         from services.actuator.actuator import SimClusterPort
 
-        await svc.run_actuator(log, stop, port=SimClusterPort(topics, cluster), topics=topics, status=status,
+        await run_actuator(log, stop, port=SimClusterPort(topics, cluster), topics=topics, status=status,
                                long_poll=True)
     else:
-        from services.runtime.kube_services import ActuatorService, api_client
+        from services.actuator.service import ActuatorService
+        from services.runtime.kubeclient import api_client
 
         async with api_client(cfg) as api:
             actuator = ActuatorService(log, api, cluster=cluster, topics=topics, policy=policy,  # type: ignore[arg-type]
@@ -369,8 +377,9 @@ def _run(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry, ProcessCollector
 
-    from services.runtime import services as svc
     from services.runtime.log import LogError
+    from services.runtime.supervise import LeadershipLost, ServiceStatus
+    from services.scheduler.runner import observe_scheduler
 
     try:
         kube, kubeconfig, cluster, policy, (port, explicit) = _run_settings(args)
@@ -389,20 +398,20 @@ def _run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         cfg = None
         if kube:
-            from services.runtime.kube_services import KubeConfigError, client_configuration
+            from services.runtime.kubeclient import KubeConfigError, client_configuration
 
             try:
                 cfg = await client_configuration(kubeconfig, context=args.context)
             except KubeConfigError as e:
                 print(f"error: {e}", file=sys.stderr)
                 return 2
-        status = svc.ServiceStatus(args.service, leading=args.service == "watcher")
+        status = ServiceStatus(args.service, leading=args.service == "watcher")
         registry = CollectorRegistry(auto_describe=True)
         on_step = None
         if args.service in ("scheduler", "all"):
-            from services.runtime.metrics import SchedulerMetrics
+            from services.scheduler.metrics import SchedulerMetrics
 
-            on_step = svc.observe_scheduler(SchedulerMetrics(registry, gauge_interval_s=None))
+            on_step = observe_scheduler(SchedulerMetrics(registry, gauge_interval_s=None))
         ProcessCollector(registry=registry)
         try:
             server = await _serve_http(registry, status, args.http_host, port, explicit)
@@ -422,7 +431,7 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(main())
-    except (LogError, svc.LeadershipLost) as e:
+    except (LogError, LeadershipLost) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:

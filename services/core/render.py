@@ -7,7 +7,7 @@ from typing import Any
 from events.manifests import format_time
 from events.messages import PendingReason
 from events.quantity import format_amount
-from services.scheduler.state import State, WorkloadRecord
+from services.core.state import State, WorkloadRecord
 
 PENDING_REASON_ANNOTATION = "kueuelog.io/pending-reason"
 

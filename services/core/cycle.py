@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 
 from events import objects as o
 from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, HeadOutcome, MarkPending, PendingReason
-from services.scheduler import conditions as cond
-from services.scheduler import effects, fairsharing
-from services.scheduler.flavors import Assignment, Mode, Policy, assign, selector_matches
-from services.scheduler.preemption import Preemptor, Searches, Simulation, Target, preemption_message
-from services.scheduler.quota import FR, Node
-from services.scheduler.state import State, WorkloadRecord, generation, tree_version
+from services.core import conditions as cond
+from services.core import effects, fairsharing
+from services.core.flavors import Assignment, Mode, Policy, assign, selector_matches
+from services.core.preemption import Preemptor, Searches, Simulation, Target, preemption_message
+from services.core.quota import FR, Node
+from services.core.state import State, WorkloadRecord, generation, tree_version
 
 NOT_NOMINATED, NOMINATED, SKIPPED, ASSUMED = "notNominated", "nominated", "skipped", "assumed"
 GENERIC, NAMESPACE_MISMATCH, FAILED_AFTER_NOMINATION, PENDING_PREEMPTION = (

@@ -1,7 +1,7 @@
 """The state changes a scheduling cycle makes, as functions of their recorded outcome.
 
 A cycle decides; these functions carry out what it decided. They are shared by
-the cycle itself and by :mod:`services.scheduler.apply`, which replays a
+the cycle itself and by :mod:`services.core.apply`, which replays a
 recorded cycle from its decisions and head outcomes without deciding again —
 so a replayed state is the live state by construction, not by coincidence.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from events import objects as o
 from events.messages import Condition, HeadOutcome
-from services.scheduler import conditions as cond
-from services.scheduler.state import ClusterQueueQueue, State, WorkloadRecord, generation, reserve_quota, touch_tree
+from services.core import conditions as cond
+from services.core.state import ClusterQueueQueue, State, WorkloadRecord, generation, reserve_quota, touch_tree
 
 
 def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission) -> None:

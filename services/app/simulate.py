@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from events import objects as o
 from events.manifests import ManifestError, load
 from events.messages import EvictWorkload, ObjectApplied
-from services.scheduler.cycle import run_cycle
-from services.scheduler.state import State, finish_eviction, fold
+from services.core.cycle import run_cycle
+from services.core.state import State, finish_eviction, fold
 
 
 @dataclass

@@ -19,8 +19,8 @@ from enum import IntEnum
 from events import objects as o
 from events.messages import PendingReason
 from events.quantity import format_amount
-from services.scheduler.quota import FR, Node
-from services.scheduler.state import State, WorkloadRecord
+from services.core.quota import FR, Node
+from services.core.state import State, WorkloadRecord
 
 
 class Mode(IntEnum):

@@ -1,0 +1,182 @@
+"""How a service's runner lives with its log: readiness, back-off, waking, leadership.
+
+Every runner (scheduler, actuator, simulated cluster, ticker, arrivals) steps a
+synchronous state machine over the log and uses the same few pieces: a
+:class:`ServiceStatus` for ``/readyz``; a :class:`Backoff` and :func:`ride_out` for a
+log that is unavailable for a while; a :class:`Bell` that wakes the runners of one
+process when one of them commits; and :func:`lead` / :func:`still_leading` for the
+single writer of a role.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import structlog
+
+from services.runtime.log import Log, LogError
+
+if TYPE_CHECKING:
+    pass
+
+
+_log = structlog.get_logger(__name__)
+
+
+class LeadershipLost(RuntimeError):
+    """Another instance leads now: this one must stop writing (the process exits, and a
+    supervisor restarts it as a standby)."""
+
+
+POLL_SECONDS = 0.05
+
+
+@dataclass
+class ServiceStatus:
+    """What a service's ``/readyz`` says, written by its runner: ready once it leads (a standby
+    waits for its role's election; a service without one leads from the start) and has
+    recovered its position from the log; not ready again while the log is unavailable."""
+
+    name: str
+    leading: bool = False
+    recovered: bool = False
+    problem: str = ""  # why it is not ready although it leads and recovered (the log is unavailable)
+
+    @property
+    def ready(self) -> bool:
+        return self.leading and self.recovered and not self.problem
+
+    @property
+    def reason(self) -> str:
+        if not self.leading:
+            return f"{self.name}: standby, waiting for the leadership"
+        if not self.recovered:
+            return f"{self.name}: recovering"
+        if self.problem:
+            return f"{self.name}: {self.problem}"
+        return f"{self.name}: ready"
+
+    def up(self) -> None:
+        self.recovered, self.problem = True, ""
+
+    def down(self, problem: str) -> None:
+        self.problem = problem
+
+
+def mark_up(status: ServiceStatus | None) -> None:
+    if status is not None:
+        status.up()
+
+
+def mark_down(status: ServiceStatus | None, e: LogError) -> None:
+    if status is not None:
+        status.down(f"log unavailable: {e}")
+
+
+@runtime_checkable
+class SupportsExclusive(Protocol):
+    def exclusive(self, name: str) -> None: ...
+
+    def release(self, name: str) -> None: ...
+
+
+class Bell:
+    """Wakes the runners of one process when one of them committed something."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def ring(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, seconds: float) -> None:
+        """Until the next ring or ``seconds``, whichever comes first."""
+        event = self._event
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), seconds)
+
+
+async def pace(bell: Bell, did: int, idle_seconds: float) -> None:
+    if did:
+        bell.ring()
+        await asyncio.sleep(0)  # let the others run between busy steps
+    else:
+        await bell.wait(idle_seconds)
+
+
+@runtime_checkable
+class SupportsLeadership(Protocol):
+    """A log whose writers elect a leader (Kafka): standbys wait in ``acquire``."""
+
+    async def acquire(self, name: str, stop: asyncio.Event | None = None) -> bool: ...
+
+    def holds(self, name: str) -> bool: ...
+
+    def release(self, name: str) -> None: ...
+
+
+@runtime_checkable
+class SupportsWaiting(Protocol):
+    """A log whose readers can wait for new records without polling (Kafka: a long-poll fetch)."""
+
+    async def wait_for_records(self, topic: str, start: int, timeout: float) -> bool: ...
+
+
+class Backoff:
+    """Capped exponential back-off between attempts to reach an unavailable log."""
+
+    def __init__(self, first: float = 0.1, cap: float = 5.0) -> None:
+        self.first, self.cap, self.current = first, cap, first
+
+    def next(self) -> float:
+        wait, self.current = self.current, min(self.cap, self.current * 2)
+        return wait
+
+    def reset(self) -> None:
+        self.current = self.first
+
+
+async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+def report_unavailable(service: str, e: LogError, wait: float) -> None:
+    _log.warning("log unavailable; will recover from it", service=service, error=str(e), retry_in_s=round(wait, 2))
+
+
+async def lead(log: Log, name: str, stop: asyncio.Event) -> bool:
+    """Become the single writer ``name``: the embedded log's file lock (a second one fails at once
+    with WriterLockHeld), or Kafka's election (a standby waits here until the leader is gone)."""
+    if isinstance(log, SupportsLeadership):
+        return await log.acquire(name, stop)
+    if isinstance(log, SupportsExclusive):
+        log.exclusive(name)
+    return True
+
+
+def still_leading(log: Log, name: str, stop: asyncio.Event | None = None) -> None:
+    """Raise LeadershipLost when another instance leads ``name`` now (not once ``stop`` is set: a
+    runner sharing the log may have released the role already)."""
+    if stop is not None and stop.is_set():
+        return
+    if isinstance(log, SupportsLeadership) and not log.holds(name):
+        raise LeadershipLost(f"lost the {name} leadership to another instance; stopping")
+
+
+async def ride_out(service: str, e: LogError, backoff: Backoff, stop: asyncio.Event,
+                   status: ServiceStatus | None = None) -> None:
+    """A log error in ``service``'s step: a final one is raised again; one that may pass (a broker
+    restarting) marks the service down, is logged, and waits out the back-off or ``stop``."""
+    if not e.retriable:
+        raise e
+    wait = backoff.next()
+    report_unavailable(service, e, wait)
+    mark_down(status, e)
+    await sleep_unless(stop, wait)
+
+

@@ -1,0 +1,106 @@
+"""The scheduler service's runner: leadership, recovery, stepping, riding out log outages."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from events.envelope import Topics
+from services.runtime.log import Log, LogError
+from services.runtime.supervise import (
+    POLL_SECONDS,
+    Backoff,
+    Bell,
+    ServiceStatus,
+    SupportsExclusive,
+    SupportsLeadership,
+    SupportsWaiting,
+    lead,
+    mark_up,
+    pace,
+    ride_out,
+    still_leading,
+)
+from services.scheduler.service import Scheduler
+
+if TYPE_CHECKING:
+    from services.scheduler.metrics import SchedulerMetrics
+
+
+StepHook = Callable[[Scheduler, int | None], None]
+"""Called after each committed live step of the scheduler with the events it folded (metrics;
+0 for a step that went on with cycles cut short before), and once after each recovery with
+None (``last_decisions`` and ``last_cycles`` empty)."""
+
+
+def observe_scheduler(metrics: SchedulerMetrics) -> StepHook:
+    """The hook that feeds :class:`SchedulerMetrics` from each committed step. The lag is only
+    asked of the log after recovery and after a full batch: a shorter one read everything there
+    was. Gauges are refreshed at once only after recovery; steps leave that to the metrics'
+    own pace (a sweep of parked workloads can be hundreds of short steps, and the gauges walk
+    every workload)."""
+
+    def hook(scheduler: Scheduler, events: int | None) -> None:
+        lag = 0
+        if events is None or events >= scheduler.batch_size:
+            lag = max(0, scheduler.log.end_offset(scheduler.topics.cluster_events) - scheduler.next_input)
+        metrics.observe(scheduler.last_decisions, scheduler.last_cycles, scheduler.state,
+                        events_folded=events or 0, log_lag=lag)
+        if events is None:
+            metrics.refresh(scheduler.state)  # just recovered: the gauges show the recovered state at once
+
+    return hook
+
+
+async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None = None, bell: Bell | None = None,
+                        poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
+                        on_step: StepHook | None = None, long_poll: bool = False) -> Scheduler:
+    """The single writer: becomes leader (embedded log: a file lock; Kafka: the election, where a
+    standby waits), recovers, then steps until ``stop``. When the log fails in a way that may
+    pass (a broker restarting), the in-memory state may be ahead of what was committed, so the
+    scheduler is rebuilt from the log once it is reachable again. ``status`` follows leadership
+    and recovery; ``on_step`` is called after every live step that committed something.
+
+    ``long_poll`` (a scheduler alone in its process, on Kafka): when idle, wait in a fetch for the
+    next cluster event rather than sleeping ``poll_seconds``, so an event is folded as soon as it
+    is committed (in a shared process the Bell wakes it instead, and a fetch would hold up the
+    others' reads of the same topic)."""
+    bell = bell or Bell()
+    topics = topics or Topics()
+    scheduler = Scheduler(log, topics=topics)
+    if not await lead(log, "scheduler", stop):
+        return scheduler
+    if status is not None:
+        status.leading = True
+    backoff = Backoff()
+    try:
+        fresh = True
+        while not stop.is_set():
+            try:
+                if fresh:
+                    scheduler = Scheduler(log, topics=topics)
+                    scheduler.recover()
+                    fresh = False
+                    mark_up(status)
+                    if on_step is not None:
+                        on_step(scheduler, None)  # nothing written yet: gauges of the recovered state
+                did = scheduler.step()
+            except LogError as e:
+                fresh = True
+                await ride_out("scheduler", e, backoff, stop, status)
+                continue
+            backoff.reset()
+            if did and on_step is not None:
+                on_step(scheduler, scheduler.last_events)
+            still_leading(log, "scheduler")
+            if not did and long_poll and isinstance(log, SupportsWaiting):
+                await log.wait_for_records(topics.cluster_events, scheduler.next_input, poll_seconds)
+            else:
+                await pace(bell, did, poll_seconds)
+        return scheduler
+    finally:
+        if isinstance(log, SupportsExclusive | SupportsLeadership):
+            log.release("scheduler")
+
+

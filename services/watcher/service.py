@@ -1,0 +1,53 @@
+"""The watcher as ``kueuelog run watcher`` runs it: the Kubernetes watcher with readiness.
+
+The watcher has no election (every replica publishes the same deterministic
+envelopes, which the memory and the fold deduplicate); it is ready once it has
+rebuilt its memory from the log and the API server has answered its first LIST
+(Namespaces, of which every cluster has some): the log is readable and its
+credentials and RBAC work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from kubernetes_asyncio import client
+
+from events.envelope import Topics
+from services.runtime.clock import wall_clock_ms
+from services.runtime.log import Log
+from services.runtime.metrics import StatsCollector
+from services.runtime.supervise import ServiceStatus
+from services.watcher.kube import WatcherStats, run_kube_watcher
+
+
+class WatcherService:
+    """One cluster's watcher with its readiness (see the module docstring)."""
+
+    def __init__(self, log: Log, api: client.ApiClient, *, cluster: str, topics: Topics | None = None,
+                 status: ServiceStatus | None = None, backoff: tuple[float, float] = (0.2, 30.0),
+                 clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.log, self.api, self.cluster = log, api, cluster
+        self.topics = topics or Topics()
+        self.status = status or ServiceStatus("watcher")
+        self.status.leading = True  # no election
+        self.stats = WatcherStats()
+        self.backoff = backoff
+        self._clock = clock
+
+    def _clock_marking_ready(self) -> int:
+        # The watcher reads the clock first when it translates the first object it listed, which
+        # is after it rebuilt its memory from the log: from then on it is ready.
+        if not self.status.recovered:
+            self.status.up()
+        return self._clock()
+
+    async def run(self, stop: asyncio.Event) -> WatcherStats:
+        return await run_kube_watcher(self.log, self.api, stop, cluster=self.cluster, topics=self.topics,
+                                      clock=self._clock_marking_ready, stats=self.stats, backoff=self.backoff)
+
+    def collector(self) -> StatsCollector:
+        return StatsCollector("watcher", {"": lambda: self.stats})
+
+
