@@ -136,14 +136,26 @@ class Node:
             node = node.parent
 
 
-def recompute_subtree(node: Node) -> None:
-    """Bottom-up SubtreeQuota, cohort usage and height, as Kueue's ``updateCohortTreeResources``."""
+def recompute_subtree(root: Node) -> None:
+    """Bottom-up SubtreeQuota, cohort usage and height, as Kueue's ``updateCohortTreeResources``.
+
+    Children before parents, in an explicit order rather than by recursion: a tree's depth is
+    bounded where Cohorts come in, but this walk does not depend on it."""
+    order: list[Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(node.children)
+    for node in reversed(order):
+        _recompute_node(node)
+
+
+def _recompute_node(node: Node) -> None:
     if node.is_cluster_queue:
         node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
         node.height = 0
         return
-    for child in node.children:
-        recompute_subtree(child)
     node.height = max([min(len(node.children), 1)] + [c.height + 1 for c in node.children if not c.is_cluster_queue])
     subtree = {fr: q.nominal for fr, q in node.quotas.items()}
     usage: dict[FR, int] = {}
