@@ -9,6 +9,11 @@ a record, because the scheduler must treat them differently:
   version does not know (a newer producer); the scheduler must stop rather than
   skip a fact;
 - old schema versions are upcast before they are converted.
+
+Decoding is bounded: a record larger than ``MAX_RECORD_BYTES`` or nested deeper
+than ``MAX_NESTING`` is malformed before msgspec sees it, so that no record can
+exhaust the stack (msgspec recurses) or the memory, and a poison record is a
+dead letter rather than a crash on every restart.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import msgspec
 
 from events.envelope import SCHEMA_VERSION, Envelope
 from events.messages import ClusterEvent, DecisionRecord
+from events.validation import json_nesting_problem
 
 
 class MalformedRecord(ValueError):
@@ -59,7 +65,14 @@ def encode(value: Any) -> bytes:
     return _encoder.encode(value)
 
 
+def _bounded(data: bytes) -> None:
+    problem = json_nesting_problem(data)
+    if problem is not None:
+        raise MalformedRecord(problem)
+
+
 def decode_envelope(data: bytes) -> Envelope:
+    _bounded(data)
     try:
         env = _event_decoder.decode(data)
     except msgspec.DecodeError:
@@ -122,6 +135,8 @@ _peek_decoder: Final = msgspec.json.Decoder(DecisionPeek)
 def peek_decision(data: bytes) -> DecisionPeek:
     """Type and cycle of a decision record; an empty type when it is not even a JSON object
     (a full :func:`decode_decision` then says what is wrong)."""
+    if json_nesting_problem(data) is not None:
+        return DecisionPeek()
     try:
         return _peek_decoder.decode(data)
     except msgspec.DecodeError:
@@ -129,6 +144,7 @@ def peek_decision(data: bytes) -> DecisionPeek:
 
 
 def decode_decision(data: bytes) -> Any:
+    _bounded(data)
     try:
         return _decision_decoder.decode(data)
     except msgspec.DecodeError as e:
