@@ -32,8 +32,10 @@ from events.messages import (
     CycleCompleted,
     DecisionApplied,
     EvictWorkload,
+    ObjectApplied,
     PodsReady,
 )
+from events.validation import applied_problem
 from services.core.apply import apply_cycle
 from services.core.cycle import run_cycle
 from services.core.snapshot import decode_state, encode_state
@@ -130,14 +132,22 @@ class Scheduler:
         except UnknownEventType as e:
             raise SchedulerStopped(f"cluster-events offset {offset}: {e}") from e
         except MalformedRecord as e:
-            self.stats.dead_letters += 1
-            return key, encode({"topic": self.topics.cluster_events, "offset": offset, "reason": str(e),
-                                "value": value.decode("utf-8", "replace")})
+            return self._dead_letter(offset, value, key, str(e))
+        if isinstance(env.event, ObjectApplied):
+            # Held to the limits a manifest is held to, before it can touch the state.
+            problem = applied_problem(env.event.object, self.state.cohorts)
+            if problem is not None:
+                return self._dead_letter(offset, value, key, problem)
         fold(self.state, env.event)
         self.stats.events += 1
         if not isinstance(env.event, NO_SCHEDULING_EFFECT):
             self._needs_cycle = True
         return None
+
+    def _dead_letter(self, offset: int, value: bytes, key: str, reason: str) -> tuple[str, bytes]:
+        self.stats.dead_letters += 1
+        return key, encode({"topic": self.topics.cluster_events, "offset": offset, "reason": reason,
+                            "value": value.decode("utf-8", "replace")})
 
     def fold_until(self, offset: int) -> list[tuple[str, bytes]]:
         """Fold cluster events up to (not including) ``offset``; returns dead letters."""
