@@ -35,6 +35,7 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta1", "v1beta2")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 MAX_RESOURCE_GROUPS = 16
 MAX_FLAVORS_PER_GROUP = 64
@@ -126,6 +127,15 @@ class _NoTimestampLoader(yaml.SafeLoader):
         shape = (1 + max((h for h, _ in shapes), default=0), 1 + sum(n for _, n in shapes))
         self._shape[id(node)] = shape
         return shape
+
+    def construct_scalar(self, node: yaml.ScalarNode | yaml.MappingNode) -> Any:
+        value = super().construct_scalar(node)
+        if isinstance(value, str) and _SURROGATE.search(value):
+            # "\ud800" escapes a half of a UTF-16 pair, which is not text: nothing could encode it.
+            raise yaml.constructor.ConstructorError(
+                None, None, "a string with an unpaired surrogate escape is not text", node.start_mark
+            )
+        return value
 
     def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
         try:

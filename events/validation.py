@@ -45,7 +45,7 @@ MAX_RECORD_BYTES: Final = 1 << 20
 """A cluster-event or decision record: Kafka's default ``max.request.size`` (1 MiB) of a producer."""
 MAX_MANIFEST_BYTES: Final = 32 << 20
 """One manifest file. The API server takes at most 3 MiB per object; a file holds many."""
-MAX_YAML_NODES: Final = 1 << 22
+MAX_YAML_NODES: Final = 1 << 20
 """Nodes of one YAML document once its aliases (``*anchor``) are expanded: each alias stands for a
 whole subtree, so a few levels of them multiply into a document too large to hold (the "billion
 laughs"). Without aliases a document within ``MAX_MANIFEST_BYTES`` stays far below it."""

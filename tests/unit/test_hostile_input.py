@@ -316,3 +316,9 @@ def test_sim_duration_out_of_bounds_falls_back_to_the_default(text: str) -> None
 )
 def test_sim_duration_up_to_the_bound_is_read(text: str, want_ms: int) -> None:
     assert parse_duration(text) == want_ms
+
+
+def test_an_unpaired_surrogate_escape_is_not_text() -> None:
+    # Found by the fuzz suite: msgspec (and every encoder) fails on it far from the file.
+    with pytest.raises(ValueError, match=r"document 1: invalid YAML \(line 1\): a string with an unpaired surrogate"):
+        load({"f.yaml": 'kind: "\\ud800"\n'})
