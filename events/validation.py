@@ -27,6 +27,7 @@ from fractions import Fraction
 from typing import Final
 
 from events import objects as o
+from events.messages import ClusterEvent, ObjectApplied
 
 INT32_MIN: Final = -(2**31)
 INT32_MAX: Final = 2**31 - 1
@@ -52,6 +53,8 @@ laughs"). Without aliases a document within ``MAX_MANIFEST_BYTES`` stays far bel
 MAX_DURATION_CHARS: Final = 64
 MAX_DURATION_NS: Final = INT64_MAX  # Go's time.Duration: int64 nanoseconds, about 292 years
 MAX_DURATION_MS: Final = MAX_DURATION_NS // 1_000_000
+MIN_TIME_MS: Final = -62_135_596_800_000  # 0001-01-01T00:00:00Z, the first RFC 3339 time
+MAX_TIME_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last (and Python's datetime's)
 MAX_LABEL_NAME: Final = 63
 MAX_LABEL_PREFIX: Final = 253
 MAX_LABEL_VALUE: Final = 63
@@ -246,8 +249,19 @@ def _admission(adm: o.Admission, by_name: Mapping[str, o.PodSet]) -> None:
             amount(value, f"{path}.resourceUsage.{resource}")
 
 
+def time_ms(value: int, field: str) -> None:
+    """A time every reader can print: within RFC 3339's years 1 to 9999."""
+    if not MIN_TIME_MS <= value <= MAX_TIME_MS:
+        raise Invalid(field, f"must be between {MIN_TIME_MS} and {MAX_TIME_MS} ms since the epoch (years 1 to "
+                             f"9999), got {_short(value)}")
+
+
 def _workload(wl: o.Workload) -> None:
     by_name = _pod_sets(wl)
+    if wl.creation_time is not None:
+        time_ms(wl.creation_time, "metadata.creationTimestamp")
+    if wl.reserved_at is not None:
+        time_ms(wl.reserved_at, "status.conditions.lastTransitionTime")
     if wl.priority is not None:
         int32(wl.priority, "spec.priority")
     labels(wl.labels, "metadata.labels")
@@ -338,9 +352,21 @@ def cohort_problem(parents: Mapping[str, str], cohort: o.Cohort) -> Invalid | No
                                       f"with parent {cohort.parent!r}")
 
 
+def event_problem(event: ClusterEvent, cohorts: Mapping[str, o.Cohort]) -> str | None:
+    """Why a cluster event from the log must not be folded (naming the object and the field),
+    given the Cohorts folded so far; None when it may be. Its time must be printable (the
+    actuator writes it into conditions); an applied object is held to :func:`validate_object`."""
+    try:
+        time_ms(event.time, "time")
+    except Invalid as e:
+        return f"invalid {type(event).__name__} event: {e}"
+    if isinstance(event, ObjectApplied):
+        return applied_problem(event.object, cohorts)
+    return None
+
+
 def applied_problem(obj: o.AnyObject, cohorts: Mapping[str, o.Cohort]) -> str | None:
-    """Why an applied object from the log must not be folded (naming the object and the field),
-    given the Cohorts folded so far; None when it may be."""
+    """Why an applied object must not be folded, given the Cohorts folded so far; None when it may be."""
     try:
         validate_object(obj)
         if isinstance(obj, o.Cohort) and obj.parent:

@@ -32,10 +32,9 @@ from events.messages import (
     CycleCompleted,
     DecisionApplied,
     EvictWorkload,
-    ObjectApplied,
     PodsReady,
 )
-from events.validation import applied_problem
+from events.validation import event_problem
 from services.core.apply import apply_cycle
 from services.core.cycle import run_cycle
 from services.core.snapshot import decode_state, encode_state
@@ -133,11 +132,10 @@ class Scheduler:
             raise SchedulerStopped(f"cluster-events offset {offset}: {e}") from e
         except MalformedRecord as e:
             return self._dead_letter(offset, value, key, str(e))
-        if isinstance(env.event, ObjectApplied):
-            # Held to the limits a manifest is held to, before it can touch the state.
-            problem = applied_problem(env.event.object, self.state.cohorts)
-            if problem is not None:
-                return self._dead_letter(offset, value, key, problem)
+        # Held to the limits a manifest is held to, before it can touch the state.
+        problem = event_problem(env.event, self.state.cohorts)
+        if problem is not None:
+            return self._dead_letter(offset, value, key, problem)
         fold(self.state, env.event)
         self.stats.events += 1
         if not isinstance(env.event, NO_SCHEDULING_EFFECT):

@@ -18,7 +18,7 @@ from events import validation as v
 from events.codec import MalformedRecord, decode_decision, decode_envelope, encode
 from events.envelope import Envelope, Topics
 from events.manifests import load
-from events.messages import AdmitWorkload, ObjectApplied
+from events.messages import AdmitWorkload, ClockTicked, ObjectApplied
 from services.app.cli import main
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
@@ -236,6 +236,10 @@ def _assignment(count: int, name: str = "main") -> o.PodSetAssignment:
                 ("cpu", o.Quota(nominal=-5)),)),)),))),
             "invalid ClusterQueue neg: spec.resourceGroups[0].flavors[0].resources[0].nominalQuota: must be greater "
             "than or equal to 0", id="a negative nominal quota"),
+        pytest.param(encode(Envelope(id="t", source="s", event=ClockTicked(time=10**30))),
+                     "invalid ClockTicked event: time: must be between", id="a time no one can print"),
+        pytest.param(_record(_wire_workload(1, creation_time=-(10**20))), "metadata.creationTimestamp: must be "
+                     "between", id="a creation time before year 1"),
         pytest.param(b'{"id":"x","source":"s","event":{"type":"clock.ticked","junk":' + b"[" * 1000 + b"]" * 1000
                      + b"}}", "nested deeper than 64 levels", id="a record nested 1000 deep inside an unknown field"),
         pytest.param(b'{"id":"x","source":"s","event":{"type":"clock.ticked","junk":"' + b"x" * v.MAX_RECORD_BYTES
