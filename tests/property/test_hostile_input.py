@@ -31,6 +31,8 @@ from events.envelope import Envelope, Topics
 from events.manifests import ManifestError, load
 from events.messages import ObjectApplied
 from events.validation import validate_object
+from services.app.simulate import fold_files, run
+from services.core.state import admission_usage
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler, SchedulerStopped
 from tests.builders import a_cluster_queue, a_cohort, a_flavor, a_job, a_local_queue, a_namespace, a_workload
@@ -69,11 +71,14 @@ def _expand(match: re.Match[str]) -> str:
                                                            for i in range(n))
 
 
+NUMBERS = st.sampled_from([-1, -100, 0, 1, 3, 2**31 - 1, 2**31, 2**63 - 1, 2**63, -(2**63), 10**30])
+TEXTS = st.sampled_from([" 4 ", "4 ", "-1", "1e400", "9" * 70, "8Ei", "1.5", "500m", "", " ", "bad key!", "-x-",
+                         "x" * 64, "a/b/c", "999999999999999999999h", "1h30m", "true"])
 HOSTILE = st.one_of(
-    st.sampled_from([-1, -100, 0, 2**31 - 1, 2**31, 2**63 - 1, 2**63, -(2**63), 10**30]),
+    NUMBERS,
+    NUMBERS,  # twice as likely: most limits are on numbers
     st.integers(),
-    st.sampled_from([" 4 ", "4 ", "-1", "1e400", "9" * 70, "8Ei", "1.5", "", " ", "bad key!", "-x-", "x" * 64,
-                     "999999999999999999999h", "1h30m", "true"]),
+    TEXTS,
     st.text(max_size=12),
     st.floats(),
     st.booleans(),
@@ -98,14 +103,24 @@ def _places(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
+def _at(body: Any, path: tuple[Any, ...]) -> Any:
+    for key in path:
+        body = body[key]
+    return body
+
+
 @st.composite
 def mutated_manifests(draw: st.DrawFn) -> str:
     body = copy.deepcopy(draw(st.sampled_from(TARGETS)))
     for _ in range(draw(st.integers(1, 3))):
-        path = draw(st.sampled_from(_places(body)[1:]))
-        parent: Any = body
-        for key in path[:-1]:
-            parent = parent[key]
+        # Anywhere but the identity of the object (a missing kind or name says little more), and
+        # mostly a leaf: a value replaced is more often a limit tested than a shape refused.
+        places = [p for p in _places(body)[1:] if p[0] not in ("apiVersion", "kind")
+                  and p[:2] not in (("metadata", "name"), ("metadata", "namespace"))]
+        leaves = [p for p in places if not isinstance(_at(body, p), dict | list)]
+        use_leaf = bool(leaves) and draw(st.integers(0, 3)) > 0
+        path = draw(st.sampled_from(leaves if use_leaf else places))
+        parent = _at(body, path[:-1])
         last = path[-1]
         if isinstance(parent[last], list) and parent[last] and draw(st.booleans()):
             parent[last].append(copy.deepcopy(parent[last][0]))  # a duplicated item (podSetAssignments, ...)
@@ -113,16 +128,29 @@ def mutated_manifests(draw: st.DrawFn) -> str:
             parent[draw(st.text(max_size=8))] = draw(HOSTILE)  # an extra field
         else:
             parent[last] = draw(HOSTILE)
-    return _TOKEN.sub(_expand, json.dumps(body))
+    return _TOKEN.sub(_expand, json.dumps(body, ensure_ascii=False))
 
 
 def _check_manifests(text: str) -> None:
+    """Refused, or valid objects that simulate folds and schedules within the quota: what "cq"
+    uses is at most its nominal quota, or what arrived already holding it if that was more."""
     try:
         objects = load({"f.yaml": text})
     except ManifestError:
         return
     for _, obj in objects:
         validate_object(obj)
+    state = run(fold_files({"f.yaml": text}), cycles=None, max_cycles=50).state
+    held: dict[tuple[str, str], int] = {}
+    for _, obj in objects:
+        if isinstance(obj, o.Workload) and obj.admission is not None and obj.admission.cluster_queue == "cq":
+            for fr, value in admission_usage(obj.admission).items():
+                held[fr] = held.get(fr, 0) + value
+    if "cq" not in state.cluster_queues:
+        return
+    state.ensure_indexed()
+    for fr, used in state.cq_node("cq").usage.items():
+        assert 0 <= used <= max(NOMINAL_CPU * 1000, held.get(fr, 0)), (fr, used)
 
 
 @SETTINGS

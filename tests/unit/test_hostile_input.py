@@ -7,9 +7,11 @@ cluster falls back to its default duration. The limits themselves are in ``event
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 
@@ -39,7 +41,7 @@ def _wl(name: str = "w", count: Any = 1, cpu: Any = 1) -> Any:
 
 
 def _admitted(*assignments: dict[str, Any], count: int = 1) -> dict[str, Any]:
-    body = _wl("held", count).admitted("cq", {"cpu": "default"}).obj()
+    body: dict[str, Any] = _wl("held", count).admitted("cq", {"cpu": "default"}).obj()
     body["status"]["admission"]["podSetAssignments"] = [{"flavors": {"cpu": "default"}, **a} for a in assignments]
     return body
 
@@ -188,8 +190,6 @@ def _fold_all(log: SqliteLog, values: list[bytes]) -> tuple[Scheduler, list[dict
     s = Scheduler(log)
     while s.step():
         pass
-    import json
-
     return s, [json.loads(r.value) for r in log.read(T.dead_letters, 0)]
 
 
@@ -200,8 +200,6 @@ def _valid_objects() -> list[o.AnyObject]:
 def _wire_workload(count: int = 1, **changes: Any) -> o.Workload:
     wl = next(obj for _, obj in load({"w.yaml": _dump(*_quota(), _wl())}) if isinstance(obj, o.Workload))
     ps = wl.pod_sets[0]
-    import msgspec
-
     return msgspec.structs.replace(wl, pod_sets=(msgspec.structs.replace(ps, count=count),), **changes)
 
 
