@@ -66,8 +66,8 @@ _NS_PER: Final = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_
                   "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
 _DIGITS: Final = re.compile(r"[0-9]+")
 _SIGNED_DIGITS: Final = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.Atoi accepts
-_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_JSON_BRACKET: Final = re.compile(rb"[\[\]{}]")
+_JSON_SPECIAL: Final = re.compile(rb'[\\"\[\]{}]')
+_OPEN, _CLOSE, _QUOTE, _BACKSLASH = frozenset(b"[{"), frozenset(b"]}"), ord('"'), ord("\\")
 
 
 class Invalid(ValueError):
@@ -384,17 +384,29 @@ def applied_problem(obj: o.AnyObject, cohorts: Mapping[str, o.Cohort]) -> str | 
 def json_nesting_problem(data: bytes) -> str | None:
     """Why a JSON record must not be decoded (too large, nested too deep), or None. Cheap for
     the records we write: a record with few brackets cannot be deep, and only a record with
-    many is scanned (strings removed first, so brackets inside them do not count)."""
+    many is scanned, in one pass over its quotes, backslashes and brackets (so brackets inside
+    strings do not count), linear in its size whatever it holds."""
     if len(data) > MAX_RECORD_BYTES:
         return f"record of {len(data)} bytes is larger than {MAX_RECORD_BYTES} bytes"
     if data.count(b"[") + data.count(b"{") <= MAX_NESTING:
         return None
-    depth = 0
-    for m in _JSON_BRACKET.finditer(_JSON_STRING.sub(b"", data)):
-        if m.group() in (b"[", b"{"):
+    depth, in_string, skip_to = 0, False, -1
+    for m in _JSON_SPECIAL.finditer(data):
+        pos = m.start()
+        if pos < skip_to:
+            continue  # the character after a backslash
+        c = data[pos]
+        if in_string:
+            if c == _BACKSLASH:
+                skip_to = pos + 2
+            elif c == _QUOTE:
+                in_string = False
+        elif c == _QUOTE:
+            in_string = True
+        elif c in _OPEN:
             depth += 1
             if depth > MAX_NESTING:
                 return f"nested deeper than {MAX_NESTING} levels"
-        else:
+        elif c in _CLOSE:
             depth -= 1
     return None

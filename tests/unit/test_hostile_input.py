@@ -283,6 +283,26 @@ def test_decoding_a_deep_record_is_malformed_not_a_recursion_error() -> None:
         decode_decision(b'{"type":"admit","x":' + b"{" * 70 + b"}" * 70 + b"}")
 
 
+@pytest.mark.parametrize(
+    ("data", "want"),
+    [
+        pytest.param(b"[" * 64 + b"]" * 64, None, id="64 levels"),
+        pytest.param(b"[" * 65 + b"]" * 65, "nested deeper than 64 levels", id="65 levels"),
+        pytest.param(b'["' + b"[" * 100 + b'"]', None, id="brackets inside a string"),
+        pytest.param(b'["\\\\"' + b",[" * 65 + b"]" * 65 + b"]", "nested deeper", id="a quote after an escaped "
+                     "backslash ends the string"),
+        pytest.param(b'["\\"' + b"[" * 65 + b'"]', None, id="an escaped quote does not end the string"),
+        pytest.param(b'"' + b'\\"' * 300_000 + b"[" * 65, None, id="an unterminated string of escaped quotes"),
+        pytest.param(b"[" * 65 + b'"' + b"]" * 65, "nested deeper", id="a bracket run before any string"),
+        pytest.param(b"[" * 100 + b"]" * 100 + b" " * v.MAX_RECORD_BYTES, "bytes is larger than 1048576 bytes",
+                     id="over 1 MiB"),
+    ],
+)
+def test_json_nesting_is_measured_outside_strings(data: bytes, want: str | None) -> None:
+    problem = v.json_nesting_problem(data)
+    assert problem == want if want is None else want in (problem or "")
+
+
 def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
     record = encode(Envelope(id="[" * 100, source="{" * 100, event=ObjectApplied(
         object=o.Namespace(name="n", labels=(("k", "v"),)))))
