@@ -10,10 +10,13 @@ a record, because the scheduler must treat them differently:
   skip a fact;
 - old schema versions are upcast before they are converted.
 
-Decoding is bounded: a record larger than ``MAX_RECORD_BYTES`` or nested deeper
-than ``MAX_NESTING`` is malformed before msgspec sees it, so that no record can
-exhaust the stack (msgspec recurses) or the memory, and a poison record is a
-dead letter rather than a crash on every restart.
+Decoding is bounded: a cluster event larger than ``MAX_RECORD_BYTES`` or nested
+deeper than ``MAX_NESTING`` is malformed before msgspec sees it, so that no
+record can exhaust the stack (msgspec recurses) or the memory, and a poison
+record is a dead letter rather than a crash on every restart. Decision records
+are the scheduler's own and may be large (a cycle's head outcomes; the log's
+topics take up to 100 MiB), so they are not measured first; one too deep for
+msgspec is malformed all the same.
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ def decode_error(data: bytes, known_types: frozenset[str], error: Exception) -> 
     """What a failed decode of a tagged record means: a type this version does not know
     (:class:`UnknownEventType`) or a malformed record."""
     raw: Any = None
-    with contextlib.suppress(msgspec.DecodeError):
+    with contextlib.suppress(msgspec.DecodeError, RecursionError):
         raw = msgspec.json.decode(data)
     if isinstance(raw, dict) and isinstance(raw.get("type"), str) and raw["type"] not in known_types:
         return UnknownEventType(raw["type"])
@@ -135,17 +138,16 @@ _peek_decoder: Final = msgspec.json.Decoder(DecisionPeek)
 def peek_decision(data: bytes) -> DecisionPeek:
     """Type and cycle of a decision record; an empty type when it is not even a JSON object
     (a full :func:`decode_decision` then says what is wrong)."""
-    if json_nesting_problem(data) is not None:
-        return DecisionPeek()
     try:
         return _peek_decoder.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return DecisionPeek()
 
 
 def decode_decision(data: bytes) -> Any:
-    _bounded(data)
     try:
         return _decision_decoder.decode(data)
     except msgspec.DecodeError as e:
         raise decode_error(data, DECISION_TYPES, e) from None
+    except RecursionError:
+        raise MalformedRecord("nested too deeply to decode") from None

@@ -17,7 +17,7 @@ import yaml
 
 from events import objects as o
 from events import validation as v
-from events.codec import MalformedRecord, decode_decision, decode_envelope, encode
+from events.codec import DecisionPeek, MalformedRecord, decode_decision, decode_envelope, encode, peek_decision
 from events.envelope import Envelope, Topics
 from events.manifests import load
 from events.messages import AdmitWorkload, ClockTicked, ObjectApplied
@@ -279,8 +279,9 @@ def test_a_cohort_chain_through_the_log_stops_at_the_bound(tmp_path: Path) -> No
 def test_decoding_a_deep_record_is_malformed_not_a_recursion_error() -> None:
     with pytest.raises(MalformedRecord, match="nested deeper than 64 levels"):
         decode_envelope(b"[" * 100_000 + b"]" * 100_000)
-    with pytest.raises(MalformedRecord, match="nested deeper"):
-        decode_decision(b'{"type":"admit","x":' + b"{" * 70 + b"}" * 70 + b"}")
+    with pytest.raises(MalformedRecord, match="nested too deeply"):
+        decode_decision(b'{"type":"admit","x":' + b'{"a":' * 100_000 + b"0" + b"}" * 100_000 + b"}")
+    assert peek_decision(b"[" * 100_000 + b"]" * 100_000) == DecisionPeek()
 
 
 @pytest.mark.parametrize(
