@@ -44,19 +44,15 @@ GROUP = "scheduler"
 # Events that cannot change what a cycle decides (until waitForPodsReady makes readiness count).
 NO_SCHEDULING_EFFECT = (DecisionApplied, ActuationFailed, PodsReady)
 MAX_CYCLES_PER_BATCH = 1000
-# Heads nominated in one step before it commits and reads what arrived meanwhile. With saturated
+# A step ends after this many heads, commits, and folds what arrived meanwhile: with saturated
 # queues every release of quota sends a cohort's parked workloads back, and retrying them one head
 # per ClusterQueue per cycle can take hundreds of cycles; a finish that arrives during them should
 # not wait for the last one (Kueue's own loop sees new events between any two cycles).
 MAX_HEADS_PER_STEP = 2000
-# ... and sooner once something was admitted or evicted and then a cycle was not: the actuator
-# should not wait for the rest of a sweep that mostly parks workloads again (while every cycle
-# admits, as when a backlog drains, the step goes on to the budget).
-# A sweep in which no cycle admits or evicts stops after this many heads: it only parks
-# workloads that do not fit, and the finish that would let one in is likely waiting to be
-# folded. Each quota release sends the cohort's parked workloads back, so with busy queues a
-# long sweep is mostly undone by the next step anyway; reading in between lets that release in
-# tens of milliseconds instead of after the whole sweep (which held a whole step for ~100 ms).
+# A sweep in which no cycle admits or evicts ends the step sooner, after this many heads: it only
+# parks workloads that do not fit, and the finish that would let one in is likely waiting to be
+# folded. Each quota release sends the cohort's parked workloads back, so a long sweep is mostly
+# undone by the next step anyway; reading in between lets that release in within milliseconds.
 MAX_IDLE_HEADS_PER_STEP = 100
 
 
