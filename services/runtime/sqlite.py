@@ -37,7 +37,12 @@ _SAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
 def _table(topic: str) -> str:
-    return "t_" + _SAFE.sub("_", topic)
+    return "t_" + table_name(topic)
+
+
+def table_name(topic: str) -> str:
+    """The name under which :meth:`SqliteLog.topics` lists ``topic``."""
+    return _SAFE.sub("_", topic)
 
 
 class SqliteLog:
@@ -222,6 +227,27 @@ class SqliteLog:
         row = self._db.execute("SELECT next_offset FROM positions WHERE grp = ? AND topic = ?",
                                (group, topic)).fetchone()
         return int(row[0]) if row else 0
+
+    def positions(self) -> list[tuple[str, str, int]]:
+        """Every committed consumer position: (group, topic, next offset), sorted."""
+        rows = self._db.execute("SELECT grp, topic, next_offset FROM positions ORDER BY grp, topic").fetchall()
+        return [(str(g), str(t), int(n)) for g, t, n in rows]
+
+    def span(self, topic: str) -> tuple[int, int, int]:
+        """(records, lowest offset, highest offset) of ``topic``; offsets are contiguous in a sound log."""
+        table = self._existing(topic)
+        if table is None:
+            return 0, 0, -1
+        count, low, high = self._db.execute(f'SELECT COUNT(*), MIN(off), MAX(off) FROM "{table}"').fetchone()
+        return int(count), int(low if low is not None else 0), int(high if high is not None else -1)
+
+    def integrity(self) -> list[str]:
+        """SQLite's own check of the file (b-trees, pages, indices): the problems it finds, [] when sound."""
+        try:
+            rows = [str(r[0]) for r in self._db.execute("PRAGMA quick_check").fetchall()]
+        except sqlite3.DatabaseError as e:
+            return [str(e)]
+        return [] if rows == ["ok"] else rows
 
     def commit(self, group: str, topic: str, next_offset: int) -> None:
         self.transact({}, {(group, topic): next_offset})
