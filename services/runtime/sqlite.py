@@ -55,6 +55,8 @@ class SqliteLog:
         path = self.directory / DB_FILE
         if create and not self.directory.exists():
             self.directory.mkdir(parents=True, exist_ok=True)
+        if create and not path.exists():
+            self._create(path)
         if not path.exists() and not create:
             raise LogError(f"no embedded log at {self.directory} (expected {DB_FILE})", retriable=False)
         if path.exists() and path.stat().st_size == 0:
@@ -75,6 +77,27 @@ class SqliteLog:
                 self._db.execute(f"PRAGMA application_id={APPLICATION_ID}")
         except sqlite3.DatabaseError as e:
             raise LogError(f"{path}: not a readable kueuelog log ({e})", retriable=False) from None
+
+    @staticmethod
+    def _create(path: Path) -> None:
+        """Make a new, complete log under a temporary name and link it into place, so that no
+        reader ever opens a half-made one (an empty file, or a database without its tables)."""
+        staging = path.with_name(f".{path.name}.{os.getpid()}.new")
+        staging.unlink(missing_ok=True)
+        db = sqlite3.connect(staging, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE positions (grp TEXT NOT NULL, topic TEXT NOT NULL, "
+                       "next_offset INTEGER NOT NULL, PRIMARY KEY (grp, topic))")
+            db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+        finally:
+            db.close()  # the last connection checkpoints and removes the -wal file
+        try:
+            os.link(staging, path)
+        except FileExistsError:
+            pass  # another process made it first: theirs is as good
+        finally:
+            staging.unlink(missing_ok=True)
 
     @staticmethod
     def _connect(path: Path) -> sqlite3.Connection:
