@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from events import objects as o
 from events.manifests import Document, ManifestError, load, normalize, read_documents
@@ -1404,3 +1405,14 @@ def test_cli_accepts_a_valid_file(tmp_path):
     proc = _simulate(str(path), "-o", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"apiVersion": "v1", "kind": "List", "items": []}
+
+
+def test_cli_yaml_output_is_the_json_output_with_pending_workloads():
+    """-o yaml used to crash on the closed-set pending reason of a waiting workload."""
+    examples = sorted(str(p) for p in Path("examples").glob("*.yaml"))
+    as_json = _simulate(*examples, "-o", "json")
+    as_yaml = _simulate(*examples, "-o", "yaml")
+    assert as_json.returncode == 0 and as_yaml.returncode == 0, as_yaml.stderr
+    doc = yaml.safe_load(as_yaml.stdout)
+    assert doc == json.loads(as_json.stdout)
+    assert any(item["metadata"].get("annotations", {}).get("kueuelog.io/pending-reason") for item in doc["items"])
