@@ -50,7 +50,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from events import jobs
 from events import objects as o
 from events.manifests import Document, ManifestError, format_time, normalize
-from services.actuator.kubeerrors import KubeApiError, status_retriable
+from services.actuator.kubeapi import KubeApiError, status_retriable
 
 Policy = Literal["suspend", "reject"]
 POLICIES: Final = ("suspend", "reject")
