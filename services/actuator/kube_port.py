@@ -100,7 +100,7 @@ class KubeStats:
     """What the port counts beyond the loop's :class:`~services.actuator.loop.Stats`."""
 
     already_applied: int = 0  # the Job showed the decision already (a redo after a crash)
-    stale: int = 0  # the Job showed a newer cycle's decision
+    stale: int = 0  # the Job showed a newer cycle's decision (reported applied: the loop counts it started/stopped)
     pending_written: int = 0
     pending_unchanged: int = 0
     pending_dropped: int = 0
