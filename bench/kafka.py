@@ -65,8 +65,8 @@ from events.messages import (
     WorkloadFinished,
 )
 from events.simcluster import RunStarted, StartWorkload, decode_sim_record, sim_cluster_topic
-from services.actuator.actuator import SimClusterPort
 from services.actuator.runner import run_actuator
+from services.actuator.sim_port import SimClusterPort
 from services.app.driver import run_all, stop_when
 from services.runtime.clock import wall_clock_ms
 from services.runtime.kafka import HEADERS, KafkaLog, KafkaSettings

@@ -50,7 +50,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from events import jobs
 from events import objects as o
 from events.manifests import Document, ManifestError, format_time, normalize
-from services.actuator.kubeerrors import KubeApiError, status_retriable
+from services.actuator.kubeapi import KubeApiError, status_retriable
 
 Policy = Literal["suspend", "reject"]
 POLICIES: Final = ("suspend", "reject")
@@ -733,16 +733,8 @@ class _Conflict(Exception):
     """A write's resourceVersion precondition failed (409): read again, plan again."""
 
 
-async def run_job_reconciler(api: client.ApiClient, stop: asyncio.Event, *, cluster: str, policy: Policy = "suspend",
-                             clock: Callable[[], int] = _wall_clock_ms) -> ReconcilerStats:
-    """Reconcile the queued Jobs of one cluster until ``stop`` is set; see the module docstring.
-
-    ``clock`` gives milliseconds since the epoch (condition and Event times)."""
-    return await JobReconciler(api, cluster=cluster, policy=policy, clock=clock).run(stop)
-
-
 __all__ = [
     "DECISION_ANNOTATION", "EVICTED_ANNOTATION", "REJECTED_LABEL", "REJECTION_ANNOTATION", "Finished", "JobError",
     "JobPlan", "JobReconciler", "JobRef", "KubeApiError", "PriorityQuery", "ReconcilerStats", "ResolvedPriority",
-    "WorkloadDraft", "default_priority", "finished_status", "plan_job", "rejection_message", "run_job_reconciler",
+    "WorkloadDraft", "default_priority", "finished_status", "plan_job", "rejection_message",
 ]

@@ -1,7 +1,7 @@
 """What the Kubernetes actuator writes, as pure functions of the objects it read and the decision:
 the Job's pod-template patches (flavor nodeSelector and tolerations in, the original back out),
 the idempotency verdict, the Workload status payloads, and the ClusterQueue / LocalQueue counts
-(:class:`QueueCounts`). No I/O here; :mod:`services.actuator.kube` is the shell that reads and
+(:class:`QueueCounts`). No I/O here; :mod:`services.actuator.kube_port` is the shell that reads and
 writes through the API server.
 """
 
@@ -21,7 +21,7 @@ from events.messages import (
     MarkPending,
 )
 from events.quantity import QuantityError, format_amount, to_amount
-from services.actuator.kubeerrors import InvalidObject, Ref
+from services.actuator.kubeapi import InvalidObject, Ref
 from services.core import conditions as cond
 
 ANN_DECISION: Final = "kueuelog.io/decision-id"

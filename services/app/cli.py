@@ -364,7 +364,7 @@ async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: An
         else:
             await asyncio.gather(run_sim, run_arrivals(stream, stop, bell=bell))
     elif cfg is None:
-        from services.actuator.actuator import SimClusterPort
+        from services.actuator.sim_port import SimClusterPort
 
         await run_actuator(log, stop, port=SimClusterPort(topics, cluster), topics=topics, status=status,
                                long_poll=True)

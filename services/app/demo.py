@@ -30,7 +30,8 @@ from events.envelope import Topics
 from events.manifests import format_time
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload
 from events.quantity import format_amount
-from services.actuator.actuator import Actuator, SimClusterPort
+from services.actuator.loop import Actuator
+from services.actuator.sim_port import SimClusterPort
 from services.app.logview import format_decision
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
@@ -144,7 +145,7 @@ def run_demo(paths: Sequence[str], directory: Path, *, console: Console, pace: f
     with Live(_view(scheduler, decisions, 0, 0, total), console=console, refresh_per_second=8,
               transient=False, auto_refresh=False) as live:
         while True:
-            did = scheduler.step() + actuator.step() + sim.step()
+            did = scheduler.step() + actuator.step_now() + sim.step()
             if not did:
                 if not advance_time(sim, arrivals):
                     if finished(sim, arrivals):

@@ -54,14 +54,14 @@ EVICTED_ANNOTATION: Final = "kueuelog.io/evicted"
 """Set by the actuator on a Job it suspended for an eviction; the value is the decision id."""
 REJECTED_LABEL: Final = "kueuelog.io/rejected"
 """Set (to "true") by the job reconciler's ``reject`` policy on a queued Job created running: it
-runs outside quota and is not Kueue's (services/actuator/jobs.py; the watcher may not import it)."""
+runs outside quota and is not Kueue's (services/actuator/job_reconciler.py; the watcher may not import it)."""
 ORIGINAL_ANNOTATION: Final = "kueuelog.io/original-pod-scheduling"
 """Set by the actuator while the Job's pod template carries the flavors' node selector and
 tolerations (removed when it restores the template after an eviction)."""
 ACTUATION_ANNOTATIONS: Final = frozenset({
     EVICTED_ANNOTATION, ORIGINAL_ANNOTATION, "kueuelog.io/decision-id", "kueuelog.io/decision-cycle",
 })
-"""The actuator's bookkeeping on a Job (services/actuator/kube.py; the watcher may not import it):
+"""The actuator's bookkeeping on a Job (services/actuator/kube_port.py; the watcher may not import it):
 not the user's Job, so not part of its Workload."""
 
 KUEUE_VERSION: Final = "v1beta1"

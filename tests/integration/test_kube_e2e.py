@@ -28,7 +28,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
 from events.messages import AdmitWorkload, EvictWorkload, ObjectApplied, ObjectDeleted
 from services.actuator.job_reconciler import Policy
+from services.actuator.kube_port import KUBE_TUNING
 from services.actuator.service import ActuatorService
 from services.runtime.kafka import KafkaLog, KafkaSettings
 from services.runtime.kubeclient import api_client
@@ -103,7 +104,7 @@ async def kueuelog(plane: LocalControlPlane, log: Log, *, cluster: str, topics: 
     scheduler = ServiceStatus("scheduler")
     watcher = WatcherService(log, watcher_api, cluster=cluster, topics=topics, backoff=(0.1, 1.0))
     actuator = ActuatorService(log, actuator_api, cluster=cluster, topics=topics, role=role, policy=policy,
-                               retry_base_seconds=0.1, retry_max_seconds=2.0)
+                               tuning=replace(KUBE_TUNING, retry_base_seconds=0.1, retry_max_seconds=2.0))
     stop = asyncio.Event()
     tasks = [asyncio.create_task(watcher.run(stop), name="watcher"),
              asyncio.create_task(run_scheduler(log, stop, topics=topics, status=scheduler), name="scheduler"),

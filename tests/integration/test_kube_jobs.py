@@ -28,8 +28,8 @@ from services.actuator.job_reconciler import (
     DECISION_ANNOTATION,
     REJECTED_LABEL,
     REJECTION_ANNOTATION,
+    JobReconciler,
     ReconcilerStats,
-    run_job_reconciler,
 )
 from tests.infra.kube import LocalControlPlane
 from tests.infra.pytest_kube import open_api_client
@@ -100,7 +100,7 @@ class Running:
 @contextlib.asynccontextmanager
 async def reconciler(api: client.ApiClient, policy: Any = "suspend") -> AsyncIterator[Running]:
     running = Running()
-    task = asyncio.create_task(run_job_reconciler(api, running.stop, cluster="test", policy=policy))
+    task = asyncio.create_task(JobReconciler(api, cluster="test", policy=policy).run(running.stop))
     try:
         yield running
     finally:

@@ -391,8 +391,8 @@ EXPECTED_RULES = {
         *(("", "namespaces", v) for v in ("get", "list", "watch")),
         *(("scheduling.k8s.io", "priorityclasses", v) for v in ("get", "list", "watch")),
     },
-    # Derived from the calls of services/actuator/kube.py (KubeCalls get / merge patch) and of the
-    # job reconciler that runs in the same process (services/actuator/jobs.py): nothing more.
+    # Derived from the calls of services/actuator/kube_port.py (KubeCalls get / merge patch) and of the
+    # job reconciler that runs in the same process (services/actuator/job_reconciler.py): nothing more.
     "actuator": {
         # kube.py reads, unsuspends and suspends Jobs; jobs.py lists and watches the queued ones,
         # reads one again after a conflict and suspends (or rejects) it.

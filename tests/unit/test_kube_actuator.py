@@ -13,7 +13,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import objects as o
 from events.messages import AdmitWorkload, EvictWorkload, MarkPending, PendingReason
-from services.actuator.kubeerrors import InvalidObject, KubeApiError, TokenBucket, classify
+from services.actuator.kubeapi import InvalidObject, KubeApiError, TokenBucket, classify
 from services.actuator.kubeplan import (
     ANN_CYCLE,
     ANN_DECISION,
