@@ -9,7 +9,7 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   ``spec.suspend=false`` and record the decision in ``kueuelog.io/decision-id`` (its cycle in
   ``kueuelog.io/decision-cycle``). Then write the Workload's ``status.admission`` and conditions
   ``QuotaReserved=True`` and ``Admitted=True``, with the texts of
-  :mod:`services.core.conditions` (the ones ``simulate`` renders).
+  :mod:`events.conditions` (the ones ``simulate`` renders).
 - ``EvictWorkload``: suspend the Job, set ``kueuelog.io/evicted``, restore the original template
   once the Job may be changed (Kubernetes lets a Job's scheduling directives change only while
   it is suspended and not started: in a real cluster that is after the job controller stopped
@@ -61,6 +61,7 @@ from typing import Any
 import structlog
 from kubernetes_asyncio import client
 
+from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION, PENDING_REASON_ANNOTATION
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, encode, peek_decision
 from events.envelope import Envelope, Topics, event_key
 from events.messages import (
@@ -74,7 +75,6 @@ from events.messages import (
 from services.actuator.actuator import GROUP, SOURCE, ActuationError, Watermark
 from services.actuator.kubeerrors import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
 from services.actuator.kubeplan import (
-    ANN_ORIGINAL,
     Decision,
     FlavorQuotas,
     FlavorScheduling,
@@ -102,7 +102,6 @@ from services.actuator.kubeplan import (
     status_patch,
     workload_ref,
 )
-from services.core.render import PENDING_REASON_ANNOTATION
 from services.runtime.log import Log, Record
 
 _log = structlog.get_logger(__name__)
@@ -397,7 +396,7 @@ class KubeActuator:
                     job = patched
                 else:
                     self.stats.already_applied += 1
-                if ANN_ORIGINAL in annotations_of(job) and not await self._restore(ref, job):
+                if ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations_of(job) and not await self._restore(ref, job):
                     self._later[f"restore:{key}"] = _Later(attempts=0, due=self.clock() + 1.0, job=ref)
             desired = evicted_status(wl.get("status") or {}, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):

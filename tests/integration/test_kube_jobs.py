@@ -23,11 +23,10 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events.cluster import DECISION_ID_ANNOTATION as DECISION_ANNOTATION
+from events.cluster import REJECTED_LABEL, REJECTION_ANNOTATION
 from events.jobs import workload_name_for_job
 from services.actuator.job_reconciler import (
-    DECISION_ANNOTATION,
-    REJECTED_LABEL,
-    REJECTION_ANNOTATION,
     ReconcilerStats,
     run_job_reconciler,
 )
