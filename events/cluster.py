@@ -116,6 +116,8 @@ class PendingConditionReason(StrEnum):
 
 
 class ConditionStatus(StrEnum):
+    """A condition's status (Kubernetes' ``metav1.ConditionStatus``; we never write ``Unknown``)."""
+
     TRUE = "True"
     FALSE = "False"
 

@@ -12,6 +12,7 @@ status does not change). Pure: time is given, never read.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from events.cluster import ConditionReason, ConditionStatus, ConditionType, EvictionReason, PendingConditionReason
 from events.messages import Condition
@@ -69,7 +70,7 @@ def requeued(status: bool, reason: str, message: str, at: int) -> Condition:
                      message or "The workload was requeued after eviction", at)
 
 
-def restarted(kind: str, at: int) -> Condition:
+def restarted(kind: Literal["ClusterQueue", "LocalQueue"], at: int) -> Condition:
     """Requeued again once the stopped ClusterQueue or LocalQueue (``kind``) runs again."""
     return condition(ConditionType.REQUEUED, True, f"{kind}Restarted", f"The {kind} was restarted after being stopped",
                      at)

@@ -209,7 +209,7 @@ def _finished(job: Mapping[str, Any], shown: str) -> tuple[bool, str] | None:
     for i, c in enumerate(conditions):
         if not isinstance(c, Mapping) or not isinstance(c.get("type"), str) or not isinstance(c.get("status"), str):
             raise JobError(shown, f"status.conditions[{i}]", "expected an object with string type and status")
-        if c["type"] in (JobConditionType.COMPLETE, JobConditionType.FAILED) and c["status"] == "True":
+        if c["type"] in (JobConditionType.COMPLETE, JobConditionType.FAILED) and c["status"] == ConditionStatus.TRUE:
             succeeded = c["type"] == JobConditionType.COMPLETE
             message = c.get("message") if isinstance(c.get("message"), str) else ""
             return succeeded, cond.finished(succeeded, message or "", 0).message  # its default when empty

@@ -73,14 +73,16 @@ class _Candidate:
     lca: Node | None  # lowest common ancestor with the preemptor (None: same ClusterQueue)
 
 
-def satisfies(policy: str, preemptor: WorkloadRecord, candidate: WorkloadRecord) -> bool:
-    if policy == "LowerPriority":
+def satisfies(policy: o.WithinClusterQueue | o.ReclaimWithinCohort, preemptor: WorkloadRecord,
+              candidate: WorkloadRecord) -> bool:
+    """Whether ``policy`` (withinClusterQueue or reclaimWithinCohort) lets ``preemptor`` take ``candidate``'s place."""
+    if policy in (o.WithinClusterQueue.LOWER_PRIORITY, o.ReclaimWithinCohort.LOWER_PRIORITY):
         return preemptor.priority > candidate.priority
-    if policy == "LowerOrNewerEqualPriority":
+    if policy == o.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
         return preemptor.priority > candidate.priority or (
             preemptor.priority == candidate.priority and preemptor.queue_time < candidate.queue_time
         )
-    return policy == "Any"
+    return policy == o.ReclaimWithinCohort.ANY
 
 
 CandidateKey = tuple[int, int, int, int, str, str]

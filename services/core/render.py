@@ -17,6 +17,7 @@ from events.cluster import (
 from events.conditions import is_true
 from events.manifests import format_time
 from events.messages import PendingReason
+from events.objects import QueueingStrategy
 from events.quantity import format_amount
 from services.core.state import State, WorkloadRecord
 
@@ -110,7 +111,7 @@ def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[str, str] | 
     ahead = next((i for i, (_, key) in enumerate(queue.active) if key == rec.key), None)
     if ahead is None:
         return None
-    if cq.queueing_strategy == "StrictFIFO" and ahead > 0:
+    if cq.queueing_strategy == QueueingStrategy.STRICT_FIFO and ahead > 0:
         head = queue.active[0][1]
         return (PendingReason.BLOCKED_BY_STRICT_FIFO,
                 f"Waiting in StrictFIFO ClusterQueue {cq.name} behind {ahead} workload(s); "

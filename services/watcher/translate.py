@@ -42,6 +42,7 @@ from events.cluster import (
     KUEUE_API_VERSION,
     ORIGINAL_POD_SCHEDULING_ANNOTATION,
     REJECTED_LABEL,
+    ConditionStatus,
     JobConditionType,
 )
 from events.codec import encode
@@ -244,7 +245,7 @@ def _job_status(
     running = not suspended or counts["active"] > 0
     for c in conditions:
         if (isinstance(c, Mapping) and c.get("type") in (JobConditionType.COMPLETE, JobConditionType.FAILED)
-                and c.get("status") == "True"):
+                and c.get("status") == ConditionStatus.TRUE):
             message = c.get("message")
             finished = WorkloadFinished(time=time_ms, namespace=wl.namespace, name=wl.name,
                                         succeeded=c.get("type") == JobConditionType.COMPLETE,
