@@ -24,7 +24,13 @@ from events.messages import (
     PendingReason,
     WorkloadFinished,
 )
-from services.actuator.kubeplan import admitted_status, evicted_status, pending_status
+from services.actuator.kubeplan import (
+    admitted_status,
+    condition_json,
+    conditions_by_type,
+    evicted_status,
+    pending_status,
+)
 from services.core.cycle import run_cycle
 from services.core.state import State, fold
 from tests.builders import a_cluster_queue, a_flavor, a_local_queue, a_workload, build_state
@@ -147,6 +153,18 @@ def _write(status: dict[str, Any], decisions: list[AnyDecision], key: str) -> di
         else:
             status = pending_status(status, d)
     return status
+
+
+def test_the_actuator_reads_back_the_conditions_it_wrote() -> None:
+    written = [condition_json(c) for c in cond.eviction(EvictionReason.PREEMPTED, "m", "InClusterQueue", T + 1000)]
+    written.append({"type": "SomeoneElses", "status": "True", "reason": "X", "message": ""})
+    written.append({"type": "Finished", "status": "True", "reason": "Succeeded", "lastTransitionTime": "soon"})
+    got = conditions_by_type(written)
+    assert got == {
+        "Evicted": cond.evicted(EvictionReason.PREEMPTED, "m", T + 1000),
+        "Preempted": cond.preempted("InClusterQueue", "m", T + 1000),
+        "Finished": cond.condition(ConditionType.FINISHED, True, "Succeeded", "", 0),  # an unreadable time reads as 0
+    }
 
 
 def _apply(state: State, body: dict[str, Any]) -> None:
