@@ -19,7 +19,7 @@ import re
 from events import api
 from events import objects as o
 from events.cluster import (
-    JOB_MIN_PARALLELISM_ANNOTATION,
+    MIN_PARALLELISM_ANNOTATION,
     POD_PRIORITY_CLASS_SOURCE,
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
@@ -65,9 +65,9 @@ def job_to_workload(
         count = min(count, spec.completions)
     annotations = meta.annotations or {}
     min_count = None
-    if JOB_MIN_PARALLELISM_ANNOTATION in annotations:
-        raw = annotations[JOB_MIN_PARALLELISM_ANNOTATION]
-        field = f"metadata.annotations.{JOB_MIN_PARALLELISM_ANNOTATION}"
+    if MIN_PARALLELISM_ANNOTATION in annotations:
+        raw = annotations[MIN_PARALLELISM_ANNOTATION]
+        field = f"metadata.annotations.{MIN_PARALLELISM_ANNOTATION}"
         if not _DECIMAL_INT.fullmatch(raw):
             raise where.error(field, f"must be an integer, got {raw!r}")
         min_count = int(raw)

@@ -61,7 +61,8 @@ from typing import Any
 import structlog
 from kubernetes_asyncio import client
 
-from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION, PENDING_REASON_ANNOTATION
+from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
+from events.cluster import PENDING_REASON_ANNOTATION
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, encode, peek_decision
 from events.envelope import Envelope, Topics, event_key
 from events.messages import (
@@ -396,7 +397,7 @@ class KubeActuator:
                     job = patched
                 else:
                     self.stats.already_applied += 1
-                if ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations_of(job) and not await self._restore(ref, job):
+                if ANN_ORIGINAL in annotations_of(job) and not await self._restore(ref, job):
                     self._later[f"restore:{key}"] = _Later(attempts=0, due=self.clock() + 1.0, job=ref)
             desired = evicted_status(wl.get("status") or {}, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
