@@ -309,14 +309,15 @@ def conditions_by_type(conditions: Iterable[Mapping[str, Any]]) -> dict[str, Con
         except ValueError:
             at = 0
         out[type_] = Condition(type=ConditionType(type_), status=ConditionStatus(status),
-                                    reason=str(c.get("reason") or ""), message=str(c.get("message") or ""),
-                                    last_transition_time=at)
+                               reason=str(c.get("reason") or ""), message=str(c.get("message") or ""),
+                               last_transition_time=at)
     return out
 
 
 def admitted_status(status: Mapping[str, Any], d: AdmitWorkload) -> Json:
-    """The same conditions the scheduler's state takes on admission (``events.conditions.admission``);
-    this actuator writes Admitted together with QuotaReserved (it runs no admission checks)."""
+    """The same conditions the scheduler's state takes on admission (``events.conditions.admission``),
+    except that Admitted is written together with QuotaReserved: the decision does not say whether
+    the ClusterQueue has admission checks, and this actuator runs none."""
     conds = _conditions(status)
     for c in cond.admission(conditions_by_type(conds), d.admission.cluster_queue, d.time):
         set_condition(conds, c)
