@@ -16,9 +16,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from events import conditions as cond
 from events import objects as o
+from events.cluster import WORKLOAD_PRIORITY_CLASS_SOURCE, ConditionType, EvictionReason
 from events.messages import (
     ActuationFailed,
     ClockTicked,
@@ -28,10 +30,10 @@ from events.messages import (
     EvictionCompleted,
     ObjectApplied,
     ObjectDeleted,
+    PendingReason,
     PodsReady,
     WorkloadFinished,
 )
-from services.core import conditions as cond
 from services.core.quota import FR, Node
 
 QueueKey = tuple[int, int, int, int, str]
@@ -215,7 +217,7 @@ def resolve_priority(state: State, wl: o.Workload) -> tuple[int, str]:
         return wl.priority, ""
     ref = wl.priority_ref
     if ref is not None:
-        if ref.source == o.WORKLOAD_PRIORITY_CLASS_SOURCE:
+        if ref.source == WORKLOAD_PRIORITY_CLASS_SOURCE:
             wpc = state.workload_priority_classes.get(ref.name)
             if wpc is None:
                 return 0, f"WorkloadPriorityClass {ref.name} doesn't exist"
@@ -472,7 +474,7 @@ def _enqueue(state: State, rec: WorkloadRecord) -> None:
     cq, problem = state.cluster_queue_for(rec.obj)
     if problem:
         rec.set_condition(cond.inadmissible(problem, state.now))
-        rec.pending_reason = "QueueNotFound"
+        rec.pending_reason = PendingReason.QUEUE_NOT_FOUND
         return
     if state._dirty:
         rec.queued_in = cq
@@ -483,6 +485,12 @@ def _enqueue(state: State, rec: WorkloadRecord) -> None:
         queue.inadmissible[rec.key] = None
     else:
         queue.push(rec)
+
+
+class _Table(Protocol):
+    """A table of configuration objects by key, as far as a delete needs it."""
+
+    def pop(self, key: str, default: None, /) -> object: ...
 
 
 def _delete(state: State, ev: ObjectDeleted) -> None:
@@ -498,16 +506,16 @@ def _delete(state: State, ev: ObjectDeleted) -> None:
         if cq:
             requeue_inadmissible(state, cq)
         return
-    tables: dict[str, dict[str, object]] = {
-        "ResourceFlavor": state.flavors,  # type: ignore[dict-item]
-        "ClusterQueue": state.cluster_queues,  # type: ignore[dict-item]
-        "Cohort": state.cohorts,  # type: ignore[dict-item]
-        "LocalQueue": state.local_queues,  # type: ignore[dict-item]
-        "Namespace": state.namespaces,  # type: ignore[dict-item]
-        "WorkloadPriorityClass": state.workload_priority_classes,  # type: ignore[dict-item]
-        "PriorityClass": state.priority_classes,  # type: ignore[dict-item]
-        "AdmissionCheck": state.admission_checks,  # type: ignore[dict-item]
-        "ProvisioningRequestConfig": state.provisioning_configs,  # type: ignore[dict-item]
+    tables: dict[str, _Table] = {
+        "ResourceFlavor": state.flavors,
+        "ClusterQueue": state.cluster_queues,
+        "Cohort": state.cohorts,
+        "LocalQueue": state.local_queues,
+        "Namespace": state.namespaces,
+        "WorkloadPriorityClass": state.workload_priority_classes,
+        "PriorityClass": state.priority_classes,
+        "AdmissionCheck": state.admission_checks,
+        "ProvisioningRequestConfig": state.provisioning_configs,
     }
     table = tables.get(ev.kind)
     key = f"{ev.namespace}/{ev.name}" if ev.kind == "LocalQueue" else ev.name
@@ -546,16 +554,12 @@ def finish_eviction(state: State, rec: WorkloadRecord) -> None:
     cq = rec.admission.cluster_queue if rec.admission else ""
     release_usage(state, rec)
     rec.evicting = False
-    now = state.now
-    evicted = rec.conditions.get("Evicted")
-    reason = evicted.reason if evicted else ""
-    message = evicted.message if evicted else ""
-    rec.set_condition(cond.pending(message or "The workload is pending after eviction", now))
-    rec.set_condition(cond.not_admitted(now))
-    # Only a preempted workload goes straight back to its queue; one drained by a stopped
-    # queue waits for the queue to restart (Kueue's Requeued=False).
-    rec.set_condition(cond.requeued(reason == "Preempted", reason, message, now))
-    if reason in ("ClusterQueueStopped", "LocalQueueStopped"):
+    evicted = rec.conditions.get(ConditionType.EVICTED)
+    for c in cond.eviction_completed(evicted, state.now):
+        rec.set_condition(c)
+    # A workload drained by a stopped queue waits for the queue to restart (Requeued=False).
+    if evicted is not None and evicted.reason in (EvictionReason.CLUSTER_QUEUE_STOPPED,
+                                                  EvictionReason.LOCAL_QUEUE_STOPPED):
         state.held[rec.key] = None
     rec.inadmissible = False
     _enqueue(state, rec)

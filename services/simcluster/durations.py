@@ -25,13 +25,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Final
 
+from events.cluster import SIM_DURATION_ANNOTATION
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope
 from events.envelope import Topics
 from events.messages import ObjectApplied, ObjectDeleted
 from events.objects import Workload
 from services.runtime.log import Log
-
-DURATION_ANNOTATION: Final = "kueuelog.io/sim-duration"
 
 _NS_PER: Final = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
                   "m": 60_000_000_000, "h": 3_600_000_000_000}
@@ -72,7 +71,7 @@ class Duration:
 
 def duration_of(annotations: tuple[tuple[str, str], ...] | None, default_ms: int) -> Duration:
     """The run length for a workload with these annotations (``None``: workload unknown)."""
-    raw = dict(annotations or ()).get(DURATION_ANNOTATION)
+    raw = dict(annotations or ()).get(SIM_DURATION_ANNOTATION)
     if raw is None:
         return Duration(default_ms, "default")
     try:
