@@ -42,7 +42,7 @@ def _usage(cq: str, cores: int) -> Builder:
 def _nodes(*objects: Builder) -> dict[str, Node]:
     state = build_state(a_flavor("f"), *objects)
     state.ensure_indexed()
-    return {key.split("/", 1)[1]: node for key, node in state.nodes.items()}
+    return {key.name: node for key, node in state.index.nodes.items()}
 
 
 # --- shapes --------------------------------------------------------------------------------------
