@@ -54,7 +54,7 @@ from services.core.records import DERIVED, WorkloadRecord, admission_usage
 __all__ = ["ClusterQueueQueue", "State", "WorkloadRecord", "admission_usage", "fold"]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)  # a repr of every workload helps no one
 class State:
     """Everything the scheduler knows: the canonical fields below, then ``index`` and ``cache``."""
 
