@@ -6,6 +6,7 @@ policies — and a random sequence of submissions, cycles, finishes and eviction
 completions. Whatever happens:
 
 - folding the same events twice gives byte-identical state;
+- a snapshot (encode, decode) restores the state byte for byte;
 - no node of the cohort tree ever uses more than its quota allows;
 - the incrementally maintained usage equals a recomputation from scratch;
 - a workload is admitted at most once per stay in its queue;
@@ -29,7 +30,7 @@ from services.core.apply import apply_cycle
 from services.core.cycle import run_cycle
 from services.core.derived import Cache
 from services.core.index import rebuild
-from services.core.snapshot import encode_state
+from services.core.snapshot import decode_state, encode_state
 from services.core.state import State, finish_eviction, fold
 
 FLAVORS = ("f0", "f1")
@@ -155,7 +156,9 @@ class Run:
         record = CycleCompleted(cycle=s.cycles, input_offset=0, time=s.now, decisions=len(result.decisions),
                                 admitted_heads=tuple(result.admitted_heads), heads=tuple(result.heads))
         apply_cycle(self.shadow, result.decisions, record)
-        assert encode_state(self.shadow) == encode_state(s), "applying the recorded cycle differs from running it"
+        encoded = encode_state(s)
+        assert encode_state(self.shadow) == encoded, "applying the recorded cycle differs from running it"
+        assert encode_state(decode_state(encoded)) == encoded, "a snapshot does not restore the state"
         assert _queues(self.shadow) == _queues(s)
         for d in result.decisions:
             key = f"{d.namespace}/{d.name}"

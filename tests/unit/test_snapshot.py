@@ -147,12 +147,16 @@ def test_a_restored_state_decides_as_the_original() -> None:
         "cycle", EvictionCompleted(time=30_000, namespace="ns", name="low-1"), "cycle", "cycle",
         WorkloadFinished(time=40_000, namespace="ns", name="urgent"), "cycle", "cycle",
     ]
+    decided: dict[int, list[bytes]] = {id(state): [], id(restored): []}
     for s in (state, restored):
         for ev in tail:
             if isinstance(ev, str):
-                run_cycle(s)
+                result = run_cycle(s)
+                decided[id(s)].append(encode((result.decisions, result.heads)))
             else:
                 fold(s, ev)
+    assert any(b'"type":"admit"' in d for d in decided[id(state)]), "the tail decides something"
+    assert decided[id(restored)] == decided[id(state)]
     assert encode_state(restored) == encode_state(state)
     restored.ensure_indexed()
     queued = {k: r.queued_in for k, r in state.workloads.items()}
