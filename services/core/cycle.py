@@ -26,6 +26,7 @@ from events import objects as o
 from events.cluster import NAMESPACE_NAME_LABEL, ConditionType, EvictionReason, PendingConditionReason
 from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, HeadOutcome, MarkPending, PendingReason
 from services.core import effects, fairsharing
+from services.core.derived import Memo
 from services.core.flavors import Assignment, Mode, Oracle, Policy, assign, selector_matches
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
 from services.core.quota import FR, Node
@@ -194,6 +195,7 @@ def _nominate(state: State, e: Entry) -> None:
     if memo is not None:
         known = memo.get(key)
         if known is not None:
+            state.cache.hits += 1
             e.assignment, targets, e.pending_reason, e.message = known
             e.targets = list(targets)
             return
@@ -204,10 +206,7 @@ def _nominate(state: State, e: Entry) -> None:
         memo[key] = (e.assignment, tuple(e.targets), e.pending_reason, e.message)
 
 
-_Memo = dict[tuple[object, ...], tuple[Assignment, tuple[Target, ...], PendingReason, str]]
-
-
-def _memo_slot(state: State, e: Entry) -> tuple[_Memo | None, tuple[object, ...]]:
+def _memo_slot(state: State, e: Entry) -> tuple[Memo | None, tuple[object, ...]]:
     """Where a nomination is remembered, and under which key.
 
     A nomination reads the workload's podSets, priority (and, for LowerOrNewerEqualPriority,
@@ -216,9 +215,10 @@ def _memo_slot(state: State, e: Entry) -> tuple[_Memo | None, tuple[object, ...]
     version moves whenever any of the latter changes, so two heads of one ClusterQueue with
     the same podSets and priority get the same answer until then: with saturated queues most
     heads are exactly that, and the flavor search and preemption simulation run once per shape.
-    Fair sharing reads shares across the tree and is not remembered.
+    Fair sharing reads shares across the tree and is not remembered; nor is anything while
+    ``state.cache.memo_enabled`` is off.
     """
-    if state.config.fair_sharing:
+    if state.config.fair_sharing or not state.cache.memo_enabled:
         return None, ()
     cq, rec = e.cq, e.rec
     root, version = tree_version(state, cq.name)
@@ -226,10 +226,10 @@ def _memo_slot(state: State, e: Entry) -> tuple[_Memo | None, tuple[object, ...]
         e.nominated_at = version
     elif e.nominated_at != version:
         return None, ()  # the tree changed since this head was nominated: its nomination is not the key's
-    slot = state.nomination_memo.get(root)
+    slot = state.cache.nominations.get(root)
     if slot is None or slot[0] != version:
         slot = (version, {})
-        state.nomination_memo[root] = slot
+        state.cache.nominations[root] = slot
     resume = rec.last_tried if rec.last_generation == generation(state, cq.name) else None
     newer = (rec.queue_time
              if cq.preemption.within_cluster_queue == o.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY else None)
@@ -321,10 +321,10 @@ def _drain_stopped(state: State, out: _Decisions) -> None:
     draining = sorted(name for name, cq in state.cluster_queues.items()
                       if cq.stop_policy == o.StopPolicy.HOLD_AND_DRAIN or name in draining_lqs)
     for cq_name in draining:
-        if cq_name not in state.admitted:
+        if cq_name not in state.index.admitted:
             continue
         cq = state.cluster_queues.get(cq_name)
-        for key in list(state.admitted[cq_name]):
+        for key in list(state.index.admitted[cq_name]):
             rec = state.workloads[key]
             if rec.evicting:
                 continue
@@ -355,8 +355,8 @@ def restart_held(state: State) -> None:
 
 
 def _mark_inactive(state: State, out: _Decisions) -> None:
-    for cq_name in sorted(state.inactive):
-        queue = state.queues.get(cq_name)
+    for cq_name in sorted(state.index.inactive):
+        queue = state.index.queues.get(cq_name)
         if queue is None:
             continue
         keys = [k for _, k in queue.active] + list(queue.inadmissible)
@@ -404,9 +404,9 @@ def run_cycle(state: State) -> CycleResult:
     restart_held(state)
     _mark_inactive(state, out)
     entries: list[Entry] = []
-    for cq_name in sorted(state.queues):
-        queue = state.queues[cq_name]
-        if cq_name in state.inactive or not queue.active:
+    for cq_name in sorted(state.index.queues):
+        queue = state.index.queues[cq_name]
+        if cq_name in state.index.inactive or not queue.active:
             continue
         _, key = queue.active.pop(0)
         entries.append(Entry(rec=state.workloads[key], cq=state.cluster_queues[cq_name]))

@@ -55,7 +55,7 @@ def requeue(state: State, rec: WorkloadRecord, h: HeadOutcome) -> None:
         rec.last_tried = {(ps, group): idx for ps, group, idx in h.last_tried}
         rec.last_generation = generation(state, h.cluster_queue)
     rec.sticky = h.sticky
-    queue = state.queues.setdefault(h.cluster_queue, ClusterQueueQueue())
+    queue = state.index.queues.setdefault(h.cluster_queue, ClusterQueueQueue())
     if h.parked:
         rec.inadmissible = True
         queue.inadmissible[rec.key] = None

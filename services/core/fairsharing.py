@@ -33,7 +33,7 @@ from services.core.preemption import (
     candidate_order,
     satisfies,
 )
-from services.core.quota import FR, Node
+from services.core.quota import FR, Node, NodeKey
 from services.core.state import State, WorkloadRecord
 
 if TYPE_CHECKING:
@@ -211,23 +211,23 @@ class _FairPreemptor:
             for fr, v in sorted(self.usage.items()):
                 node.add_usage(fr, v)
 
-    def _next_target(self, cands: dict[str, list[WorkloadRecord]], pruned: set[str]) -> str | None:
+    def _next_target(self, cands: dict[str, list[WorkloadRecord]], pruned: set[NodeKey]) -> str | None:
         root = self.node.root()
         on_path = {id(n) for n in _path_to_root(self.node)}
         if self.node.parent is None:
             return self.cq.name if cands.get(self.cq.name) else None
-        while ("cohort/" + root.name) not in pruned:
+        while root.key not in pruned:
             found = self._descend(root, cands, pruned, on_path)
             if found is not None:
                 return found
         return None
 
-    def _descend(self, cohort: Node, cands: dict[str, list[WorkloadRecord]], pruned: set[str],
+    def _descend(self, cohort: Node, cands: dict[str, list[WorkloadRecord]], pruned: set[NodeKey],
                  on_path: set[int]) -> str | None:
         best_cq: tuple[Share, str] | None = None
         best_cohort: tuple[Share, Node] | None = None
         for child in cohort.children:
-            tag = ("cq/" if child.is_cluster_queue else "cohort/") + child.name
+            tag = child.key
             if tag in pruned:
                 continue
             share = drs(self.state, child)
@@ -244,7 +244,7 @@ class _FairPreemptor:
                 if best_cohort is None or share >= best_cohort[0]:
                     best_cohort = (share, child)
         if best_cq is None and best_cohort is None:
-            pruned.add("cohort/" + cohort.name)
+            pruned.add(cohort.key)
             return None
         if best_cohort is not None and (best_cq is None or best_cohort[0] >= best_cq[0]):
             return self._descend(best_cohort[1], cands, pruned, on_path)
@@ -262,7 +262,7 @@ class _FairPreemptor:
         done = False
         try:
             retry: dict[str, list[WorkloadRecord]] = {}
-            pruned: set[str] = set()
+            pruned: set[NodeKey] = set()
             while not done:
                 target_cq = self._next_target(cands, pruned)
                 if target_cq is None:

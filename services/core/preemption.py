@@ -186,7 +186,7 @@ class Preemptor:
         return Variant.RECLAIM_WHILE_BORROWING
 
     def _workloads_of(self, cq_name: str) -> list[WorkloadRecord]:
-        return [self.state.workloads[k] for k in self.state.admitted.get(cq_name, {})]
+        return [self.state.workloads[k] for k in self.state.index.admitted.get(cq_name, {})]
 
     def _collect(self, node: Node, skip: Node | None, frs: frozenset[FR], advantage: bool,
                  lca: Node, out: list[_Candidate]) -> None:

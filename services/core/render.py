@@ -104,7 +104,7 @@ def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[str, str] | 
     """(reason, message) for a pending workload that no cycle has looked at yet."""
     if not rec.pending or ConditionType.QUOTA_RESERVED in rec.conditions or not rec.queued_in:
         return None
-    queue = state.queues.get(rec.queued_in)
+    queue = state.index.queues.get(rec.queued_in)
     cq = state.cluster_queues.get(rec.queued_in)
     if queue is None or cq is None:
         return None

@@ -236,7 +236,7 @@ class SchedulerMetrics:
             self.pending.labels(name, PENDING_INADMISSIBLE).set(pending[name][1])
             self.reserving_active.labels(name).set(reserving[name])
             self.admitted_active.labels(name).set(admitted[name])
-            status = "pending" if name in state.inactive else "active"
+            status = "pending" if name in state.index.inactive else "active"
             for s in CQ_STATUSES:
                 self.cluster_queue_status.labels(name, s).set(1 if s == status else 0)
             quotas = _quotas(cq)
