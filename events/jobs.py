@@ -19,11 +19,15 @@ import re
 from events import api
 from events import objects as o
 from events import validation as v
+from events.cluster import (
+    MIN_PARALLELISM_ANNOTATION,
+    POD_PRIORITY_CLASS_SOURCE,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+    WORKLOAD_PRIORITY_CLASS_SOURCE,
+)
 from events.podspec import Where, pod_set_from_template
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 MAX_NAME = 253
 _HASH_LENGTH = 5
 _MAX_PREFIX = MAX_NAME - 1 - _HASH_LENGTH  # 247: room for "-" and the hash
@@ -41,15 +45,15 @@ def job_to_workload(
     where: Where, meta: api.ObjectMeta, spec: api.JobSpec, namespace: str, creation_time: int | None
 ) -> o.Workload | None:
     labels = meta.labels or {}
-    queue = labels.get(QUEUE_LABEL)
+    queue = labels.get(QUEUE_NAME_LABEL)
     if queue is None:
         return None  # not managed by Kueue
     name = meta.name or ""
     if not queue:
-        raise where.error(f"metadata.labels.{QUEUE_LABEL}", "must not be empty")
+        raise where.error(f"metadata.labels.{QUEUE_NAME_LABEL}", "must not be empty")
     if len(queue) > MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(queue):
         # Kueue's job webhook: the label must name a LocalQueue (jobframework.ValidateLabelAsCRDName).
-        raise where.error(f"metadata.labels.{QUEUE_LABEL}",
+        raise where.error(f"metadata.labels.{QUEUE_NAME_LABEL}",
                           f"invalid value {queue!r}: must be a lowercase RFC 1123 subdomain (a LocalQueue name)")
     parallelism = 1 if spec.parallelism is None else spec.parallelism
     try:
@@ -81,9 +85,9 @@ def job_to_workload(
     pod_set = pod_set_from_template(where, "main", count, min_count, spec.template, "spec.template")
     priority_ref = None
     if labels.get(PRIORITY_CLASS_LABEL):
-        priority_ref = o.PriorityRef(source=o.WORKLOAD_PRIORITY_CLASS_SOURCE, name=labels[PRIORITY_CLASS_LABEL])
+        priority_ref = o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name=labels[PRIORITY_CLASS_LABEL])
     elif spec.template.spec.priority_class_name:
-        priority_ref = o.PriorityRef(source=o.POD_PRIORITY_CLASS_SOURCE, name=spec.template.spec.priority_class_name)
+        priority_ref = o.PriorityRef(source=POD_PRIORITY_CLASS_SOURCE, name=spec.template.spec.priority_class_name)
     uid = meta.uid or hashlib.sha1(f"{namespace}/{name}".encode(), usedforsecurity=False).hexdigest()[:32]
     wl_name = workload_name_for_job(name, uid)
     return o.Workload(

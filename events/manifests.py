@@ -27,11 +27,18 @@ import yaml
 from events import api
 from events import objects as o
 from events import validation as v
+from events.cluster import (
+    KUEUE_CONFIG_GROUP,
+    KUEUE_GROUP,
+    POD_PRIORITY_CLASS_SOURCE,
+    WORKLOAD_PRIORITY_CLASS_SOURCE,
+    ConditionStatus,
+    ConditionType,
+)
 from events.jobs import job_to_workload
 from events.podspec import ObjectError, pod_set_from_template, selector_from_api
 from events.quantity import QuantityError, parse_fraction, to_amount
 
-KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta1", "v1beta2")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -651,7 +658,8 @@ def _admission(ctx: _Ctx, status: api.WorkloadStatus | None, pod_sets: tuple[o.P
     """A Workload that arrives holding quota (status.admission + QuotaReserved=True) counts as usage."""
     if status is None or status.admission is None:
         return None
-    reserved = any(c.type == "QuotaReserved" and c.status == "True" for c in status.conditions or [])
+    reserved = any(c.type == ConditionType.QUOTA_RESERVED and c.status == ConditionStatus.TRUE
+                   for c in status.conditions or [])
     if not reserved:
         return None
     adm = status.admission
@@ -679,7 +687,7 @@ def _admission(ctx: _Ctx, status: api.WorkloadStatus | None, pod_sets: tuple[o.P
 def _reserved_at(ctx: _Ctx, status: api.WorkloadStatus | None) -> int | None:
     """When an arriving Workload's quota was reserved: candidates for preemption are ordered by it."""
     for i, c in enumerate((status.conditions or []) if status is not None else []):
-        if c.type == "QuotaReserved" and c.status == "True" and c.last_transition_time:
+        if c.type == ConditionType.QUOTA_RESERVED and c.status == ConditionStatus.TRUE and c.last_transition_time:
             try:
                 return parse_time(c.last_transition_time)
             except ValueError:
@@ -708,11 +716,11 @@ def _priority_ref(ctx: _Ctx, spec: api.WorkloadSpec, version: str) -> o.Priority
             raise ctx.error("spec.priorityClassRef.kind",
                             f"only the {kinds[ref.group]} kind is allowed for the {ref.group} group, got {ref.kind!r}")
         _check_name(ctx, ref.name, "spec.priorityClassRef.name")
-        source = o.WORKLOAD_PRIORITY_CLASS_SOURCE if ref.group == KUEUE_GROUP else o.POD_PRIORITY_CLASS_SOURCE
+        source = WORKLOAD_PRIORITY_CLASS_SOURCE if ref.group == KUEUE_GROUP else POD_PRIORITY_CLASS_SOURCE
         return o.PriorityRef(source=source, name=ref.name)
     if spec.priority_class_name:
-        source = spec.priority_class_source or o.POD_PRIORITY_CLASS_SOURCE
-        if source not in (o.WORKLOAD_PRIORITY_CLASS_SOURCE, o.POD_PRIORITY_CLASS_SOURCE):
+        source = spec.priority_class_source or POD_PRIORITY_CLASS_SOURCE
+        if source not in (WORKLOAD_PRIORITY_CLASS_SOURCE, POD_PRIORITY_CLASS_SOURCE):
             raise ctx.error("spec.priorityClassSource", f"unsupported value {source!r}")
         return o.PriorityRef(source=source, name=spec.priority_class_name)
     return None
@@ -857,7 +865,7 @@ def normalize(doc: Document) -> o.AnyObject | None:
     group, _, version = api_version.rpartition("/")
     name_ctx = _Ctx(doc, kind, meta.name or "")
     if kind == "Configuration":
-        if group != "config.kueue.x-k8s.io" or version not in KUEUE_VERSIONS:
+        if group != KUEUE_CONFIG_GROUP or version not in KUEUE_VERSIONS:
             raise name_ctx.error("apiVersion", f"unsupported apiVersion {api_version!r} for Configuration")
         return _configuration(name_ctx, body)
     # A Namespace's name is an RFC 1123 label (no dots, at most 63 characters); most names are subdomains.

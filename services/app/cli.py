@@ -20,6 +20,14 @@ import yaml
 from events.manifests import ManifestError
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Safe YAML that writes closed-set values (``StrEnum`` members, str subclasses) as the plain
+    strings they are, as the JSON encoder does."""
+
+
+_PlainDumper.add_multi_representer(str, lambda dumper, value: dumper.represent_str(str(value)))
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from services.app.simulate import simulate
     from services.core.render import summary_row, workload_list
@@ -40,7 +48,7 @@ def _simulate(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.output == "yaml":
-        yaml.safe_dump(doc, sys.stdout, sort_keys=False, default_flow_style=False)
+        yaml.dump(doc, sys.stdout, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False)
     else:
         from rich.console import Console
         from rich.table import Table
@@ -356,7 +364,7 @@ async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: An
         else:
             await asyncio.gather(run_sim, run_arrivals(stream, stop, bell=bell))
     elif cfg is None:
-        from services.actuator.actuator import SimClusterPort
+        from services.actuator.sim_port import SimClusterPort
 
         await run_actuator(log, stop, port=SimClusterPort(topics, cluster), topics=topics, status=status,
                                long_poll=True)

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from events.envelope import Topics
-from services.actuator.actuator import ActuationPort, Actuator, SimClusterPort
+from services.actuator.loop import Actuator
 from services.actuator.runner import run_actuator
+from services.actuator.sim_port import SimClusterPort
 from services.runtime.clock import ClockMode, wall_clock_ms
 from services.runtime.log import Log
 from services.runtime.supervise import POLL_SECONDS, Bell, LeadershipLost, ServiceStatus, SupportsLeadership
@@ -46,14 +47,14 @@ async def stop_when(done: asyncio.Event, stop: asyncio.Event, bell: Bell) -> Non
 @dataclass
 class RunResult:
     scheduler: Scheduler
-    actuator: Actuator
+    actuator: Actuator[SimClusterPort]
     simcluster: SimCluster
     done: bool  # stopped because nothing was left (rather than by ``stop``)
 
 
 async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Event | None = None,
                   arrivals: ArrivalStream | None = None, config: SimConfig | None = None,
-                  topics: Topics | None = None, port: ActuationPort | None = None, tick_interval_ms: int = 1000,
+                  topics: Topics | None = None, tick_interval_ms: int = 1000,
                   until_done: bool | None = None, wall_clock: Callable[[], int] = wall_clock_ms,
                   poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
                   on_step: StepHook | None = None) -> RunResult:
@@ -73,7 +74,7 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
     common: dict[str, Any] = {"topics": topics, "bell": bell, "poll_seconds": poll_seconds}
     coros: list[Coroutine[Any, Any, object]] = [
         run_scheduler(log, stop, status=status, on_step=on_step, **common),
-        run_actuator(log, stop, port=port or SimClusterPort(topics, config.cluster), **common),
+        run_actuator(log, stop, port=SimClusterPort(topics, config.cluster), **common),
         run_simcluster(log, stop, clock=clock, config=config, arrivals=arrivals, done=done if until_done else None,
                        wall_clock=wall_clock, **common),
     ]
@@ -98,7 +99,7 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
 @dataclass
 class DriveResult:
     scheduler: Scheduler
-    actuator: Actuator
+    actuator: Actuator[SimClusterPort]
     simcluster: SimCluster
     rounds: int
 
@@ -108,20 +109,19 @@ class NotIdle(RuntimeError):
 
 
 def drive_until_idle(log: Log, *, topics: Topics | None = None, config: SimConfig | None = None,
-                     arrivals: ArrivalStream | None = None, port: ActuationPort | None = None,
-                     max_rounds: int = 1_000_000) -> DriveResult:
+                     arrivals: ArrivalStream | None = None, max_rounds: int = 1_000_000) -> DriveResult:
     """Step scheduler, actuator and simulated cluster round-robin in simulated time until
     nothing is left to do; deterministic (no asyncio, no wall clock, no threads)."""
     topics = topics or Topics()
     config = config or SimConfig()
     scheduler = Scheduler(log, topics=topics, cut_short_steps=False)
     scheduler.recover()
-    actuator = Actuator(log, port or SimClusterPort(topics, config.cluster), topics=topics)
+    actuator = Actuator(log, SimClusterPort(topics, config.cluster), topics=topics)
     actuator.recover()
     sim = SimCluster.simulated(log, config, topics)
     sim.recover()
     for rounds in range(1, max_rounds + 1):
-        did = scheduler.step() + actuator.step() + sim.step()
+        did = scheduler.step() + actuator.step_now() + sim.step()
         if not did and not advance_time(sim, arrivals):
             if not finished(sim, arrivals):
                 # Every step was empty yet some consumer is behind: someone else shares this log.

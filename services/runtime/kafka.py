@@ -409,13 +409,24 @@ class KafkaLog:
         return config
 
     async def _ensure(self, topic: str, partitions: int | None = None) -> None:
+        """Create ``topic`` unless it exists. Least-privilege credentials may not create topics
+        (the platform does, e.g. Strimzi's topic operator): an existing topic needs no such right,
+        and a missing one that may not be created is waited for (retriable) with the reason."""
         if topic in self._known:
             return
         assert self._admin is not None
+        if topic in await self._admin.list_topics():
+            self._known.add(topic)
+            return
         count = partitions or self.settings.shards
         resp = await self._admin.create_topics(
             [NewTopic(topic, count, self.settings.replication_factor, topic_configs=self.topic_config(topic))])
         for _, code, *rest in resp.topic_errors:
+            if code in (TopicAuthorizationFailedError.errno, ClusterAuthorizationFailedError.errno):
+                raise LogError(f"kafka: topic {topic} is not visible to this credential (it does not exist yet, "
+                               f"or the credential may not describe it) and may not be created by it: create the "
+                               f"topic (deploy/strimzi/kafka.yaml lists every topic) or fix the credential's ACLs",
+                               retriable=True)
             if code not in (0, TopicAlreadyExistsError.errno):
                 raise LogError(f"kafka: cannot create topic {topic}: error {code} {rest}", retriable=False)
         self._known.add(topic)

@@ -26,24 +26,30 @@ class ApiStats(Protocol):
 class StatsCollector(Collector):
     """Every integer field of a service's ``stats`` dataclass as a counter
     ``kueuelog_<service>_<prefix><field>_total``; an :class:`ApiStats` field as API call and
-    error counters by call and by status. Read at scrape time: the services only count."""
+    error counters by call and by status. A source may give a tuple of such dataclasses (a
+    service whose counters live in two parts, as the actuator's loop and port): their fields
+    share the prefix. Read at scrape time: the services only count."""
 
     def __init__(self, service: str, sources: dict[str, Callable[[], object]]) -> None:
         self.service, self.sources = service, sources
 
     def collect(self) -> Iterator[Metric]:
         for prefix, source in self.sources.items():
-            stats = source()
-            if not dataclasses.is_dataclass(stats):
-                continue
-            whose = getattr(stats, "WHOSE", f"the {self.service}'s")  # a ClassVar naming whose counters
-            for f in dataclasses.fields(stats):
-                value = getattr(stats, f.name)
-                name = f"kueuelog_{self.service}_{prefix}{f.name}"
-                if isinstance(value, ApiStats):
-                    yield from _api_metrics(name, value)
-                elif isinstance(value, int) and not isinstance(value, bool):
-                    yield CounterMetricFamily(name, f"{f.name.replace('_', ' ')}: {whose} counter", value=value)
+            given = source()
+            for stats in given if isinstance(given, tuple) else (given,):
+                yield from self._counters(prefix, stats)
+
+    def _counters(self, prefix: str, stats: object) -> Iterator[Metric]:
+        if not dataclasses.is_dataclass(stats):
+            return
+        whose = getattr(stats, "WHOSE", f"the {self.service}'s")  # a ClassVar naming whose counters
+        for f in dataclasses.fields(stats):
+            value = getattr(stats, f.name)
+            name = f"kueuelog_{self.service}_{prefix}{f.name}"
+            if isinstance(value, ApiStats):
+                yield from _api_metrics(name, value)
+            elif isinstance(value, int) and not isinstance(value, bool):
+                yield CounterMetricFamily(name, f"{f.name.replace('_', ' ')}: {whose} counter", value=value)
 
 
 def _api_metrics(name: str, api: ApiStats) -> Iterator[Metric]:

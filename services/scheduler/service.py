@@ -8,9 +8,10 @@ run scheduling cycles until nothing changes, then commit — decisions, one
 and the new input position — in one transaction. A crash therefore never loses
 or doubles a decision.
 
-Start-up is replay: the newest snapshot, then the recorded cycles after it are
-re-run at their input offsets (they must reproduce the recorded decisions),
-then live processing continues. ``replay --verify`` uses the same machinery.
+Start-up is replay: the newest snapshot (one in this version's format; without
+one, the log from its start), then the recorded cycles after it are re-run at
+their input offsets (they must reproduce the recorded decisions), then live
+processing continues. ``replay --verify`` uses the same machinery.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from events.messages import (
 from events.validation import event_problem
 from services.core.apply import apply_cycle
 from services.core.cycle import run_cycle
+from services.core.snapshot import FORMAT as SNAPSHOT_FORMAT
 from services.core.snapshot import decode_state, encode_state
 from services.core.state import State, fold
 from services.runtime.log import Log, Record, read_backwards
@@ -45,19 +47,15 @@ GROUP = "scheduler"
 # Events that cannot change what a cycle decides (until waitForPodsReady makes readiness count).
 NO_SCHEDULING_EFFECT = (DecisionApplied, ActuationFailed, PodsReady)
 MAX_CYCLES_PER_BATCH = 1000
-# Heads nominated in one step before it commits and reads what arrived meanwhile. With saturated
+# A step ends after this many heads, commits, and folds what arrived meanwhile: with saturated
 # queues every release of quota sends a cohort's parked workloads back, and retrying them one head
 # per ClusterQueue per cycle can take hundreds of cycles; a finish that arrives during them should
 # not wait for the last one (Kueue's own loop sees new events between any two cycles).
 MAX_HEADS_PER_STEP = 2000
-# ... and sooner once something was admitted or evicted and then a cycle was not: the actuator
-# should not wait for the rest of a sweep that mostly parks workloads again (while every cycle
-# admits, as when a backlog drains, the step goes on to the budget).
-# A sweep in which no cycle admits or evicts stops after this many heads: it only parks
-# workloads that do not fit, and the finish that would let one in is likely waiting to be
-# folded. Each quota release sends the cohort's parked workloads back, so with busy queues a
-# long sweep is mostly undone by the next step anyway; reading in between lets that release in
-# tens of milliseconds instead of after the whole sweep (which held a whole step for ~100 ms).
+# A sweep in which no cycle admits or evicts ends the step sooner, after this many heads: it only
+# parks workloads that do not fit, and the finish that would let one in is likely waiting to be
+# folded. Each quota release sends the cohort's parked workloads back, so a long sweep is mostly
+# undone by the next step anyway; reading in between lets that release in within milliseconds.
 MAX_IDLE_HEADS_PER_STEP = 100
 
 
@@ -75,6 +73,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     # replay skips recorded cycles numbered at or below ``cycles``)
     cycles: int
     state: msgspec.Raw
+    format: int = 1  # how ``state`` is encoded (``snapshot.FORMAT``); snapshots before the field are 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +251,8 @@ class Scheduler:
 
     def _snapshot(self, decisions_offset: int) -> bytes:
         return encode(Snapshot(input_offset=self.next_input, decisions_offset=decisions_offset,
-                               cycles=self.state.cycles, state=msgspec.Raw(encode_state(self.state))))
+                               cycles=self.state.cycles, state=msgspec.Raw(encode_state(self.state)),
+                               format=SNAPSHOT_FORMAT))
 
     def write_snapshot(self) -> None:
         """A snapshot of the state at the committed position (e.g. on a clean shutdown)."""
@@ -263,10 +263,14 @@ class Scheduler:
     # --- recovery / replay -------------------------------------------------------------
 
     def load_newest_snapshot(self, *, until_input: int | None = None) -> int:
-        """Load the newest snapshot (at or before ``until_input``); returns the decisions offset to resume at."""
+        """Load the newest snapshot (at or before ``until_input``) in this version's format; returns
+        the decisions offset to resume at, 0 when there is none (the log is then replayed from its start).
+        A snapshot in another format is passed over: snapshots are only a cache of the log."""
         for rec in read_backwards(self.log, self.topics.snapshots, self.log.end_offset(self.topics.snapshots),
                                   chunk=4):
             snap = msgspec.json.decode(rec.value, type=Snapshot)
+            if snap.format != SNAPSHOT_FORMAT:
+                continue
             if until_input is None or snap.input_offset <= until_input:
                 self.state = decode_state(bytes(snap.state))
                 self.next_input = snap.input_offset

@@ -20,6 +20,7 @@ restarted stream resumes after what it had released.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,12 +43,17 @@ def read_files(paths: Iterable[str | Path]) -> dict[str, str]:
     return read_manifests(paths)
 
 
-def seed_id(doc: Document) -> str:
-    return f"{ID_PREFIX}{doc.file}:{doc.index}"
+def seed_id(obj: o.AnyObject) -> str:
+    """The id of a seeded object's envelope: the object and a digest of its content, so seeding the
+    same manifests again (through whatever path spelling) appends nothing, while a changed object
+    is applied as an update."""
+    digest = hashlib.sha256(encode(obj)).hexdigest()[:16]
+    return f"{ID_PREFIX}{type(obj).__name__}:{getattr(obj, 'namespace', '')}/{getattr(obj, 'name', '')}:{digest}"
 
 
 def envelope(doc: Document, obj: o.AnyObject, *, time: int, cluster: str) -> Envelope:
-    return Envelope(id=seed_id(doc), source=SOURCE, cluster=cluster, event=ObjectApplied(time=time, object=obj))
+    del doc  # where the object was written does not make it another object
+    return Envelope(id=seed_id(obj), source=SOURCE, cluster=cluster, event=ObjectApplied(time=time, object=obj))
 
 
 def seeded_ids(log: Log, topics: Topics) -> set[str]:
@@ -87,7 +93,7 @@ def seed_all(log: Log, objects: Sequence[tuple[Document, o.AnyObject]], *, topic
         envelope(doc, obj, cluster=cluster,
                  time=obj.creation_time if isinstance(obj, o.Workload) and obj.creation_time is not None else now)
         for doc, obj in objects
-        if seed_id(doc) not in done
+        if seed_id(obj) not in done
     ]
     return _append(log, topics, envelopes)
 

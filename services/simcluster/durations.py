@@ -21,17 +21,14 @@ from the next one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
 
+from events.cluster import SIM_DURATION_ANNOTATION
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope
 from events.envelope import Topics
 from events.messages import ObjectApplied, ObjectDeleted
 from events.objects import Workload
 from events.validation import Invalid, duration_ns
 from services.runtime.log import Log
-
-DURATION_ANNOTATION: Final = "kueuelog.io/sim-duration"
-
 
 
 class DurationError(ValueError):
@@ -61,7 +58,7 @@ class Duration:
 
 def duration_of(annotations: tuple[tuple[str, str], ...] | None, default_ms: int) -> Duration:
     """The run length for a workload with these annotations (``None``: workload unknown)."""
-    raw = dict(annotations or ()).get(DURATION_ANNOTATION)
+    raw = dict(annotations or ()).get(SIM_DURATION_ANNOTATION)
     if raw is None:
         return Duration(default_ms, "default")
     try:

@@ -46,8 +46,14 @@ POM = REPO_ROOT / "deploy" / "kafka" / "pom.xml"
 # Pinned so that a fresh machine resolves exactly what CI resolved.
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 NODE_ID = 1
-# Users of the SASL_PLAINTEXT listener (test credentials for a throwaway local broker).
-SASL_USERS = {"kueuelog": "kueuelog-test-secret"}
+# Users of the SASL_PLAINTEXT listener (test credentials for a throwaway local broker). The broker
+# authorizes with ACLs: "kueuelog" and the PLAINTEXT listener's ANONYMOUS are super users (every other
+# test talks to the broker as one of them); the role users may do only what their ACLs allow, which
+# tests grant from services.runtime.kafka_acls, so the least-privilege ACLs are tried for real.
+SASL_USERS = {"kueuelog": "kueuelog-test-secret",
+              **{f"kueuelog-{role}": f"{role}-test-secret"
+                 for role in ("watcher", "scheduler", "actuator", "simcluster", "reader")}}
+SUPER_USERS = ("User:ANONYMOUS", "User:kueuelog")
 START_TIMEOUT_S = 90.0
 # The local broker lives for one test session or benchmark, on a small machine: the JVM's
 # optimising compiler (C2) would spend 4-15 s of CPU per 30 s of load recompiling the broker's
@@ -406,6 +412,8 @@ class LocalKafka:
             "listener.name.sasl_plaintext.plain.sasl.jaas.config":
                 "org.apache.kafka.common.security.plain.PlainLoginModule required "
                 + " ".join(f'user_{u}="{pw}"' for u, pw in SASL_USERS.items()) + ";",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": ";".join(SUPER_USERS),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",

@@ -3,7 +3,8 @@
 The CRDs are kueuelog's own (deploy/crds) when they are there, else minimal ones that keep any
 field. The test plays the job reconciler's part (a suspended Job and its Workload, owned by the
 Job) and the scheduler's (decision records appended to the log); the actuator runs as it would
-in production, through :func:`run_kube_actuator`. Every wait is a deadline poll.
+in production, through :func:`~services.actuator.runner.run_actuator` with the Kubernetes port.
+Every wait is a deadline poll.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import jobs
 from events import objects as o
+from events.cluster import DECISION_ID_ANNOTATION as ANN_DECISION
+from events.cluster import EVICTED_ANNOTATION as ANN_EVICTED
+from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
+from events.cluster import QUEUE_NAME_LABEL
 from events.codec import decode_envelope, encode
 from events.envelope import Topics
 from events.messages import (
@@ -33,9 +39,9 @@ from events.messages import (
     MarkPending,
     PendingReason,
 )
-from services.actuator.actuator import GROUP
-from services.actuator.kube import KubeActuator, run_kube_actuator
-from services.actuator.kubeplan import ANN_DECISION, ANN_EVICTED, ANN_ORIGINAL
+from services.actuator.kube_port import KUBE_TUNING, KubePort
+from services.actuator.loop import GROUP, Actuator, Tuning
+from services.actuator.runner import run_actuator
 from services.runtime.sqlite import SqliteLog
 from tests.integration.kube_deploy import eventually
 
@@ -108,9 +114,10 @@ async def kueue_crds(kube_api_client: client.ApiClient) -> None:
 
 
 @contextlib.asynccontextmanager
-async def running(log: SqliteLog, api: client.ApiClient, **options: Any) -> AsyncIterator[asyncio.Task[KubeActuator]]:
+async def running(log: SqliteLog, api: client.ApiClient,
+                  tuning: Tuning = KUBE_TUNING) -> AsyncIterator[asyncio.Task[Actuator[KubePort]]]:
     stop = asyncio.Event()
-    task = asyncio.create_task(run_kube_actuator(log, api, stop, cluster="test", **options))
+    task = asyncio.create_task(run_actuator(log, stop, port=KubePort(api, cluster="test", tuning=tuning)))
     try:
         yield task
     finally:
@@ -142,7 +149,7 @@ class Cluster:
 
     async def job(self, name: str) -> dict[str, Any]:
         body = {"apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": name, "labels": {jobs.QUEUE_LABEL: "lq"}},
+                "metadata": {"name": name, "labels": {QUEUE_NAME_LABEL: "lq"}},
                 "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
                     "restartPolicy": "Never", "nodeSelector": {"team": "a"}, "tolerations": [OWN_TOLERATION],
                     "containers": [{"name": "main", "image": "busybox:1.36", "command": ["true"],
@@ -311,8 +318,9 @@ async def test_pending_admit_duplicate_evict(kueue_crds: None, kube_namespace: s
         assert cq["status"]["flavorsUsage"][0]["resources"][0]["total"] == "0"
 
     actuator = task.result()
-    assert (actuator.stats.duplicates, actuator.stats.pending_written, actuator.stats.pending_unchanged) == (1, 1, 1)
-    assert actuator.stats.api.total > 0 and actuator.stats.api.seconds > 0
+    port = actuator.port
+    assert (actuator.stats.duplicates, port.stats.pending_written, port.stats.pending_unchanged) == (1, 1, 1)
+    assert port.stats.api.total > 0 and port.stats.api.seconds > 0
     assert [(r.decision_id, type(r).__name__) for r in reports(log)] == [
         ("c3-0", "DecisionApplied"), ("c4-0", "DecisionApplied")]
 
@@ -331,16 +339,16 @@ async def test_redo_after_a_lost_commit_writes_nothing(kueue_crds: None, kube_na
     try:
         write(first, admit, done(5, 1))
         write(second, admit, done(5, 1))
-        a = KubeActuator(first, kube_api_client, cluster="test")
+        a = Actuator(first, KubePort(kube_api_client, cluster="test"))
         a.recover()
         assert await a.step() == 2
         job_rv = (await k.read_job("sample"))["metadata"]["resourceVersion"]
         wl_rv = (await k.read("workloads", wl_name))["metadata"]["resourceVersion"]
 
-        b = KubeActuator(second, kube_api_client, cluster="test")
+        b = Actuator(second, KubePort(kube_api_client, cluster="test"))
         b.recover()
         assert await b.step() == 2
-        assert b.stats.already_applied == 1
+        assert b.port.stats.already_applied == 1
         assert (await k.read_job("sample"))["metadata"]["resourceVersion"] == job_rv
         assert (await k.read("workloads", wl_name))["metadata"]["resourceVersion"] == wl_rv
         assert [r.decision_id for r in reports(second)] == ["c5-0"]
@@ -350,10 +358,10 @@ async def test_redo_after_a_lost_commit_writes_nothing(kueue_crds: None, kube_na
         try:
             write(third, EvictWorkload(id="c4-0", cycle=4, time=1_700_000_004_000, namespace=kube_namespace,
                                        name=wl_name, cluster_queue=k.cq, reason="Preempted", message="old"), done(4, 1))
-            c = KubeActuator(third, kube_api_client, cluster="test")
+            c = Actuator(third, KubePort(kube_api_client, cluster="test"))
             c.recover()
             assert await c.step() == 2
-            assert c.stats.stale == 1
+            assert c.port.stats.stale == 1
             assert (await k.read_job("sample"))["metadata"]["resourceVersion"] == job_rv
             assert (await k.read("workloads", wl_name))["metadata"]["resourceVersion"] == wl_rv
         finally:
@@ -397,7 +405,7 @@ async def test_a_workload_created_late_is_retried_until_it_exists(
     wl_name = jobs.workload_name_for_job("late", job["uid"])
     write(log, AdmitWorkload(id="c1-0", cycle=1, time=1_700_000_020_000, namespace=kube_namespace, name=wl_name,
                              cluster_queue=k.cq, admission=k.admission()), done(1, 1))
-    actuator = KubeActuator(log, kube_api_client, cluster="test", max_attempts=1000)
+    actuator = Actuator(log, KubePort(kube_api_client, cluster="test", tuning=replace(KUBE_TUNING, max_attempts=1000)))
     actuator.recover()
     for attempt in (1, 2):  # no Workload yet: a retriable 404, nothing consumed, a back-off to wait
         assert await actuator.step() == 1
@@ -407,7 +415,7 @@ async def test_a_workload_created_late_is_retried_until_it_exists(
     await k.workload(job)
     assert await actuator.step() == 2
     assert (await k.read_job("late"))["spec"]["suspend"] is False
-    assert actuator.stats.api.errors.get("404", 0) >= 1
+    assert actuator.port.stats.api.errors.get("404", 0) >= 1
     assert [(r.decision_id, type(r).__name__) for r in reports(log)] == [("c1-0", "DecisionApplied")]
 
 
@@ -419,7 +427,8 @@ async def test_retries_run_out_into_a_retriable_failure(
                              cluster_queue="cq", admission=adm),
           EvictWorkload(id="c1-1", cycle=1, time=1_700_000_030_000, namespace=kube_namespace, name="gone",
                         cluster_queue="cq", reason="Preempted", message="m"), done(1, 2))
-    async with running(log, kube_api_client, max_attempts=3, retry_base_seconds=0.01, retry_max_seconds=0.02) as task:
+    tuning = Tuning(batch_size=KUBE_TUNING.batch_size, max_attempts=3, retry_base_seconds=0.01, retry_max_seconds=0.02)
+    async with running(log, kube_api_client, tuning) as task:
         await eventually(caught_up(log), what="the decisions to be given up on")
     never, gone = reports(log)
     # A Workload that never appears: retried, then reported as a retriable failure.

@@ -28,7 +28,7 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,12 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import jobs
+from events.cluster import QUEUE_NAME_LABEL
 from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
 from events.messages import AdmitWorkload, EvictWorkload, ObjectApplied, ObjectDeleted
 from services.actuator.job_reconciler import Policy
+from services.actuator.kube_port import KUBE_TUNING
 from services.actuator.service import ActuatorService
 from services.runtime.kafka import KafkaLog, KafkaSettings
 from services.runtime.kubeclient import api_client
@@ -103,7 +105,7 @@ async def kueuelog(plane: LocalControlPlane, log: Log, *, cluster: str, topics: 
     scheduler = ServiceStatus("scheduler")
     watcher = WatcherService(log, watcher_api, cluster=cluster, topics=topics, backoff=(0.1, 1.0))
     actuator = ActuatorService(log, actuator_api, cluster=cluster, topics=topics, role=role, policy=policy,
-                               retry_base_seconds=0.1, retry_max_seconds=2.0)
+                               tuning=replace(KUBE_TUNING, retry_base_seconds=0.1, retry_max_seconds=2.0))
     stop = asyncio.Event()
     tasks = [asyncio.create_task(watcher.run(stop), name="watcher"),
              asyncio.create_task(run_scheduler(log, stop, topics=topics, status=scheduler), name="scheduler"),
@@ -215,7 +217,7 @@ class Cluster:
         """A queued Job as a user creates it (not suspended: there is no webhook to make it so).
         Returns its Workload's name."""
         ns = ns or self.ns_in
-        labels = {jobs.QUEUE_LABEL: queue}
+        labels = {QUEUE_NAME_LABEL: queue}
         if priority:
             labels["kueue.x-k8s.io/priority-class"] = priority
         created = await self.batch.create_namespaced_job(ns, {

@@ -138,7 +138,7 @@ async def watch_status(call: Awaitable[Any]) -> int:
 async def test_actuator_applies_decisions_and_can_do_nothing_else(
     deployed: None, kube_control_plane: LocalControlPlane, kube_api_client: client.ApiClient, kube_namespace: str,
 ) -> None:
-    """Every call services/actuator/kube.py and the job reconciler (services/actuator/jobs.py)
+    """Every call services/actuator/kube_port.py and the job reconciler (services/actuator/job_reconciler.py)
     make, as the actuator's ServiceAccount; and the calls next to them it must not make."""
     ns = kube_namespace
     admin_co = client.CustomObjectsApi(kube_api_client)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from events import objects as o
+from events.cluster import SIM_DURATION_ANNOTATION as DURATION_ANNOTATION
 from events.codec import decode_decision, decode_envelope
 from events.envelope import Envelope, Topics
 from events.manifests import load
@@ -39,7 +41,8 @@ from events.simcluster import (
     decode_sim_record,
     sim_cluster_topic,
 )
-from services.actuator.actuator import Actuator, SimClusterPort
+from services.actuator.loop import Actuator
+from services.actuator.sim_port import SIM_TUNING, SimClusterPort
 from services.app.driver import NotIdle, drive_until_idle, run_all
 from services.core.snapshot import encode_state
 from services.core.state import admission_usage
@@ -49,7 +52,6 @@ from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream, arrival_schedule, read_files, seed_all
 from services.simcluster.cluster import SimCluster, SimConfig
-from services.simcluster.durations import DURATION_ANNOTATION
 from services.simcluster.runner import advance_time
 from tests.builders import a_job
 from tests.crashing_log import CrashingLog
@@ -299,15 +301,15 @@ def test_an_actuator_that_crashes_before_or_after_its_commits_applies_nothing_tw
     scheduler.recover()
     sim = SimCluster.simulated(log)
     sim.recover()
-    actuator = Actuator(crashing, SimClusterPort(TOPICS), batch_size=3)  # type: ignore[arg-type]
+    actuator = Actuator(crashing, SimClusterPort(TOPICS, tuning=replace(SIM_TUNING, batch_size=3)))  # type: ignore[arg-type]
     crashes = 0
     for _ in range(100_000):
         did = scheduler.step()
         try:
-            did += actuator.step()
+            did += actuator.step_now()
         except LogError:
             crashes += 1  # before commit: restart from the committed position
-            actuator = Actuator(crashing, SimClusterPort(TOPICS), batch_size=3)  # type: ignore[arg-type]
+            actuator = Actuator(crashing, SimClusterPort(TOPICS, tuning=replace(SIM_TUNING, batch_size=3)))  # type: ignore[arg-type]
             continue
         did += sim.step()
         if not did and not advance_time(sim, arrivals):
@@ -318,7 +320,7 @@ def test_an_actuator_that_crashes_before_or_after_its_commits_applies_nothing_tw
     # After its last commit: a restarted actuator over the same decisions applies nothing.
     before = dump(log)
     again = Actuator(log, SimClusterPort(TOPICS))
-    assert again.step() == 0
+    assert again.step_now() == 0
     assert dump(log) == before
 
 

@@ -1,9 +1,10 @@
-"""The actuator: what it applies, that it applies each decision exactly once, and how it fails."""
+"""The actuator's loop over the simulated cluster's port: what it applies, that it applies each
+decision exactly once, and how it fails."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from events.envelope import Topics
 from events.messages import (
     ActuationFailed,
     AdmitWorkload,
+    AnyDecision,
     CycleCompleted,
     DecisionApplied,
     EvictWorkload,
@@ -20,7 +22,8 @@ from events.messages import (
     PendingReason,
 )
 from events.simcluster import StartWorkload, StopWorkload, decode_sim_record, sim_cluster_topic
-from services.actuator.actuator import GROUP, ActuationError, Actuator, SimClusterPort, Staged
+from services.actuator.loop import GROUP, ActuationError, Actuator, Staged, Tuning
+from services.actuator.sim_port import SIM_TUNING, SimClusterPort
 from services.runtime.log import LogError
 from services.runtime.sqlite import SqliteLog
 from tests.crashing_log import CrashingLog
@@ -79,11 +82,15 @@ def outcomes(log: SqliteLog) -> list[DecisionApplied | ActuationFailed]:
     return out
 
 
-def drain(actuator: Actuator) -> None:
+def drain(actuator: Actuator[SimClusterPort] | Actuator[FlakyPort]) -> None:
     for _ in range(100):
-        if actuator.step() == 0:
+        if actuator.step_now() == 0:
             return
     raise AssertionError("the actuator never caught up")
+
+
+def in_batches_of(n: int) -> SimClusterPort:
+    return SimClusterPort(TOPICS, tuning=replace(SIM_TUNING, batch_size=n))
 
 
 def test_admit_starts_evict_stops_and_the_rest_is_not_for_a_cluster(log: SqliteLog) -> None:
@@ -123,7 +130,7 @@ class SpyLog:
 def test_the_command_its_report_and_the_position_are_committed_in_one_transaction(log: SqliteLog) -> None:
     write(log, admit(0, 0, "a"), admit(0, 1, "b"), done(0, 2))
     spy = SpyLog(log)
-    actuator = Actuator(spy, SimClusterPort(TOPICS), batch_size=1)  # type: ignore[arg-type]
+    actuator = Actuator(spy, in_batches_of(1))  # type: ignore[arg-type]
     drain(actuator)
     with_commands = [(topics, commits) for topics, commits in spy.transactions if SIM in topics]
     assert len(with_commands) == 2
@@ -145,14 +152,14 @@ def test_a_decision_that_appears_twice_is_applied_once(log: SqliteLog) -> None:
 def test_a_crash_before_commit_applies_nothing_and_the_restart_applies_everything_once(log: SqliteLog) -> None:
     write(log, admit(0, 0, "a"), admit(0, 1, "b"), done(0, 2), evict(1, 0, "a"), done(1, 1))
     crashing = CrashingLog(log, {2})
-    first = Actuator(crashing, SimClusterPort(TOPICS), batch_size=2)  # type: ignore[arg-type]
-    assert first.step() == 2
+    first = Actuator(crashing, in_batches_of(2))  # type: ignore[arg-type]
+    assert first.step_now() == 2
     with pytest.raises(LogError):
-        first.step()  # dies before its second commit
+        first.step_now()  # dies before its second commit
     assert [c.decision_id for c in commands(log)] == ["c0-0", "c0-1"]
     assert log.position(GROUP, TOPICS.decisions) == 2
 
-    restarted = Actuator(log, SimClusterPort(TOPICS), batch_size=2)
+    restarted = Actuator(log, in_batches_of(2))
     drain(restarted)
     assert [c.decision_id for c in commands(log)] == ["c0-0", "c0-1", "c1-0"]
     assert [e.decision_id for e in outcomes(log)] == ["c0-0", "c0-1", "c1-0"]
@@ -171,12 +178,15 @@ def test_after_a_crash_after_commit_the_restart_applies_nothing_again(log: Sqlit
 def test_a_restart_in_the_middle_of_a_cycle_remembers_what_it_applied_of_it(log: SqliteLog) -> None:
     # A duplicate of c0-0 later in the same cycle: only the recovered watermark can tell.
     write(log, admit(0, 0, "a"), admit(0, 1, "b"), admit(0, 0, "a"), done(0, 2))
-    first = Actuator(log, SimClusterPort(TOPICS), batch_size=1)
-    assert first.step() == 1
+    first = Actuator(log, in_batches_of(1))
+    assert first.step_now() == 1
     restarted = Actuator(log, SimClusterPort(TOPICS))
     drain(restarted)
     assert [c.decision_id for c in commands(log)] == ["c0-0", "c0-1"]
     assert restarted.stats.duplicates == 1
+
+
+THREE_ATTEMPTS = Tuning(max_attempts=3)
 
 
 @dataclass
@@ -186,19 +196,33 @@ class FlakyPort:
     failures: int
     retriable: bool
     calls: list[str] = field(default_factory=list)
+    tuning: Tuning = THREE_ATTEMPTS
+    takes_pending_marks: bool = False
 
     @property
     def cluster(self) -> str:
         return "flaky"
 
-    def start(self, decision: AdmitWorkload) -> Sequence[Staged]:
+    def recover(self, history: Iterator[AnyDecision]) -> None:
+        pass
+
+    async def before_batch(self) -> None:
+        pass
+
+    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]:
         self.calls.append(decision.id)
         if len(self.calls) <= self.failures:
             raise ActuationError("API server unavailable", retriable=self.retriable)
         return []
 
-    def stop(self, decision: EvictWorkload) -> Sequence[Staged]:
+    async def stop(self, decision: EvictWorkload) -> Sequence[Staged]:
         raise AssertionError("not used")
+
+    async def mark_pending(self, decision: MarkPending) -> None:
+        raise AssertionError("not used")
+
+    async def after_batch(self) -> None:
+        pass
 
 
 @pytest.mark.parametrize(
@@ -212,7 +236,7 @@ class FlakyPort:
 def test_port_errors(log: SqliteLog, failures: int, retriable: bool, want_outcome: type, want_calls: int) -> None:
     write(log, admit(0, 0, "a"), done(0, 1))
     port = FlakyPort(failures, retriable)
-    actuator = Actuator(log, port, max_attempts=3)
+    actuator = Actuator(log, port)
     drain(actuator)
     assert port.calls == ["c0-0"] * want_calls
     (outcome,) = outcomes(log)
@@ -226,8 +250,8 @@ def test_port_errors(log: SqliteLog, failures: int, retriable: bool, want_outcom
 
 def test_a_retry_does_not_hold_back_what_came_before_it(log: SqliteLog) -> None:
     write(log, pending(0, 0, "x"), admit(0, 1, "a"), done(0, 2))
-    actuator = Actuator(log, FlakyPort(1, True), max_attempts=3)
-    assert actuator.step() == 2  # the MarkPending consumed, plus a retry still to do
+    actuator = Actuator(log, FlakyPort(1, True))
+    assert actuator.step_now() == 2  # the MarkPending consumed, plus a retry still to do
     assert log.position(GROUP, TOPICS.decisions) == 1
     drain(actuator)
     assert log.position(GROUP, TOPICS.decisions) == 3

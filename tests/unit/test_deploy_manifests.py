@@ -22,8 +22,11 @@ import yaml
 
 from events import manifests
 from events import objects as o
+from events.cluster import POD_PRIORITY_CLASS_SOURCE, WORKLOAD_PRIORITY_CLASS_SOURCE
 from events.envelope import Topics
 from events.quantity import QuantityError, parse_fraction
+from services.runtime.kafka import LEASES_SUFFIX
+from services.runtime.kafka_acls import Acl, Op, Pattern, Resource, role_acls
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -215,7 +218,7 @@ def test_schemas_are_structural_and_keep_unknown_fields_only_where_said(kind: st
     ("ClusterQueue", "spec.namespaceSelector.matchExpressions[].operator", ["In", "NotIn", "Exists", "DoesNotExist"]),
     ("ResourceFlavor", "spec.nodeTaints[].effect", ["NoSchedule", "PreferNoSchedule", "NoExecute"]),
     ("Workload", "spec.priorityClassSource",
-     [o.WORKLOAD_PRIORITY_CLASS_SOURCE, o.POD_PRIORITY_CLASS_SOURCE, ""]),
+     [WORKLOAD_PRIORITY_CLASS_SOURCE, POD_PRIORITY_CLASS_SOURCE, ""]),
 ])
 def test_enums_are_the_parsers(kind: str, path: str, enum: list[str]) -> None:
     assert at(schema(kind), path)["enum"] == enum
@@ -295,8 +298,9 @@ def test_deployment(service: str) -> None:
     assert container["envFrom"] == [{"configMapRef": {"name": "kueuelog-config"}}]
     secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
     assert secrets == {
-        "KUEUELOG_KAFKA_SASL_USERNAME": {"name": "kueuelog-kafka-credentials", "key": "username", "optional": True},
-        "KUEUELOG_KAFKA_SASL_PASSWORD": {"name": "kueuelog-kafka-credentials", "key": "password", "optional": True},
+        # Each role its own credential: a compromised watcher cannot write decisions.
+        "KUEUELOG_KAFKA_SASL_USERNAME": {"name": f"kueuelog-kafka-{service}", "key": "username", "optional": True},
+        "KUEUELOG_KAFKA_SASL_PASSWORD": {"name": f"kueuelog-kafka-{service}", "key": "password", "optional": True},
     }
     # A read-only root file system still needs a writable /tmp.
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
@@ -388,8 +392,8 @@ EXPECTED_RULES = {
         *(("", "namespaces", v) for v in ("get", "list", "watch")),
         *(("scheduling.k8s.io", "priorityclasses", v) for v in ("get", "list", "watch")),
     },
-    # Derived from the calls of services/actuator/kube.py (KubeCalls get / merge patch) and of the
-    # job reconciler that runs in the same process (services/actuator/jobs.py): nothing more.
+    # Derived from the calls of services/actuator/kube_port.py (KubeCalls get / merge patch) and of the
+    # job reconciler that runs in the same process (services/actuator/job_reconciler.py): nothing more.
     "actuator": {
         # kube.py reads, unsuspends and suspends Jobs; jobs.py lists and watches the queued ones,
         # reads one again after a conflict and suspends (or rejects) it.
@@ -446,7 +450,8 @@ def strimzi(kind: str) -> list[dict[str, Any]]:
 def test_strimzi_topics_are_the_ones_the_code_uses() -> None:
     topics = {t["spec"]["topicName"]: t for t in strimzi("KafkaTopic")}
     names = Topics()
-    assert set(topics) == {names.cluster_events, names.decisions, names.snapshots, names.dead_letters}
+    assert set(topics) == {names.cluster_events, names.decisions, names.snapshots, names.dead_letters,
+                           f"{names.prefix}.{LEASES_SUFFIX}"}
     snapshots = topics[names.snapshots]["spec"]["config"]
     assert snapshots["cleanup.policy"] == "compact"
     assert snapshots["max.message.bytes"] == 104857600
@@ -471,18 +476,46 @@ def test_strimzi_cluster_is_kraft_with_a_node_pool() -> None:
     assert bootstrap == f"{kafka['metadata']['name']}-kafka-bootstrap.{kafka['metadata']['namespace']}.svc:9092"
 
 
-def test_strimzi_user_is_scram_with_the_acls_the_services_need() -> None:
-    (user,) = strimzi("KafkaUser")
-    auth = user["spec"]["authentication"]
-    assert auth["type"] == "scram-sha-512"
-    assert auth["password"]["valueFrom"]["secretKeyRef"] == {"name": "kueuelog-kafka-credentials", "key": "password"}
-    acls = {(a["resource"]["type"], a["resource"].get("name", ""), a["resource"].get("patternType", "")):
-            set(a["operations"]) for a in user["spec"]["authorization"]["acls"]}
-    assert acls[("transactionalId", "kueuelog", "prefix")] == {"Describe", "Write"}
-    assert acls[("group", "kueuelog.", "prefix")] == {"Describe", "Read"}
-    assert acls[("topic", "kueuelog.", "prefix")] == {"Describe", "DescribeConfigs", "Read", "Write"}
-    assert all(name.startswith("kueuelog") for kind, name, _ in acls if kind != "cluster")
+def _strimzi_acls(user: dict[str, Any]) -> list[Acl]:
+    out = []
+    for a in user["spec"]["authorization"]["acls"]:
+        res = a["resource"]
+        if res["type"] == "cluster":
+            name, pattern = "kafka-cluster", Pattern.LITERAL
+        else:
+            name, pattern = res["name"], Pattern(res["patternType"])
+        assert a["host"] == "*"
+        out.append(Acl(Resource(res["type"]), name, pattern, tuple(Op(o) for o in a["operations"])))
+    return sorted(out)
+
+
+def test_strimzi_users_are_one_per_role_with_exactly_the_acls_of_the_code() -> None:
+    users = {u["metadata"]["name"]: u for u in strimzi("KafkaUser")}
+    expected = role_acls(Topics())
+    assert set(users) == {f"kueuelog-{role}" for role in expected}
+    for role, acls in expected.items():
+        user = users[f"kueuelog-{role}"]
+        auth = user["spec"]["authentication"]
+        assert auth["type"] == "scram-sha-512"
+        assert auth["password"]["valueFrom"]["secretKeyRef"] == {"name": f"kueuelog-kafka-{role}", "key": "password"}
+        assert _strimzi_acls(user) == acls, role
     assert by_kind("ConfigMap")["kueuelog-config"]["data"]["KUEUELOG_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+
+
+def test_no_role_may_create_topics_or_write_what_another_role_owns() -> None:
+    acls = role_acls(Topics())
+    names = Topics()
+
+    def writers(topic: str) -> set[str]:
+        return {role for role, rs in acls.items() for a in rs
+                if a.resource == Resource.TOPIC and Op.WRITE in a.operations
+                and (a.name == topic or (a.pattern == Pattern.PREFIX and topic.startswith(a.name)))}
+
+    assert writers(names.decisions) == {"scheduler"}
+    assert writers(names.snapshots) == {"scheduler"}
+    assert writers(names.cluster_events) == {"watcher", "actuator", "simcluster"}
+    assert not any(Op.WRITE in a.operations for a in acls["reader"])
+    assert all(op.value != "Create" for rs in acls.values() for a in rs for op in a.operations)
 
 
 # --- image and docker-compose ----------------------------------------------------------------

@@ -17,6 +17,7 @@ import yaml
 
 from events import objects as o
 from events import validation as v
+from events.cluster import SIM_DURATION_ANNOTATION
 from events.codec import DecisionPeek, MalformedRecord, decode_decision, decode_envelope, encode, peek_decision
 from events.envelope import Envelope, Topics
 from events.manifests import load
@@ -24,7 +25,7 @@ from events.messages import AdmitWorkload, ClockTicked, ObjectApplied
 from services.app.cli import main
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
-from services.simcluster.durations import DURATION_ANNOTATION, DurationError, duration_of, parse_duration
+from services.simcluster.durations import DurationError, duration_of, parse_duration
 from tests.builders import Builder, a_cluster_queue, a_cohort, a_flavor, a_job, a_local_queue, a_workload
 
 T = Topics()
@@ -324,7 +325,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
 def test_sim_duration_out_of_bounds_falls_back_to_the_default(text: str) -> None:
     with pytest.raises(DurationError, match="invalid duration"):
         parse_duration(text)
-    got = duration_of(((DURATION_ANNOTATION, text),), default_ms=60_000)
+    got = duration_of(((SIM_DURATION_ANNOTATION, text),), default_ms=60_000)
     assert got.ms == 60_000
     assert got.source.startswith("default (invalid annotation: invalid duration")
 

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from events import objects as o
+from events.cluster import POD_PRIORITY_CLASS_SOURCE, WORKLOAD_PRIORITY_CLASS_SOURCE
 from events.manifests import Document, ManifestError, load, normalize, read_documents
 from tests.builders import (
     V1,
@@ -963,19 +965,19 @@ def test_cohort_parent_by_version(manifest, want_parent):
     ("manifest", "want"),
     [
         pytest.param(a_workload("team-a", "w").request(cpu=1).priority_class("high"),
-                     o.PriorityRef(source=o.WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
+                     o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
                      id="v1beta1 priorityClassName from a WorkloadPriorityClass"),
         pytest.param(edit(a_workload("team-a", "w").request(cpu=1), "spec.priorityClassName", "high"),
-                     o.PriorityRef(source=o.POD_PRIORITY_CLASS_SOURCE, name="high"),
+                     o.PriorityRef(source=POD_PRIORITY_CLASS_SOURCE, name="high"),
                      id="v1beta1 priorityClassName defaults to a pod PriorityClass"),
         pytest.param(versioned(edit(a_workload("team-a", "w").request(cpu=1), "spec.priorityClassRef",
                                     {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "high"}),
                                V1BETA2),
-                     o.PriorityRef(source=o.WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
+                     o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
                      id="v1beta2 priorityClassRef to a WorkloadPriorityClass"),
         pytest.param(versioned(edit(a_workload("team-a", "w").request(cpu=1), "spec.priorityClassRef",
                                     {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": "high"}), V1BETA2),
-                     o.PriorityRef(source=o.POD_PRIORITY_CLASS_SOURCE, name="high"),
+                     o.PriorityRef(source=POD_PRIORITY_CLASS_SOURCE, name="high"),
                      id="v1beta2 priorityClassRef to a PriorityClass"),
         pytest.param(a_workload("team-a", "w").request(cpu=1), None, id="no priority class"),
     ],
@@ -1404,3 +1406,14 @@ def test_cli_accepts_a_valid_file(tmp_path):
     proc = _simulate(str(path), "-o", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"apiVersion": "v1", "kind": "List", "items": []}
+
+
+def test_cli_yaml_output_is_the_json_output_with_pending_workloads():
+    """-o yaml used to crash on the closed-set pending reason of a waiting workload."""
+    examples = sorted(str(p) for p in Path("examples").glob("*.yaml"))
+    as_json = _simulate(*examples, "-o", "json")
+    as_yaml = _simulate(*examples, "-o", "yaml")
+    assert as_json.returncode == 0 and as_yaml.returncode == 0, as_yaml.stderr
+    doc = yaml.safe_load(as_yaml.stdout)
+    assert doc == json.loads(as_json.stdout)
+    assert any(item["metadata"].get("annotations", {}).get("kueuelog.io/pending-reason") for item in doc["items"])

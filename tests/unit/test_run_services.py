@@ -16,7 +16,8 @@ from events.envelope import Topics
 from events.manifests import load
 from events.messages import AdmitWorkload, CycleCompleted
 from services.actuator.job_reconciler import ReconcilerStats
-from services.actuator.kube import KubeStats
+from services.actuator.kube_port import KubeStats
+from services.actuator.loop import Stats as LoopStats
 from services.app.cli import _run_settings, build_parser, main
 from services.runtime.metrics import StatsCollector
 from services.runtime.sqlite import SqliteLog
@@ -180,11 +181,11 @@ async def test_a_recovered_scheduler_does_not_count_history_again(log: SqliteLog
 
 
 def test_stats_become_counters_read_at_scrape_time() -> None:
-    watcher, kube, reconciler = WatcherStats(), KubeStats(), ReconcilerStats()
+    watcher, loop, kube, reconciler = WatcherStats(), LoopStats(), KubeStats(), ReconcilerStats()
     registry = CollectorRegistry()
     registry.register(StatsCollector("watcher", {"": lambda: watcher}))
-    registry.register(StatsCollector("actuator", {"": lambda: kube, "job_reconciler_": lambda: reconciler}))
-    watcher.published, kube.started, reconciler.suspended = 7, 3, 2
+    registry.register(StatsCollector("actuator", {"": lambda: (loop, kube), "job_reconciler_": lambda: reconciler}))
+    watcher.published, loop.started, reconciler.suspended = 7, 3, 2
     kube.api.calls["get Job"] = 4
     kube.api.errors["409"] = 1
     assert metric(registry, "kueuelog_watcher_published_total") == 7

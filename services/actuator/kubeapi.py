@@ -1,11 +1,11 @@
 """The actuator's boundary with kubernetes-asyncio: every API call, throttled, timed, its errors wrapped once.
 
-:class:`KubeCalls` is the only place the Kubernetes actuator calls the API: each call waits
-for a token of a :class:`TokenBucket` (``qps`` / ``burst``), is counted with its latency in
-:class:`ApiStats`, and whatever kubernetes-asyncio (and aiohttp under it) raises becomes a
-:class:`KubeApiError`, an
-:class:`~services.actuator.actuator.ActuationError` that names the call and the
-object and carries the HTTP status. The rule for ``retriable``:
+:class:`KubeCalls` is the only place the Kubernetes port (:mod:`services.actuator.kube_port`)
+calls the API: each call waits for a token of a :class:`TokenBucket` (``qps`` / ``burst``), is
+counted with its latency in :class:`ApiStats`, and whatever kubernetes-asyncio (and aiohttp
+under it) raises becomes a :class:`KubeApiError`, an
+:class:`~services.actuator.loop.ActuationError` that names the call and the object and carries
+the HTTP status (:class:`InvalidObject` when an object read is not what it should be). The rule for ``retriable``:
 
 - 409 Conflict (another writer got there first: re-read and try again), 429
   Too Many Requests (also "storage is (re)initializing" right after a CRD is
@@ -30,7 +30,7 @@ import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from services.actuator.actuator import ActuationError
+from services.actuator.loop import ActuationError
 
 CONFLICT: Final = 409
 NOT_FOUND: Final = 404
@@ -191,12 +191,11 @@ class KubeCalls:
     ``CustomObjectsApi`` (its paths ``/apis/{group}/{version}/...`` serve built-in groups too)."""
 
     def __init__(self, api: client.ApiClient, *, qps: float, burst: int, request_timeout: float,
-                 stats: ApiStats | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 stats: ApiStats) -> None:
         self._co = client.CustomObjectsApi(api)
-        self._bucket = TokenBucket(qps, burst, clock())
+        self._bucket = TokenBucket(qps, burst, time.monotonic())
         self._timeout = request_timeout
-        self._clock = clock
-        self.stats = stats or ApiStats()
+        self.stats = stats
 
     async def get(self, ref: Ref, *, not_found_retriable: bool = False) -> dict[str, Any]:
         co = self._co
@@ -224,7 +223,7 @@ class KubeCalls:
 
     async def _call(self, call: str, what: str, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
                     body: dict[str, Any] | None, not_found_retriable: bool) -> dict[str, Any]:
-        wait = self._bucket.reserve(self._clock())
+        wait = self._bucket.reserve(time.monotonic())
         if wait > 0:
             self.stats.throttled_seconds += wait
             await asyncio.sleep(wait)
@@ -232,16 +231,16 @@ class KubeCalls:
         if body is not None:
             kwargs["_content_type"] = MERGE_PATCH
             args = (*args, body)
-        started = self._clock()
+        started = time.monotonic()
         try:
             out = await fn(*args, **kwargs)
         except Exception as e:
             wrapped = classify(e, call=f"{call.split(' ', 1)[0]} {what}", not_found_retriable=not_found_retriable)
-            self.stats.observe(call, self._clock() - started, wrapped)
+            self.stats.observe(call, time.monotonic() - started, wrapped)
             if wrapped is None:
                 raise
             raise wrapped from e
-        self.stats.observe(call, self._clock() - started, None)
+        self.stats.observe(call, time.monotonic() - started, None)
         if not isinstance(out, dict):
             raise KubeApiError(f"{call} {what}: the API server answered with {type(out).__name__}, not an object",
                                retriable=False)

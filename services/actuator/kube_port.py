@@ -1,4 +1,4 @@
-"""The actuator for a real Kubernetes API server: the scheduler's decisions become API writes.
+"""The Kubernetes actuation port: the scheduler's decisions become idempotent API writes.
 
 What each decision does (mirroring Kueue's job reconciler and Workload API):
 
@@ -9,7 +9,7 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   ``spec.suspend=false`` and record the decision in ``kueuelog.io/decision-id`` (its cycle in
   ``kueuelog.io/decision-cycle``). Then write the Workload's ``status.admission`` and conditions
   ``QuotaReserved=True`` and ``Admitted=True``, with the texts of
-  :mod:`services.core.conditions` (the ones ``simulate`` renders).
+  :mod:`events.conditions` (the ones ``simulate`` renders).
 - ``EvictWorkload``: suspend the Job, set ``kueuelog.io/evicted``, restore the original template
   once the Job may be changed (Kubernetes lets a Job's scheduling directives change only while
   it is suspended and not started: in a real cluster that is after the job controller stopped
@@ -20,61 +20,46 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   has no active pods.
 - ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (Kueue's ``Pending`` /
   ``Inadmissible``) and our closed-set reason in ``kueuelog.io/pending-reason``, only when they
-  changed. A pending mark is status, not an order: it never holds up the decisions behind it,
-  is not reported to cluster-events, and when it cannot be written yet (no Workload object
-  yet) it is retried on later steps until a newer decision for the workload replaces it.
+  changed (a cache of what was written spares the reads). A pending mark is status, not an
+  order: it never holds up the decisions behind it, and when it cannot be written yet (no
+  Workload object yet) it is retried before later batches until a newer decision for the
+  workload replaces it.
+- After every batch, each ClusterQueue / LocalQueue whose counts (:class:`QueueCounts`, rebuilt
+  from the decisions before the committed position at recovery) changed gets its status written.
 
-Exactly once, in effect. Decisions are deduplicated by the actuator's :class:`Watermark`
-(recovered from the log before the committed position) and each write is idempotent: the Job
+Exactly once, in effect. The loop (:mod:`services.actuator.loop`) deduplicates decisions by
+its watermark and commits reports with its position; each write here is idempotent: the Job
 records the decision it carries, so one it already shows — or a newer cycle's — is not applied
 again, and Workload status is compared before it is written. Every write is a JSON merge patch
 with the ``resourceVersion`` of the read, so a concurrent writer makes it fail with 409
-Conflict; then we re-read and try again. Reports (``DecisionApplied`` / ``ActuationFailed``) go
-to cluster-events in one ``Log.transact`` with the consumer position, as in
-:class:`~services.actuator.actuator.Actuator`, whose Watermark, error type, consumer group and
-report shape are reused; this is a runner of its own because the API client is asynchronous
-and pending marks and queue status need a per-step flush.
+Conflict; then we re-read and try again, up to ``max_conflicts`` times.
 
-A retriable failure of an admit or evict (see :mod:`services.actuator.kubeerrors`) stops the
-batch before it; it is retried with exponential back-off up to ``max_attempts`` times, then
-reported as ``ActuationFailed(retriable=True)`` and the line moves on. A non-retriable one is
-reported at once. A missing Workload or Job is retriable for an admission (the job reconciler
-creates the Workload after the Job) but not for an eviction (it existed when it was admitted:
-it is gone, and nothing runs). API calls are rate limited (``qps`` / ``burst``) and counted with
-their latency in ``stats.api`` (:class:`~services.actuator.kubeerrors.ApiStats`).
+Failures are :class:`~services.actuator.loop.ActuationError` (see :mod:`services.actuator.kubeapi`
+for which are retriable); the loop retries and reports them. A missing Workload or Job is
+retriable for an admission (the job reconciler creates the Workload after the Job) but not for
+an eviction (it existed when it was admitted: it is gone, and nothing runs). API calls are rate
+limited (``qps`` / ``burst``) and counted with their latency in ``stats.api``.
 
 The pure parts (patches, status payloads, :class:`QueueCounts`) are in
-:mod:`services.actuator.kubeplan`; this module is the shell (:class:`KubeActuator`,
-:func:`run_kube_actuator`).
+:mod:`services.actuator.kubeplan`; this module is the shell that reads and writes.
 """
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import structlog
 from kubernetes_asyncio import client
 
-from events.codec import MalformedRecord, UnknownEventType, decode_decision, encode, peek_decision
-from events.envelope import Envelope, Topics, event_key
-from events.messages import (
-    ActuationFailed,
-    AdmitWorkload,
-    CycleCompleted,
-    DecisionApplied,
-    EvictWorkload,
-    MarkPending,
-)
-from services.actuator.actuator import GROUP, SOURCE, ActuationError, Watermark
-from services.actuator.kubeerrors import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
+from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
+from events.cluster import PENDING_REASON_ANNOTATION
+from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, MarkPending
+from services.actuator.kubeapi import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
 from services.actuator.kubeplan import (
-    ANN_ORIGINAL,
     Decision,
     FlavorQuotas,
     FlavorScheduling,
@@ -102,30 +87,26 @@ from services.actuator.kubeplan import (
     status_patch,
     workload_ref,
 )
-from services.core.render import PENDING_REASON_ANNOTATION
-from services.runtime.log import Log, Record
+from services.actuator.loop import ActuationError, Staged, Tuning
 
 _log = structlog.get_logger(__name__)
 
-# --- the shell ------------------------------------------------------------------------------------
+KUBE_TUNING: Final = Tuning(batch_size=100, max_attempts=10, retry_base_seconds=0.2, retry_max_seconds=10.0)
+"""API calls are slow and rate limited: a commit every 100 decisions, and a back-off between attempts."""
 
 
 @dataclass
 class KubeStats:
-    started: int = 0  # admits applied
-    stopped: int = 0  # evictions applied
+    """What the port counts beyond the loop's :class:`~services.actuator.loop.Stats`."""
+
     already_applied: int = 0  # the Job showed the decision already (a redo after a crash)
-    stale: int = 0  # the Job showed a newer cycle's decision
-    duplicates: int = 0  # deduplicated by the watermark
+    stale: int = 0  # the Job showed a newer cycle's decision (reported applied: the loop counts it started/stopped)
     pending_written: int = 0
     pending_unchanged: int = 0
     pending_dropped: int = 0
-    failed: int = 0
-    retries: int = 0
     conflicts: int = 0
     restores: int = 0
     queue_status_writes: int = 0
-    skipped: int = 0  # undecodable decision records
     api: ApiStats = field(default_factory=ApiStats)
 
     def as_dict(self) -> dict[str, Any]:
@@ -144,156 +125,61 @@ class _Later:
     job: Ref | None = None
 
 
-class KubeActuator:
-    """Applies decisions to one cluster's API server; ``await step()`` until ``stop`` (see
-    :func:`run_kube_actuator`). ``retry_after`` says how long to wait after a step that hit a
-    retriable failure."""
+class KubePort:
+    """Applies decisions to one cluster's API server (see the module docstring)."""
 
-    def __init__(self, log: Log, api: client.ApiClient, *, cluster: str, topics: Topics | None = None,
-                 group: str = GROUP, qps: float = 20, burst: int = 40, batch_size: int = 100,
-                 request_timeout: float = 10.0, max_attempts: int = 10, max_conflicts: int = 5,
-                 retry_base_seconds: float = 0.2, retry_max_seconds: float = 10.0, flavor_ttl_seconds: float = 10.0,
-                 pending_cache_size: int = 100_000, clock: Callable[[], float] = time.monotonic) -> None:
-        self.log = log
+    takes_pending_marks: Final = True
+
+    def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
+                 request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
+                 pending_cache_size: int = 100_000, tuning: Tuning = KUBE_TUNING) -> None:
         self.cluster = cluster
-        self.topics = topics or Topics()
-        self.group = group
-        self.batch_size = batch_size
-        self.max_attempts = max_attempts
+        self.tuning = tuning
         self.max_conflicts = max_conflicts
-        self.retry_base_seconds = retry_base_seconds
-        self.retry_max_seconds = retry_max_seconds
         self.flavor_ttl_seconds = flavor_ttl_seconds
         self.pending_cache_size = pending_cache_size
-        self.clock = clock
         self.stats = KubeStats()
-        self.kube = KubeCalls(api, qps=qps, burst=burst, request_timeout=request_timeout, stats=self.stats.api,
-                              clock=clock)
+        self.kube = KubeCalls(api, qps=qps, burst=burst, request_timeout=request_timeout, stats=self.stats.api)
         self.counts = QueueCounts()
-        self.next_offset = 0
-        self.watermark = Watermark()
-        self.retry_after: float | None = None
-        self._attempts: dict[str, int] = {}
         self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
         self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         self._flavors: dict[str, tuple[float, FlavorScheduling]] = {}
         self._quotas: dict[str, FlavorQuotas] = {}
-        self._stale = True
 
-    # --- recovery -------------------------------------------------------------------------------
+    # --- the port's calls -----------------------------------------------------------------------
 
-    def recover(self) -> None:
-        """Resume at the committed position: the watermark from the tail of the last cycle before
-        it (the same rule as ``Actuator.recover``), the ClusterQueue counts from everything before it."""
-        topic = self.topics.decisions
-        self.next_offset = self.log.position(self.group, topic)
-        self.watermark, self._attempts = Watermark.recovered(self.log, topic, self.next_offset, self._decode), {}
+    def recover(self, history: Iterator[AnyDecision]) -> None:
+        """The ClusterQueue / LocalQueue counts from every decision before the committed position."""
         self.counts = QueueCounts()
-        offset = 0
-        while offset < self.next_offset:
-            batch = [r for r in self.log.read(topic, offset, 1000) if r.offset < self.next_offset]
-            if not batch:
-                break
-            for rec in batch:
-                d = self._decode(rec)
-                if d is not None and not isinstance(d, CycleCompleted):
-                    self.counts.fold(d)
-            offset = batch[-1].offset + 1
-        self._stale = False
-
-    # --- the step -------------------------------------------------------------------------------
-
-    async def step(self) -> int:
-        """Apply one batch of decisions, flush queue status, commit reports and position.
-        Returns the records consumed, plus one when a retry is due (so a driver keeps stepping)."""
-        if self._stale:
-            self.recover()
-        self.retry_after = None
-        await self._do_later()
-        batch = self.log.read(self.topics.decisions, self.next_offset, self.batch_size)
-        reports: list[tuple[str, bytes]] = []
-        consumed = 0
-        for rec in batch:
-            if not await self._apply(rec, reports):
-                break
-            consumed += 1
-        await self._flush_queues()
-        if consumed:
-            position = batch[consumed - 1].offset + 1  # offsets may have gaps: never assume +1
-            appends = {self.topics.cluster_events: reports} if reports else {}
-            try:
-                self.log.transact(appends, {(self.group, self.topics.decisions): position})
-            except BaseException:
-                self._stale = True  # the watermark got ahead of the log: rebuild it
-                raise
-            self.next_offset = position
-        return consumed + (1 if self.retry_after is not None else 0)
-
-    def _decode(self, rec: Record) -> Decision | CycleCompleted | None:
-        try:
-            d: Decision | CycleCompleted = decode_decision(rec.value)
-        except (MalformedRecord, UnknownEventType) as e:
-            self.stats.skipped += 1
-            _log.warning("decision record skipped", offset=rec.offset, error=str(e))
-            return None
-        return d
-
-    async def _apply(self, rec: Record, reports: list[tuple[str, bytes]]) -> bool:
-        peek = peek_decision(rec.value)
-        if peek.type == "cycle" and peek.cycle >= 0:
-            self.watermark.close_cycle(peek.cycle)  # heads' outcomes are not needed: not decoded
-            return True
-        d = self._decode(rec)
-        if d is None:
-            return True
-        if isinstance(d, CycleCompleted):
-            self.watermark.close(d)
-            return True
-        if self.watermark.applied(d):
-            self.stats.duplicates += 1
-            return True
-        key = f"{d.namespace}/{d.name}"
-        if isinstance(d, MarkPending):
-            self._later.pop(f"pending:{key}", None)
-            await self._mark_pending(d)
+        for d in history:
             self.counts.fold(d)
-            self.watermark.note(d)
-            return True
-        try:
-            if isinstance(d, AdmitWorkload):
-                await self._admit(d)
-            else:
-                await self._evict(d)
-        except ActuationError as e:
-            attempts = self._attempts.get(d.id, 0) + 1
-            if e.retriable and attempts < self.max_attempts:
-                self._attempts[d.id] = attempts
-                self.stats.retries += 1
-                self.retry_after = min(self.retry_base_seconds * 2 ** (attempts - 1), self.retry_max_seconds)
-                _log.info("actuation will be retried", decision=d.id, workload=key, error=str(e), attempts=attempts,
-                          after=self.retry_after)
-                return False
-            self._attempts.pop(d.id, None)
-            self.stats.failed += 1
-            _log.warning("actuation failed", decision=d.id, workload=key, error=str(e), retriable=e.retriable,
-                         attempts=attempts)
-            self._report(reports, ActuationFailed(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
-                                                  error=str(e), retriable=e.retriable, cluster=self.cluster),
-                         f"{d.id}:failed")
-            self.watermark.note(d)
-            return True
-        self._attempts.pop(d.id, None)
+
+    async def before_batch(self) -> None:
+        await self._do_later()
+
+    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]:
+        await self._admit(decision)
+        self._applied(decision)
+        return ()
+
+    async def stop(self, decision: EvictWorkload) -> Sequence[Staged]:
+        await self._evict(decision)
+        self._applied(decision)
+        return ()
+
+    async def mark_pending(self, decision: MarkPending) -> None:
+        self._later.pop(f"pending:{decision.namespace}/{decision.name}", None)
+        await self._mark_pending(decision)
+        self.counts.fold(decision)
+
+    async def after_batch(self) -> None:
+        await self._flush_queues()
+
+    def _applied(self, d: AdmitWorkload | EvictWorkload) -> None:
+        key = f"{d.namespace}/{d.name}"
         self._later.pop(f"pending:{key}", None)
         self._pending_cache.pop(key, None)  # a pending mark after this one is news again
         self.counts.fold(d)
-        self._report(reports, DecisionApplied(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
-                                              cluster=self.cluster), d.id)
-        self.watermark.note(d)
-        return True
-
-    def _report(self, reports: list[tuple[str, bytes]], event: DecisionApplied | ActuationFailed, suffix: str) -> None:
-        env = Envelope(id=f"actuator:{self.cluster}:{suffix}", source=SOURCE, cluster=self.cluster, event=event)
-        reports.append((event_key(env), encode(env)))
 
     # --- the objects ----------------------------------------------------------------------------
 
@@ -323,7 +209,7 @@ class KubeActuator:
         return ref, job
 
     async def _flavor(self, name: str) -> FlavorScheduling:
-        now = self.clock()
+        now = time.monotonic()
         hit = self._flavors.get(name)
         if hit is not None and now - hit[0] < self.flavor_ttl_seconds:
             return hit[1]
@@ -374,7 +260,6 @@ class KubeActuator:
                     self.stats.already_applied += 1
             desired = admitted_status(wl.get("status") or {}, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
-                self.stats.started += 1
                 return
         raise KubeApiError(f"admit Workload {d.namespace}/{d.name}: still conflicting after {self.max_conflicts} "
                            "re-reads", retriable=True, status=409)
@@ -398,10 +283,9 @@ class KubeActuator:
                 else:
                     self.stats.already_applied += 1
                 if ANN_ORIGINAL in annotations_of(job) and not await self._restore(ref, job):
-                    self._later[f"restore:{key}"] = _Later(attempts=0, due=self.clock() + 1.0, job=ref)
+                    self._later[f"restore:{key}"] = _Later(attempts=0, due=time.monotonic() + 1.0, job=ref)
             desired = evicted_status(wl.get("status") or {}, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
-                self.stats.stopped += 1
                 return
         raise KubeApiError(f"evict Workload {key}: still conflicting after {self.max_conflicts} re-reads",
                            retriable=True, status=409)
@@ -435,12 +319,12 @@ class KubeActuator:
 
     def _defer_pending(self, d: MarkPending, attempts: int, e: ActuationError) -> None:
         key = f"{d.namespace}/{d.name}"
-        if not e.retriable or attempts + 1 >= self.max_attempts:
+        if not e.retriable or attempts + 1 >= self.tuning.max_attempts:
             self.stats.pending_dropped += 1
             _log.warning("pending status not written", decision=d.id, workload=key, error=str(e), attempts=attempts + 1)
             return
-        delay = min(self.retry_base_seconds * 2**attempts, self.retry_max_seconds)
-        self._later[f"pending:{key}"] = _Later(attempts=attempts + 1, due=self.clock() + delay, decision=d)
+        delay = self.tuning.backoff(attempts + 1)
+        self._later[f"pending:{key}"] = _Later(attempts=attempts + 1, due=time.monotonic() + delay, decision=d)
 
     def _remember_pending(self, key: str, want: tuple[str, str, str]) -> None:
         self._pending_cache[key] = want
@@ -478,7 +362,7 @@ class KubeActuator:
                            f"{self.max_conflicts} re-reads", retriable=True, status=409)
 
     async def _do_later(self) -> None:
-        now = self.clock()
+        now = time.monotonic()
         for name in sorted(k for k, v in self._later.items() if v.due <= now):
             item = self._later.pop(name)
             if item.decision is not None:
@@ -503,9 +387,9 @@ class KubeActuator:
             done = not e.retriable
             if done:
                 _log.warning("template not restored", job=str(item.job), error=str(e))
-        if not done and item.attempts + 1 < 2 * self.max_attempts:
+        if not done and item.attempts + 1 < 2 * self.tuning.max_attempts:
             delay = min(2.0 ** item.attempts, 30.0)
-            self._later[name] = _Later(attempts=item.attempts + 1, due=self.clock() + delay, job=item.job)
+            self._later[name] = _Later(attempts=item.attempts + 1, due=time.monotonic() + delay, job=item.job)
 
     # --- queue status ---------------------------------------------------------------------------
 
@@ -543,23 +427,3 @@ class KubeActuator:
         return True
 
 
-async def run_kube_actuator(log: Log, api: client.ApiClient, stop: asyncio.Event, *, cluster: str,
-                            topics: Topics | None = None, qps: float = 20, burst: int = 40,
-                            poll_seconds: float = 0.05, **options: Any) -> KubeActuator:
-    """Recover the committed position and step until ``stop``; returns the actuator (for its stats).
-    ``options`` are :class:`KubeActuator`'s other keyword arguments (group, batch_size,
-    request_timeout, max_attempts, max_conflicts, retry_base_seconds, retry_max_seconds, ...)."""
-    actuator = KubeActuator(log, api, cluster=cluster, topics=topics, qps=qps, burst=burst, **options)
-    actuator.recover()
-    while not stop.is_set():
-        did = await actuator.step()
-        if actuator.retry_after is not None:
-            wait = actuator.retry_after
-        elif did:
-            await asyncio.sleep(0)
-            continue
-        else:
-            wait = poll_seconds
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), wait)
-    return actuator

@@ -1,0 +1,349 @@
+"""The actuator's one consume loop: decisions in, a port's actuations and their reports out, exactly once.
+
+It consumes the decisions topic (consumer group ``actuator``) and hands ``AdmitWorkload`` to
+its port's ``start``, ``EvictWorkload`` to ``stop`` and — when the port writes them —
+``MarkPending`` to ``mark_pending``; ``CycleCompleted`` only moves the watermark. Each
+outcome goes back to cluster-events as ``DecisionApplied``, or ``ActuationFailed`` (with
+``retriable``) when the port refuses, so the scheduler learns of it the same way as of
+everything else. Pending marks are status, not orders: they are not reported.
+
+The port (:class:`ActuationPort`) is where the cluster is; it is asynchronous because a real
+API server is. It returns the log records that carry an actuation, and the loop commits them
+together with its reports and its consumer position in ONE ``Log.transact``: for the
+simulated cluster (:mod:`services.actuator.sim_port`), whose API server is a log topic, that
+makes each decision applied exactly once, whatever crashes when. A port for a real API
+server (:mod:`services.actuator.kube_port`) performs its idempotent calls and returns no
+records; a crash between the call and the commit then repeats the call, which changes
+nothing. A port also gets a hook before and after every batch (deferred writes, status
+flushes) and the decisions before the committed position at recovery (to rebuild caches).
+
+Dedup by decision id. Decisions arrive in log order and a decision id belongs to one cycle;
+cycles only grow. So "already applied" is decided by a small :class:`Watermark` — the newest
+cycle seen, whether its ``CycleCompleted`` was seen, and the ids applied in it — rather than
+an ever-growing set, and the watermark is recovered from the records just before the
+committed position.
+
+A retriable failure of an admit or evict stops the batch before it (what came before is
+committed); the decision is tried again after an exponential back-off (``retry_after``), up
+to the port's ``max_attempts``, then reported as ``ActuationFailed(retriable=True)`` and the
+line moves on. A non-retriable one is reported at once.
+
+:meth:`Actuator.step` is a coroutine. A port whose calls never suspend (the simulated
+cluster's) lets :meth:`Actuator.step_now` run a step to its end in the calling thread,
+without an event loop: how the deterministic driver and the demo step it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Generic, Protocol, TypeVar
+
+import structlog
+
+from events.codec import MalformedRecord, UnknownEventType, decode_decision, encode, peek_decision
+from events.envelope import Envelope, Topics, event_key
+from events.messages import (
+    ActuationFailed,
+    AdmitWorkload,
+    AnyDecision,
+    CycleCompleted,
+    DecisionApplied,
+    DecisionRecord,
+    EvictWorkload,
+    MarkPending,
+)
+from services.runtime.log import Log, Record, read_backwards
+
+GROUP: Final = "actuator"
+SOURCE: Final = "actuator"
+
+_log = structlog.get_logger(__name__)
+
+Staged = tuple[str, str, bytes]
+"""(topic, key, value): a record a port wants committed with the decision it carries out."""
+
+T = TypeVar("T")
+
+
+class ActuationError(Exception):
+    """The port could not apply a decision; ``retriable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """How the loop paces a port: decisions per commit, attempts of a retriable failure, and
+    the back-off between them (doubling from ``retry_base_seconds`` up to ``retry_max_seconds``)."""
+
+    batch_size: int = 100
+    max_attempts: int = 10
+    retry_base_seconds: float = 0.2
+    retry_max_seconds: float = 10.0
+
+    def backoff(self, attempts: int) -> float:
+        """The wait after the ``attempts``-th failure (counting from 1)."""
+        return min(self.retry_base_seconds * 2.0 ** (attempts - 1), self.retry_max_seconds)
+
+
+class ActuationPort(Protocol):
+    """Where decisions take effect. ``start`` / ``stop`` either return the records that carry the
+    actuation (committed atomically with the loop's position), or perform idempotent calls
+    themselves and return none; they raise :class:`ActuationError` when they cannot."""
+
+    @property
+    def cluster(self) -> str: ...
+
+    @property
+    def tuning(self) -> Tuning: ...
+
+    @property
+    def takes_pending_marks(self) -> bool:
+        """Whether ``mark_pending`` writes anything; when not, pending marks are not even decoded."""
+        ...
+
+    def recover(self, history: Iterator[AnyDecision]) -> None:
+        """The loop resumes: ``history`` yields (lazily) every decision before its committed
+        position, for a port that rebuilds state from them; a port that needs none ignores it."""
+        ...
+
+    async def before_batch(self) -> None:
+        """Work the port deferred that is due now (never raises :class:`ActuationError`)."""
+        ...
+
+    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]: ...
+
+    async def stop(self, decision: EvictWorkload) -> Sequence[Staged]: ...
+
+    async def mark_pending(self, decision: MarkPending) -> None:
+        """Write a pending mark, or defer it; never raises :class:`ActuationError`."""
+        ...
+
+    async def after_batch(self) -> None:
+        """Before the batch is committed: flush what the batch changed (never raises :class:`ActuationError`)."""
+        ...
+
+
+P = TypeVar("P", bound=ActuationPort)
+
+
+@dataclass
+class Watermark:
+    """Which decisions are already applied, given that they arrive in (cycle, log) order."""
+
+    cycle: int = -1
+    closed: bool = False  # the cycle's CycleCompleted was seen: all of it is behind us
+    ids: set[str] = field(default_factory=set)
+
+    def applied(self, d: AnyDecision) -> bool:
+        return d.cycle < self.cycle or (d.cycle == self.cycle and (self.closed or d.id in self.ids))
+
+    def note(self, d: AnyDecision) -> None:
+        if d.cycle > self.cycle:
+            self.cycle, self.closed, self.ids = d.cycle, False, set()
+        self.ids.add(d.id)
+
+    def close(self, c: CycleCompleted) -> None:
+        self.close_cycle(c.cycle)
+
+    def close_cycle(self, cycle: int) -> None:
+        if cycle >= self.cycle:
+            self.cycle, self.closed, self.ids = cycle, True, set()
+
+    @classmethod
+    def recovered(cls, records: Iterator[Record], decode: Callable[[Record], DecisionRecord | None]) -> Watermark:
+        """The watermark of a consumer whose committed position ``records`` walks back from
+        (newest first): over the tail of the last cycle before it (a batch may end mid-cycle)."""
+        mark = cls()
+        tail: list[AnyDecision] = []
+        for rec in records:
+            d = decode(rec)
+            if isinstance(d, CycleCompleted):
+                mark.close(d)
+                break
+            if d is not None:
+                if tail and d.cycle != tail[-1].cycle:
+                    break
+                tail.append(d)
+        for d in reversed(tail):
+            if d.cycle >= mark.cycle:
+                mark.note(d)
+        return mark
+
+
+@dataclass
+class Stats:
+    started: int = 0  # admissions applied
+    stopped: int = 0  # evictions applied
+    ignored: int = 0  # pending marks, for a port that does not write them
+    duplicates: int = 0  # deduplicated by the watermark
+    failed: int = 0
+    retries: int = 0
+    skipped: int = 0  # undecodable decision records
+
+
+def complete(coro: Coroutine[object, None, T]) -> T:
+    """Run a coroutine that never suspends to its end, here, without an event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coro.close()
+    raise RuntimeError("the coroutine suspended: only a port that never waits can be stepped synchronously")
+
+
+class Actuator(Generic[P]):
+    """The consume loop over one port; ``await step()`` until stopped (see
+    :mod:`services.actuator.runner`). ``retry_after`` says how long to wait after a step that
+    hit a retriable failure."""
+
+    def __init__(self, log: Log, port: P, *, topics: Topics | None = None) -> None:
+        self.log = log
+        self.port = port
+        self.topics = topics or Topics()
+        self.tuning = port.tuning
+        self.next_offset = 0
+        self.watermark = Watermark()
+        self.stats = Stats()
+        self.retry_after: float | None = None
+        self._attempts: dict[str, int] = {}
+        self._stale = True
+
+    def recover(self) -> None:
+        """Resume at the committed position: the watermark from the records just before it, the
+        port's state from all of them."""
+        topic = self.topics.decisions
+        self.next_offset = self.log.position(GROUP, topic)
+        self.watermark = Watermark.recovered(read_backwards(self.log, topic, self.next_offset), self._decode)
+        self._attempts = {}
+        self.port.recover(self._history(self.next_offset))
+        self._stale = False
+
+    def _history(self, end: int) -> Iterator[AnyDecision]:
+        offset = 0
+        while offset < end:
+            batch = [r for r in self.log.read(self.topics.decisions, offset, 1000) if r.offset < end]
+            if not batch:
+                return
+            for rec in batch:
+                d = self._decode(rec)
+                if d is not None and not isinstance(d, CycleCompleted):
+                    yield d
+            offset = batch[-1].offset + 1
+
+    async def step(self) -> int:
+        """Apply one batch of decisions and commit the port's records, the reports and the
+        position. Returns the records consumed, plus one when a retry is due (so a driver
+        waiting for quiet keeps stepping)."""
+        if self._stale:
+            self.recover()  # at start, and after a failed commit left the watermark ahead of the log
+        self.retry_after = None
+        await self.port.before_batch()
+        batch = self.log.read(self.topics.decisions, self.next_offset, self.tuning.batch_size)
+        appends: dict[str, list[tuple[str, bytes]]] = {}
+        consumed = 0
+        for rec in batch:
+            if not await self._apply(rec, appends):
+                break  # a retriable failure: commit what came before, try this one again next step
+            consumed += 1
+        await self.port.after_batch()
+        if consumed:
+            position = batch[consumed - 1].offset + 1  # offsets may have gaps: never assume +1
+            try:
+                self.log.transact(appends, {(GROUP, self.topics.decisions): position})
+            except BaseException:
+                self._stale = True
+                raise
+            self.next_offset = position
+        return consumed + (1 if self.retry_after is not None else 0)
+
+    def step_now(self) -> int:
+        """:meth:`step` run to its end in the calling thread, for a port whose calls never
+        suspend (the simulated cluster's): deterministic, no event loop, no threads."""
+        return complete(self.step())
+
+    async def _apply(self, rec: Record, appends: dict[str, list[tuple[str, bytes]]]) -> bool:
+        """Carry out one decision record into ``appends``; False to stop the batch before it."""
+        # Most records are cycle records and pending marks: their tag and cycle are often all
+        # that matters, so they are not decoded in full then.
+        peek = peek_decision(rec.value)
+        if peek.type == "cycle" and peek.cycle >= 0:
+            self.watermark.close_cycle(peek.cycle)
+            return True
+        pending_wanted = self.port.takes_pending_marks
+        if peek.type == "pending" and not pending_wanted:
+            self.stats.ignored += 1
+            return True
+        d = self._decode(rec)
+        if d is None:
+            return True
+        if isinstance(d, CycleCompleted):
+            self.watermark.close(d)
+            return True
+        if isinstance(d, MarkPending) and not pending_wanted:
+            self.stats.ignored += 1
+            return True
+        if self.watermark.applied(d):
+            self.stats.duplicates += 1
+            return True
+        if isinstance(d, MarkPending):
+            await self.port.mark_pending(d)
+            self.watermark.note(d)
+            return True
+        try:
+            staged = await (self.port.start(d) if isinstance(d, AdmitWorkload) else self.port.stop(d))
+        except ActuationError as e:
+            return self._failed(d, e, appends)
+        self._attempts.pop(d.id, None)
+        for topic, key, value in staged:
+            appends.setdefault(topic, []).append((key, value))
+        self._report(appends, DecisionApplied(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
+                                              cluster=self.port.cluster), d.id)
+        self.watermark.note(d)
+        if isinstance(d, AdmitWorkload):
+            self.stats.started += 1
+        else:
+            self.stats.stopped += 1
+        return True
+
+    def _failed(self, d: AdmitWorkload | EvictWorkload, e: ActuationError,
+                appends: dict[str, list[tuple[str, bytes]]]) -> bool:
+        """Retry later (False: stop the batch here) or report the failure and move on."""
+        workload = f"{d.namespace}/{d.name}"
+        attempts = self._attempts.get(d.id, 0) + 1
+        if e.retriable and attempts < self.tuning.max_attempts:
+            self._attempts[d.id] = attempts
+            self.stats.retries += 1
+            self.retry_after = self.tuning.backoff(attempts)
+            _log.info("actuation will be retried", decision=d.id, workload=workload, error=str(e),
+                      attempts=attempts, after=self.retry_after)
+            return False
+        self._attempts.pop(d.id, None)
+        self.stats.failed += 1
+        _log.warning("actuation failed", decision=d.id, workload=workload, error=str(e), retriable=e.retriable,
+                     attempts=attempts)
+        self._report(appends, ActuationFailed(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
+                                              error=str(e), retriable=e.retriable, cluster=self.port.cluster),
+                     f"{d.id}:failed")
+        self.watermark.note(d)
+        return True
+
+    def _report(self, appends: dict[str, list[tuple[str, bytes]]], event: DecisionApplied | ActuationFailed,
+                suffix: str) -> None:
+        env = Envelope(id=f"actuator:{self.port.cluster}:{suffix}", source=SOURCE, cluster=self.port.cluster,
+                       event=event)
+        appends.setdefault(self.topics.cluster_events, []).append((event_key(env), encode(env)))
+
+    def _decode(self, rec: Record) -> DecisionRecord | None:
+        try:
+            d: DecisionRecord = decode_decision(rec.value)
+        except (MalformedRecord, UnknownEventType) as e:
+            # Only the scheduler must stop on an unknown type; any other consumer skips with a warning.
+            self.stats.skipped += 1
+            _log.warning("decision record skipped", offset=rec.offset, error=str(e))
+            return None
+        return d

@@ -1,0 +1,269 @@
+"""One loop, two kinds of port: the same dedup, retries and reports whichever port applies the decisions.
+
+The two kinds are the ones the actuator has: a port that returns records to commit with the
+position (the simulated cluster's, the real :class:`SimClusterPort` here) and a port that makes
+idempotent calls itself, suspends while it does, and writes pending marks (the Kubernetes
+port's shape; its behaviour against a real API server is in tests/integration/test_kube_actuator.py).
+Both refuse workload ``bad`` for good and fail ``flaky``'s first attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from events import objects as o
+from events.codec import decode_envelope, encode
+from events.envelope import Topics
+from events.messages import (
+    ActuationFailed,
+    AdmitWorkload,
+    AnyDecision,
+    CycleCompleted,
+    DecisionApplied,
+    EvictWorkload,
+    MarkPending,
+    PendingReason,
+)
+from events.simcluster import sim_cluster_topic
+from services.actuator.loop import GROUP, ActuationError, ActuationPort, Actuator, P, Staged, Tuning
+from services.actuator.sim_port import SimClusterPort
+from services.runtime.sqlite import SqliteLog
+
+TOPICS = Topics()
+TUNING = Tuning(batch_size=100, max_attempts=3)
+ADMISSION = o.Admission(cluster_queue="cq", pod_set_assignments=(
+    o.PodSetAssignment(name="main", flavors=(("cpu", "default"),), resource_usage=(("cpu", 1000),), count=1),))
+
+
+def refusal(name: str, attempt: int) -> ActuationError | None:
+    """What both ports say to the ``attempt``-th call for workload ``name``."""
+    if name == "bad":
+        return ActuationError(f"ns/{name}: forbidden", retriable=False)
+    if name == "flaky" and attempt == 1:
+        return ActuationError(f"ns/{name}: unavailable", retriable=True)
+    return None
+
+
+@dataclass
+class RefusingSimPort:
+    """The simulated cluster's real port, refusing as :func:`refusal` says."""
+
+    inner: SimClusterPort = field(default_factory=lambda: SimClusterPort(TOPICS, "c1", tuning=TUNING))
+    attempts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def cluster(self) -> str:
+        return self.inner.cluster
+
+    @property
+    def tuning(self) -> Tuning:
+        return self.inner.tuning
+
+    @property
+    def takes_pending_marks(self) -> bool:
+        return self.inner.takes_pending_marks
+
+    def recover(self, history: Iterator[AnyDecision]) -> None:
+        self.inner.recover(history)
+
+    async def before_batch(self) -> None:
+        await self.inner.before_batch()
+
+    def _check(self, name: str) -> None:
+        self.attempts[name] = self.attempts.get(name, 0) + 1
+        error = refusal(name, self.attempts[name])
+        if error is not None:
+            raise error
+
+    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]:
+        self._check(decision.name)
+        return await self.inner.start(decision)
+
+    async def stop(self, decision: EvictWorkload) -> Sequence[Staged]:
+        self._check(decision.name)
+        return await self.inner.stop(decision)
+
+    async def mark_pending(self, decision: MarkPending) -> None:
+        await self.inner.mark_pending(decision)
+
+    async def after_batch(self) -> None:
+        await self.inner.after_batch()
+
+
+@dataclass
+class CallingPort:
+    """An API server's port in miniature: each call suspends (as a request does) and changes an
+    in-memory "cluster"; it returns no records, writes pending marks, and rebuilds what it
+    counts from the history at recovery."""
+
+    cluster: str = "c1"
+    tuning: Tuning = TUNING
+    takes_pending_marks: bool = True
+    running: dict[str, str] = field(default_factory=dict)  # ns/name -> the decision that started it
+    pending: dict[str, str] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    recovered_from: int = -1
+    batches: int = 0
+
+    def recover(self, history: Iterator[AnyDecision]) -> None:
+        self.recovered_from = sum(1 for _ in history)
+
+    async def before_batch(self) -> None:
+        await asyncio.sleep(0)
+
+    async def _call(self, name: str) -> None:
+        await asyncio.sleep(0)
+        self.attempts[name] = self.attempts.get(name, 0) + 1
+        error = refusal(name, self.attempts[name])
+        if error is not None:
+            raise error
+
+    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]:
+        await self._call(decision.name)
+        self.running[f"{decision.namespace}/{decision.name}"] = decision.id
+        return ()
+
+    async def stop(self, decision: EvictWorkload) -> Sequence[Staged]:
+        await self._call(decision.name)
+        self.running.pop(f"{decision.namespace}/{decision.name}", None)
+        return ()
+
+    async def mark_pending(self, decision: MarkPending) -> None:
+        await asyncio.sleep(0)
+        self.pending[f"{decision.namespace}/{decision.name}"] = str(decision.reason)
+
+    async def after_batch(self) -> None:
+        await asyncio.sleep(0)
+        self.batches += 1
+
+
+PORTS: dict[str, Callable[[], ActuationPort]] = {"records to commit (simulated cluster)": RefusingSimPort,
+                                                 "calls of its own (API server)": CallingPort}
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[SqliteLog]:
+    out = SqliteLog(tmp_path / "log")
+    yield out
+    out.close()
+
+
+def admit(cycle: int, i: int, name: str) -> AdmitWorkload:
+    return AdmitWorkload(id=f"c{cycle}-{i}", cycle=cycle, time=1000 * cycle, namespace="ns", name=name,
+                         cluster_queue="cq", admission=ADMISSION)
+
+
+def evict(cycle: int, i: int, name: str) -> EvictWorkload:
+    return EvictWorkload(id=f"c{cycle}-{i}", cycle=cycle, time=1000 * cycle, namespace="ns", name=name,
+                         cluster_queue="cq", reason="Preempted", message="to make room")
+
+
+def pending(cycle: int, i: int, name: str) -> MarkPending:
+    return MarkPending(id=f"c{cycle}-{i}", cycle=cycle, time=1000 * cycle, namespace="ns", name=name,
+                       cluster_queue="cq", reason=PendingReason.WAITING_FOR_QUOTA, message="no room")
+
+
+def done(cycle: int, decisions: int) -> CycleCompleted:
+    return CycleCompleted(cycle=cycle, input_offset=cycle, time=1000 * cycle, decisions=decisions)
+
+
+def write(log: SqliteLog, *records: object) -> None:
+    log.append(TOPICS.decisions, [("k", encode(r)) for r in records])
+
+
+def reports(log: SqliteLog) -> list[tuple[str, str, str, str, bool | None]]:
+    """(envelope id, report type, decision id, error, retriable) of every report."""
+    out: list[tuple[str, str, str, str, bool | None]] = []
+    for r in log.read(TOPICS.cluster_events, 0, 10_000):
+        env = decode_envelope(r.value)
+        ev = env.event
+        if isinstance(ev, ActuationFailed):
+            out.append((env.id, "ActuationFailed", ev.decision_id, ev.error, ev.retriable))
+        else:
+            assert isinstance(ev, DecisionApplied)
+            out.append((env.id, "DecisionApplied", ev.decision_id, "", None))
+    return out
+
+
+async def drain(actuator: Actuator[P]) -> None:
+    for _ in range(100):
+        if await actuator.step() == 0:
+            return
+    raise AssertionError("the actuator never caught up")
+
+
+HISTORY = (
+    admit(0, 0, "good"), admit(0, 1, "bad"), admit(0, 0, "good"),  # c0-0 re-delivered within its cycle
+    done(0, 2),
+    admit(0, 0, "good"),  # ... and after the cycle closed
+    pending(1, 0, "waiting"), admit(1, 1, "flaky"), evict(1, 2, "good"), evict(1, 2, "good"),
+    done(1, 3),
+)
+
+WANT_REPORTS = [
+    ("actuator:c1:c0-0", "DecisionApplied", "c0-0", "", None),
+    ("actuator:c1:c0-1:failed", "ActuationFailed", "c0-1", "ns/bad: forbidden", False),
+    ("actuator:c1:c1-1", "DecisionApplied", "c1-1", "", None),
+    ("actuator:c1:c1-2", "DecisionApplied", "c1-2", "", None),
+]
+
+
+@pytest.mark.parametrize("make_port", PORTS.values(), ids=PORTS.keys())
+async def test_the_same_loop_dedups_retries_and_reports_alike_for_both_ports(
+        log: SqliteLog, make_port: Callable[[], ActuationPort]) -> None:
+    write(log, *HISTORY)
+    actuator = Actuator(log, make_port(), topics=TOPICS)
+    await drain(actuator)
+    assert reports(log) == WANT_REPORTS
+    s = actuator.stats
+    assert (s.started, s.stopped, s.failed, s.retries, s.duplicates) == (2, 1, 1, 1, 3)
+    assert log.position(GROUP, TOPICS.decisions) == log.end_offset(TOPICS.decisions)
+
+    # Delivered again after the commit, to a restarted actuator: the recovered watermark knows it.
+    write(log, evict(1, 2, "good"))
+    restarted = Actuator(log, make_port(), topics=TOPICS)
+    await drain(restarted)
+    assert reports(log) == WANT_REPORTS
+    assert (restarted.stats.duplicates, restarted.stats.started, restarted.stats.stopped) == (1, 0, 0)
+
+
+async def test_what_differs_is_only_what_each_port_does_with_a_decision(log: SqliteLog, tmp_path: Path) -> None:
+    write(log, *HISTORY)
+    sim = Actuator(log, RefusingSimPort(), topics=TOPICS)
+    await drain(sim)
+    commands = [r.key for r in log.read(sim_cluster_topic(TOPICS), 0, 100)]
+    assert commands == ["ns/good", "ns/flaky", "ns/good"]  # start, start, stop: in the loop's transactions
+    assert sim.stats.ignored == 1  # the pending mark: not for this port, not even decoded
+
+    calling, api_log = CallingPort(), SqliteLog(tmp_path / "api")
+    try:
+        write(api_log, *HISTORY)
+        await drain(Actuator(api_log, calling, topics=TOPICS))
+        assert api_log.read(sim_cluster_topic(TOPICS), 0, 100) == []
+        assert (calling.running, calling.pending) == ({"ns/flaky": "c1-1"}, {"ns/waiting": "WaitingForQuota"})
+        assert calling.recovered_from == 0 and calling.batches >= 1
+        restarted = CallingPort()
+        await drain(Actuator(api_log, restarted, topics=TOPICS))
+        assert restarted.recovered_from == 8  # every decision before the committed position
+    finally:
+        api_log.close()
+
+
+def test_a_port_that_never_suspends_is_stepped_without_an_event_loop(log: SqliteLog) -> None:
+    write(log, *HISTORY)
+    sim = Actuator(log, RefusingSimPort(), topics=TOPICS)
+    while sim.step_now():
+        pass
+    assert reports(log) == WANT_REPORTS
+
+
+def test_a_port_that_suspends_cannot_be_stepped_without_one(log: SqliteLog) -> None:
+    write(log, *HISTORY)
+    with pytest.raises(RuntimeError, match="only a port that never waits can be stepped synchronously"):
+        Actuator(log, CallingPort(), topics=TOPICS).step_now()
+    assert log.position(GROUP, TOPICS.decisions) == 0
