@@ -149,6 +149,9 @@ def _replay(args: argparse.Namespace) -> int:
         report = replay(log, topics, verify=args.verify, until=until, progress=progress)  # type: ignore[arg-type]
     print(f"replayed {report.events} events and {report.cycles} cycles ({report.decisions} decisions, "
           f"{report.dead_letters} dead letters) up to input offset {report.input_offset}")
+    if report.unreadable_decisions:
+        print(f"warning: {report.unreadable_decisions} decision record(s) could not be read; their cycles were "
+              f"decided again from the input (run `kueuelog log check` on the log for where)")
     if args.verify:
         if report.mismatches:
             for cycle, problem in report.mismatches[:20]:

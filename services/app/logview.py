@@ -31,6 +31,7 @@ class ReplayReport:
     cycles: int = 0
     decisions: int = 0
     dead_letters: int = 0
+    unreadable_decisions: int = 0  # damaged decision records; their cycles were re-run instead
     mismatches: list[tuple[int, str]] = field(default_factory=list)
     input_offset: int = 0
     scheduler: Scheduler | None = None
@@ -73,7 +74,8 @@ def replay(log: Log, topics: Topics, *, verify: bool, until: int | None = None,
         sched.fold_until(total)
     tick()
     return ReplayReport(events=sched.stats.events, cycles=sched.stats.cycles, decisions=sched.stats.decisions,
-                        dead_letters=sched.stats.dead_letters, mismatches=mismatches,
+                        dead_letters=sched.stats.dead_letters,
+                        unreadable_decisions=sched.stats.unreadable_decisions, mismatches=mismatches,
                         input_offset=sched.next_input, scheduler=sched)
 
 
@@ -86,21 +88,27 @@ def _matches(wl_key: str, namespace: str, name: str, owner: str) -> bool:
 
 
 def explain(log: Log, topics: Topics, key: str, *, at: int | None = None) -> list[str]:
-    """The history of one workload (``ns/workload`` or ``ns/job``) up to input offset ``at``."""
+    """The history of one workload (``ns/workload`` or ``ns/job``) up to input offset ``at``: what
+    the input says of it, then what each cycle decided or made of it, then its status."""
+    lines, names = _input_history(log, topics, key, at)
+    if not names:
+        return [f"no Workload {key} in the log" + (f" before input offset {at}" if at is not None else "")]
+    _decision_history(log, topics, names, at, lines)
+    return lines + _status(log, topics, names, at)
+
+
+def _input_history(log: Log, topics: Topics, key: str, at: int | None) -> tuple[list[str], set[str]]:
+    """Lines for the cluster events about the workload, and the names it had (a Job's Workload)."""
     lines: list[str] = []
     names: set[str] = set()
     offset = 0
     end = log.end_offset(topics.cluster_events) if at is None else at
-    while offset < end:
-        batch = log.read(topics.cluster_events, offset, min(5000, end - offset))
-        if not batch:
-            break
+    while offset < end and (batch := log.read(topics.cluster_events, offset, min(5000, end - offset))):
         for rec in batch:
             try:
-                env = decode_envelope(rec.value)
+                ev = decode_envelope(rec.value).event
             except (MalformedRecord, UnknownEventType):
-                continue
-            ev = env.event
+                continue  # the scheduler dead-lettered it: it is not part of the history
             if isinstance(ev, ObjectApplied) and isinstance(ev.object, Workload):
                 wl = ev.object
                 if _matches(key, wl.namespace, wl.name, wl.owner.name if wl.owner else ""):
@@ -114,31 +122,33 @@ def explain(log: Log, topics: Topics, key: str, *, at: int | None = None) -> lis
                 lines.append(f"input {rec.offset} @ {format_time(ev.time)}: {type(ev).__name__} "
                              f"{_event_detail(ev)}".rstrip())
         offset = batch[-1].offset + 1
-    if not names:
-        return [f"no Workload {key} in the log" + (f" before input offset {at}" if at is not None else "")]
+    return lines, names
+
+
+def _decision_history(log: Log, topics: Topics, names: set[str], at: int | None, lines: list[str]) -> None:
+    """Appends each decision about ``names`` and the cycles that considered them (runs of the same
+    outcome folded into one line), up to the first cycle computed after input offset ``at``."""
     considered = _Considered(lines)
     offset = 0
-    while True:
-        batch = log.read(topics.decisions, offset, 5000)
-        if not batch:
-            break
+    while batch := log.read(topics.decisions, offset, 5000):
         for rec in batch:
-            d = decode_decision(rec.value)
+            try:
+                d = decode_decision(rec.value)
+            except (MalformedRecord, UnknownEventType) as e:
+                lines.append(f"decision record {rec.offset}: unreadable, skipped ({e})")
+                continue
             if isinstance(d, CycleCompleted):
                 if at is not None and d.input_offset > at:
                     considered.flush()
-                    return lines + _status(log, topics, names, at)
+                    return
                 for h in d.heads:
                     if h.key in names:
                         considered.note(d.cycle, d.time, _head_text(h))
-                continue
-            if f"{d.namespace}/{d.name}" not in names:
-                continue
-            considered.flush()
-            lines.append(f"cycle {d.cycle} @ {format_time(d.time)}: {_decision_text(d)}")
+            elif f"{d.namespace}/{d.name}" in names:
+                considered.flush()
+                lines.append(f"cycle {d.cycle} @ {format_time(d.time)}: {_decision_text(d)}")
         offset = batch[-1].offset + 1
     considered.flush()
-    return lines + _status(log, topics, names, at)
 
 
 def _head_text(h: HeadOutcome) -> str:
@@ -238,7 +248,11 @@ async def tail(log: Log, topics: Topics, *, types: set[str], queue: str | None, 
                 await asyncio.wait_for(stop.wait(), 0.1)
             continue
         for rec in batch:
-            d = decode_decision(rec.value)
+            try:
+                d = decode_decision(rec.value)
+            except (MalformedRecord, UnknownEventType) as e:
+                emit(f"decision record {rec.offset}: unreadable, skipped ({e})")
+                continue
             if not isinstance(d, wanted):
                 continue
             if queue and d.cluster_queue != queue:

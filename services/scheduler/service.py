@@ -81,6 +81,7 @@ class RecordedCycle:
     record: CycleCompleted
     raw: list[bytes]  # its decisions as written
     decisions: list[AnyDecision]  # and decoded
+    unreadable: list[str] = field(default_factory=list)  # "offset N: why" for records that did not decode
 
 
 @dataclass
@@ -90,6 +91,8 @@ class Stats:
     cycles: int = 0
     decisions: int = 0
     batches: int = 0
+    unreadable_decisions: int = 0  # decision records that did not decode; their cycles were re-run
+    unreadable_snapshots: int = 0  # passed over: snapshots are only a cache
 
 
 @dataclass
@@ -268,11 +271,17 @@ class Scheduler:
         A snapshot in another format is passed over: snapshots are only a cache of the log."""
         for rec in read_backwards(self.log, self.topics.snapshots, self.log.end_offset(self.topics.snapshots),
                                   chunk=4):
-            snap = msgspec.json.decode(rec.value, type=Snapshot)
-            if snap.format != SNAPSHOT_FORMAT:
+            try:
+                snap = msgspec.json.decode(rec.value, type=Snapshot)
+                if snap.format != SNAPSHOT_FORMAT:
+                    continue
+                if until_input is None or snap.input_offset <= until_input:
+                    state = decode_state(bytes(snap.state))
+            except (msgspec.DecodeError, ValueError, RecursionError):
+                self.stats.unreadable_snapshots += 1  # a damaged cache: the next older one, or the log
                 continue
             if until_input is None or snap.input_offset <= until_input:
-                self.state = decode_state(bytes(snap.state))
+                self.state = state
                 self.next_input = snap.input_offset
                 return snap.decisions_offset
         return 0
@@ -287,16 +296,22 @@ class Scheduler:
         """Recorded cycles from decisions offset ``start``, each with its decisions (decoded, and as bytes)."""
         raw: list[bytes] = []
         decisions: list[AnyDecision] = []
+        unreadable: list[str] = []
         offset = start
         while True:
             batch = self.log.read_values(self.topics.decisions, offset, 5000)
             if not batch:
                 return
-            for _, value in batch:
-                d = decode_decision(value)
+            for off, value in batch:
+                try:
+                    d = decode_decision(value)
+                except (MalformedRecord, UnknownEventType) as e:
+                    # Decisions are derived: the cycle this record belonged to is re-run, not applied.
+                    unreadable.append(f"offset {off}: {e}")
+                    continue
                 if isinstance(d, CycleCompleted):
-                    yield RecordedCycle(d, raw, decisions)
-                    raw, decisions = [], []
+                    yield RecordedCycle(d, raw, decisions, unreadable)
+                    raw, decisions, unreadable = [], [], []
                 else:
                     raw.append(value)
                     decisions.append(d)
@@ -313,8 +328,14 @@ class Scheduler:
             if until_input is not None and record.input_offset > until_input:
                 break
             self.fold_until(record.input_offset)
-            if not verify:
+            if recorded_cycle.unreadable:
+                self.stats.unreadable_decisions += len(recorded_cycle.unreadable)
+                if verify:
+                    yield record.cycle, f"unreadable decision record(s) {'; '.join(recorded_cycle.unreadable)}"
+            if not verify and not recorded_cycle.unreadable:
                 self.apply_recorded(recorded_cycle)
+            elif not verify:
+                self.cycle()  # what the damaged records said, the cycle decides again (same state, same input)
             else:
                 decisions, again, _ = self.cycle()
                 derived = [encode(d) for d in decisions]
