@@ -3,7 +3,7 @@
 For each podSet and each resource group of the ClusterQueue, flavors are tried
 in the order the ClusterQueue lists them. A flavor is eligible when its taints
 are tolerated and its node labels satisfy the podSet's node selector and
-required node affinity (only on label keys that some flavor of the group uses).
+required node affinity (only on the flavor's own label keys).
 Each requested resource then gets a mode — Fit (fits unused quota, borrowing
 if allowed), Preempt (would fit if others were preempted) or NoFit — and
 flavor fungibility decides whether to stop at this flavor or try the next.
@@ -116,9 +116,12 @@ def selector_matches(sel: o.LabelSelector, labels: dict[str, str]) -> bool:
     )
 
 
-def _affinity_matches(ps: o.PodSet, labels: dict[str, str], keys: frozenset[str]) -> bool:
-    """The podSet's node selector and required affinity, restricted to ``keys``
-    (Kueue's ``flavorSelector``: keys no flavor of the group sets are ignored)."""
+def _affinity_matches(ps: o.PodSet, labels: dict[str, str]) -> bool:
+    """The podSet's node selector and required affinity against one flavor's node labels,
+    restricted to that flavor's own label keys: a key the flavor does not set is ignored, even
+    when another flavor of the group sets it (Kueue's ``checkFlavorForPodSets`` and
+    ``flavorSelector``, per-flavor keys since kubernetes-sigs/kueue#12449, v0.19)."""
+    keys = labels.keys()
     for k, v in ps.node_selector:
         if k in keys and labels.get(k) != v:
             return False
@@ -246,9 +249,6 @@ def _find_flavor(
 ) -> _FlavorTry:
     """Try the group's flavors from index ``start``; the result records the last index tried
     (-1 once the search reached the last flavor), which the next attempt resumes after."""
-    keys = frozenset(
-        k for fq in group.flavors if fq.name in state.flavors for k, _ in state.flavors[fq.name].node_labels
-    )
     best: _FlavorTry | None = None
     attempted = start
     for attempted in range(start, len(group.flavors)):
@@ -261,7 +261,7 @@ def _find_flavor(
         if taint is not None:
             reasons.append(f"untolerated taint {_taint_text(taint)} in flavor {fq.name}")
             continue
-        if not _affinity_matches(ps, dict(flavor.node_labels), keys):
+        if not _affinity_matches(ps, dict(flavor.node_labels)):
             reasons.append(f"flavor {fq.name} doesn't match node affinity")
             continue
         quotas = dict(fq.resources)

@@ -378,16 +378,65 @@ def test_node_selector_keys_are_those_of_the_resource_groups_own_flavors():
     assert out.flavors("ns/w") == {"cpu": "f2", GPU: "g1"}
 
 
-def test_a_flavor_without_the_key_does_not_match_a_selector_on_a_key_of_its_group():
-    """v0.13-v0.15: the allowed keys are the union of the group's flavors' label keys, so an
-    unlabelled flavor fails a selector on ``zone`` that another flavor of its group sets."""
-    cq = a_cluster_queue("cq").group(("plain", {"cpu": 4}), ("f2", {"cpu": 4}))
-    out = _run(
-        cq,
-        _wl().pod_set("main", 1, node_selector={"zone": "b"}, cpu="1"),
-        flavors=[a_flavor("plain"), a_flavor("f2").labels(zone="b")],
-    )
-    assert out.flavors("ns/w") == {"cpu": "f2"}
+@pytest.mark.parametrize(
+    ("flavors", "selector", "terms", "want_flavor", "want_message"),
+    [
+        pytest.param(
+            [a_flavor("f1"), a_flavor("f2").labels(zone="b")],
+            {"zone": "b"},
+            [],
+            "f1",
+            "",
+            id="an unlabelled flavor ahead of a labelled one matches a selector on the other's key",
+        ),
+        pytest.param(
+            [a_flavor("f1").labels(x="a"), a_flavor("f2").labels(x="b", y="k")],
+            {"x": "a", "y": "g"},
+            [],
+            "f1",
+            "",
+            id="a flavor without key y is matched on x alone, though the next flavor sets y",
+        ),
+        pytest.param(
+            [a_flavor("f1").labels(x="a"), a_flavor("f2").labels(x="b", y="k")],
+            {"x": "b", "y": "g"},
+            [],
+            None,
+            NO_ZONE_MATCHES,
+            id="a flavor that sets the key must match it: y=k is not y=g, and f1's x=a is not x=b",
+        ),
+        pytest.param(
+            [a_flavor("f1").labels(zone="a"), a_flavor("f2").labels(disk="ssd")],
+            None,
+            [[("disk", "In", ["hdd"])]],
+            "f1",
+            "",
+            id="an affinity term only on a key of another flavor is dropped: matches the flavor without it",
+        ),
+        pytest.param(
+            [a_flavor("f1").labels(zone="a"), a_flavor("f2").labels(zone="b")],
+            {"zone": "c"},
+            [],
+            None,
+            NO_ZONE_MATCHES,
+            id="both flavors set the key and neither value matches: pending",
+        ),
+    ],
+)
+def test_node_selector_is_matched_on_each_flavors_own_label_keys(flavors, selector, terms, want_flavor, want_message):
+    """Kueue's ``checkFlavorForPodSets`` builds the selector from each flavor's own label keys
+    (kubernetes-sigs/kueue#12449, v0.19): up to v0.18 the keys were those of every flavor of the
+    resource group, so an unlabelled flavor failed a selector on a key its neighbour sets."""
+    cq = a_cluster_queue("cq").group(("f1", {"cpu": 4}), ("f2", {"cpu": 4}))
+    wl = _wl().pod_set("main", 1, node_selector=selector, cpu="1")
+    if terms:
+        _with_affinity(wl, *terms)
+    out = _run(cq, wl, flavors=flavors)
+    if want_flavor is None:
+        assert out.wl("ns/w").pending
+        assert out.message("ns/w") == want_message
+    else:
+        assert out.flavors("ns/w") == {"cpu": want_flavor}
 
 
 # --- missing flavors ------------------------------------------------------------------------------
