@@ -211,12 +211,23 @@ def should_try_next_flavor(mode: Mode, borrowing: int, ff: o.FlavorFungibility) 
 
 
 def is_preferred(a: Mode, a_borrow: int, b: Mode | None, b_borrow: int, ff: o.FlavorFungibility) -> bool:
-    """Kueue's ``isPreferred``: whether (mode, borrowing level) ``a`` beats ``b``."""
+    """Kueue's ``isPreferred`` (``flavorassigner.go``): whether (mode, borrowing level) ``a`` beats ``b``.
+
+    NoFit loses to everything. A mode without preemption candidates loses to any viable one
+    whatever the preference (kubernetes-sigs/kueue#13616). Then ``BorrowingOverPreemption``
+    (also the default) compares the mode first, so fitting by borrowing beats needing
+    preemption, and breaks ties by the lower borrowing level; ``PreemptionOverBorrowing``
+    compares the borrowing level first, so preempting without borrowing beats borrowing, and
+    breaks ties by the better mode. (Kueue v0.15-v0.16 had the two swapped; fixed in
+    kubernetes-sigs/kueue#9464, v0.17.)
+    """
     if a == Mode.NO_FIT:
         return False
     if b is None or b == Mode.NO_FIT:
         return True
-    if ff.preference == o.FungibilityPreference.BORROWING_OVER_PREEMPTION:
+    if (a == Mode.NO_CANDIDATES) != (b == Mode.NO_CANDIDATES):
+        return a != Mode.NO_CANDIDATES
+    if ff.preference == o.FungibilityPreference.PREEMPTION_OVER_BORROWING:
         if a_borrow != b_borrow:
             return a_borrow < b_borrow
         return a > b

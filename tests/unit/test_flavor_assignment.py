@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 
+from events import objects as o
+from services.core.flavors import Mode, is_preferred
 from tests.builders import (
     Builder,
     WorkloadBuilder,
     a_cluster_queue,
+    a_configuration,
     a_flavor,
     a_local_queue,
     a_namespace,
@@ -522,16 +525,16 @@ def test_when_can_preempt(when_can_preempt, want_after_one_cycle, want_final):
             None, "f1", [], id="no preference: the better mode wins: fit by borrowing on f1 over preempting on f2"
         ),
         pytest.param(
-            "PreemptionOverBorrowing",
+            "BorrowingOverPreemption",
             "f1",
             [],
-            id="PreemptionOverBorrowing: the better mode first: fit by borrowing on f1",
+            id="BorrowingOverPreemption: the better mode first: fit by borrowing on f1",
         ),
         pytest.param(
-            "BorrowingOverPreemption",
+            "PreemptionOverBorrowing",
             None,
             ["ns/low"],
-            id="BorrowingOverPreemption: the lower borrowing level first: preempt on f2 without borrowing",
+            id="PreemptionOverBorrowing: the lower borrowing level first: preempt on f2 without borrowing",
         ),
     ],
 )
@@ -556,6 +559,92 @@ def test_preference_when_both_policies_try_the_next_flavor(preference, want_admi
         assert out.wl("ns/high").pending
     else:
         assert out.flavors("ns/high") == {"cpu": want_admitted_on}
+
+
+@pytest.mark.parametrize("fair_sharing", [pytest.param(False, id="classical"), pytest.param(True, id="fair sharing")])
+@pytest.mark.parametrize(
+    ("preference", "want_admitted_on", "want_preempted"),
+    [
+        pytest.param(
+            "PreemptionOverBorrowing",
+            None,
+            ["ns/low"],
+            id="PreemptionOverBorrowing: preempt on the first flavor instead of borrowing on the second",
+        ),
+        pytest.param(
+            "BorrowingOverPreemption",
+            "spot",
+            [],
+            id="BorrowingOverPreemption: borrow on the second flavor instead of preempting on the first",
+        ),
+    ],
+)
+def test_preference_between_preempting_on_the_first_flavor_and_borrowing_on_the_second(
+    fair_sharing, preference, want_admitted_on, want_preempted
+):
+    """Kueue's scheduler_test cases for kubernetes-sigs/kueue#9464: on-demand is full of a
+    lower-priority workload of the same ClusterQueue; spot has no nominal quota of its own and
+    borrows all of it from the lender. The preference decides, with and without fair sharing."""
+    cq = (
+        a_cluster_queue("cq")
+        .cohort("co")
+        .group(("on-demand", {"cpu": ("5", "0")}), ("spot", {"cpu": ("0", "5")}))
+        .preemption(within="LowerPriority")
+        .fungibility(when_can_borrow="TryNextFlavor", when_can_preempt="TryNextFlavor", preference=preference)
+    )
+    lender = a_cluster_queue("lender").cohort("co").group(("on-demand", {"cpu": "0"}), ("spot", {"cpu": "5"}))
+    extra: list[Builder] = [lender, *([a_configuration().fair_sharing()] if fair_sharing else [])]
+    out = _run(
+        cq,
+        _wl("low").request(cpu="5").priority(-1).admitted("cq", {"cpu": "on-demand"}),
+        _wl("high").request(cpu="5").priority(0).created(100),
+        flavors=[a_flavor("on-demand"), a_flavor("spot")],
+        extra=extra,
+        cycles=1,
+    )
+    assert out.preempted() == want_preempted
+    if want_admitted_on is None:
+        assert out.wl("ns/high").pending
+        assert out.message("ns/high") == (
+            _pending_message(_unused("cpu", "on-demand", "5")) + ". Pending the preemption of 1 workload(s)"
+        )
+    else:
+        assert out.flavors("ns/high") == {"cpu": want_admitted_on}
+
+
+P, NC, F = Mode.PREEMPT, Mode.NO_CANDIDATES, Mode.FIT
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "preference", "want"),
+    [
+        pytest.param((F, 0), (P, 0), None, True, id="no preference: fit beats preempt"),
+        pytest.param((P, 1), (F, 2), "BorrowingOverPreemption", False,
+                     id="BorrowingOverPreemption: the mode first: fit by borrowing more beats preempt"),
+        pytest.param((P, 1), (F, 2), "PreemptionOverBorrowing", True,
+                     id="PreemptionOverBorrowing: the borrowing level first: preempt borrowing less beats fit"),
+        pytest.param((P, 1), (F, 1), "PreemptionOverBorrowing", False,
+                     id="PreemptionOverBorrowing: equal borrowing, the better mode breaks the tie"),
+        pytest.param((NC, 1), (F, 2), "PreemptionOverBorrowing", False,
+                     id="PreemptionOverBorrowing: no preemption candidates lose before borrowing is compared"),
+        pytest.param((F, 2), (NC, 1), "PreemptionOverBorrowing", True,
+                     id="PreemptionOverBorrowing: fit beats a shallower flavor without preemption candidates"),
+        pytest.param((NC, 1), (Mode.NO_FIT, 0), None, True, id="no preemption candidates still beat no fit"),
+        pytest.param((Mode.NO_FIT, 0), (NC, 1), None, False, id="no fit loses to no preemption candidates"),
+        pytest.param((NC, 1), (NC, 2), "PreemptionOverBorrowing", True,
+                     id="two flavors without candidates: the lower borrowing level wins"),
+        pytest.param((NC, 2), (NC, 1), "PreemptionOverBorrowing", False,
+                     id="two flavors without candidates: the higher borrowing level loses"),
+    ],
+)
+def test_is_preferred(a, b, preference, want):
+    """Kueue's ``TestIsPreferred`` (flavorassigner_test.go), on (mode, borrowing level) pairs."""
+    ff = o.FlavorFungibility(
+        when_can_borrow=o.WhenCanBorrow.TRY_NEXT_FLAVOR,
+        when_can_preempt=o.WhenCanPreempt.TRY_NEXT_FLAVOR,
+        preference=o.FungibilityPreference(preference) if preference else None,
+    )
+    assert is_preferred(a[0], a[1], b[0], b[1], ff) is want
 
 
 # --- the pods resource ----------------------------------------------------------------------------
