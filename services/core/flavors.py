@@ -3,10 +3,11 @@
 For each podSet and each resource group of the ClusterQueue, flavors are tried
 in the order the ClusterQueue lists them. A flavor is eligible when its taints
 are tolerated and its node labels satisfy the podSet's node selector and
-required node affinity (only on the flavor's own label keys).
-Each requested resource then gets a mode — Fit (fits unused quota, borrowing
-if allowed), Preempt (would fit if others were preempted) or NoFit — and
-flavor fungibility decides whether to stop at this flavor or try the next.
+required node affinity (only on the flavor's own label keys). Each requested
+resource then gets a mode — Fit (fits unused quota, borrowing if allowed),
+Preempt (would fit if others were preempted) or NoFit — and a borrowing level;
+the flavor is represented by its worst resource, and flavor fungibility decides
+whether to stop at this flavor or try the next.
 Follows Kueue's ``pkg/scheduler/flavorassigner/flavorassigner.go``.
 """
 
@@ -202,7 +203,8 @@ def fits_resource_quota(node: Node, fr: FR, value: int, quota: o.Quota, policy: 
 
 
 def should_try_next_flavor(mode: Mode, borrowing: int, ff: o.FlavorFungibility) -> bool:
-    """Kueue's ``shouldTryNextFlavor`` (v1beta2 semantics; ``Borrow``/``Preempt`` = MayStopSearch)."""
+    """Kueue's ``shouldTryNextFlavor`` for a flavor's representative (mode, borrowing level)
+    (v1beta2 semantics; v1beta1's ``Borrow``/``Preempt`` are read as MayStopSearch)."""
     if mode in (Mode.NO_FIT, Mode.NO_CANDIDATES):
         return True
     if mode in (Mode.PREEMPT, Mode.RECLAIM) and ff.when_can_preempt == o.WhenCanPreempt.TRY_NEXT_FLAVOR:
@@ -240,9 +242,55 @@ def is_preferred(a: Mode, a_borrow: int, b: Mode | None, b_borrow: int, ff: o.Fl
 class _FlavorTry:
     flavors: dict[str, str]
     modes: dict[str, Mode]
-    mode: Mode
-    borrowing: int
+    mode: Mode  # the worst mode of its resources: what the assignment's mode is made of
+    borrowing: int  # the highest borrowing level of its resources (Kueue's Assignment.Borrowing)
+    rep: tuple[Mode, int] = (Mode.NO_FIT, 0)  # the representative (mode, borrowing level) fungibility uses
     tried: int = -1
+
+
+def _try_flavor(
+    node: Node,
+    fq: o.FlavorQuotas,
+    covered: tuple[str, ...],
+    requests: dict[str, int],
+    usage_so_far: dict[FR, int],
+    policy: Policy,
+    oracle: Oracle,
+    ff: o.FlavorFungibility,
+    reasons: list[str],
+) -> _FlavorTry:
+    """One flavor for the group's requested resources (the body of Kueue's ``findFlavorForPodSets``).
+
+    The representative mode is the worst of the resources' (mode, borrowing level) pairs as
+    ``is_preferred`` orders them, not the worst mode and the worst level taken apart: a flavor
+    where one resource fits by borrowing and another needs preemption without borrowing is,
+    under BorrowingOverPreemption, a preempting flavor that does not borrow."""
+    quotas = dict(fq.resources)
+    rep: tuple[Mode, int] = (Mode.FIT, 0)
+    mode, borrowing = Mode.FIT, 0
+    chosen: dict[str, str] = {}
+    modes: dict[str, Mode] = {}
+    for res in covered:
+        if res not in requests:
+            continue
+        fr = (fq.name, res)
+        assumed = usage_so_far.get(fr, 0)
+        res_mode, res_borrow, reason = fits_resource_quota(
+            node, fr, requests[res] + assumed, quotas[res], policy, oracle, assumed
+        )
+        if reason:
+            reasons.append(reason)
+        borrowing = max(borrowing, res_borrow)
+        if is_preferred(rep[0], rep[1], res_mode, res_borrow, ff):
+            rep = (res_mode, res_borrow)
+        if rep[0] == Mode.NO_FIT:
+            break
+        mode = min(mode, res_mode)
+        chosen[res] = fq.name
+        modes[res] = res_mode
+    if rep[0] == Mode.NO_FIT:
+        return _FlavorTry({}, {}, Mode.NO_FIT, 0, rep)
+    return _FlavorTry(chosen, modes, mode, borrowing, rep)
 
 
 def _find_flavor(
@@ -260,6 +308,7 @@ def _find_flavor(
 ) -> _FlavorTry:
     """Try the group's flavors from index ``start``; the result records the last index tried
     (-1 once the search reached the last flavor), which the next attempt resumes after."""
+    ff = cq.flavor_fungibility
     best: _FlavorTry | None = None
     attempted = start
     for attempted in range(start, len(group.flavors)):
@@ -275,38 +324,18 @@ def _find_flavor(
         if not _affinity_matches(ps, dict(flavor.node_labels)):
             reasons.append(f"flavor {fq.name} doesn't match node affinity")
             continue
-        quotas = dict(fq.resources)
-        mode, borrowing = Mode.FIT, 0
-        chosen: dict[str, str] = {}
-        modes: dict[str, Mode] = {}
-        for res in group.covered_resources:
-            if res not in requests:
-                continue
-            fr = (fq.name, res)
-            assumed = usage_so_far.get(fr, 0)
-            res_mode, res_borrow, reason = fits_resource_quota(
-                node, fr, requests[res] + assumed, quotas[res], policy, oracle, assumed
-            )
-            if reason:
-                reasons.append(reason)
-            # The flavor is as good as its worst resource.
-            mode = min(mode, res_mode)
-            borrowing = max(borrowing, res_borrow)
-            if mode == Mode.NO_FIT:
-                break
-            chosen[res] = fq.name
-            modes[res] = res_mode
-        attempt = _FlavorTry(chosen, modes, mode, borrowing)
-        if mode == Mode.NO_FIT:
+        attempt = _try_flavor(node, fq, group.covered_resources, requests, usage_so_far, policy, oracle, ff, reasons)
+        rep_mode, rep_borrow = attempt.rep
+        if rep_mode == Mode.NO_FIT:
             continue
-        if not should_try_next_flavor(mode, borrowing, cq.flavor_fungibility):
+        if not should_try_next_flavor(rep_mode, rep_borrow, ff):
             best = attempt
             break
-        if best is None or is_preferred(mode, borrowing, best.mode, best.borrowing, cq.flavor_fungibility):
+        if best is None or is_preferred(rep_mode, rep_borrow, best.rep[0], best.rep[1], ff):
             best = attempt
     tried = -1 if attempted >= len(group.flavors) - 1 else attempted
     if best is None:
-        return _FlavorTry({}, {}, Mode.NO_FIT, 0, tried)
+        return _FlavorTry({}, {}, Mode.NO_FIT, 0, (Mode.NO_FIT, 0), tried)
     best.tried = tried
     return best
 

@@ -612,6 +612,64 @@ def test_preference_between_preempting_on_the_first_flavor_and_borrowing_on_the_
         assert out.flavors("ns/high") == {"cpu": want_admitted_on}
 
 
+@pytest.mark.parametrize(
+    ("fungibility", "want_after_one_cycle", "want_preempted"),
+    [
+        pytest.param(
+            {"when_can_borrow": "TryNextFlavor", "when_can_preempt": "MayStopSearch"},
+            None,
+            ["ns/low"],
+            id="borrow TryNextFlavor, preempt MayStopSearch: the flavor counts as preempting, not borrowing: "
+            "stop on f1 and preempt",
+        ),
+        pytest.param(
+            {"when_can_borrow": "TryNextFlavor", "when_can_preempt": "TryNextFlavor"},
+            "f2",
+            [],
+            id="both TryNextFlavor: f1 needs preemption, so f2 where everything fits",
+        ),
+        pytest.param(
+            {"when_can_borrow": "TryNextFlavor", "when_can_preempt": "TryNextFlavor",
+             "preference": "PreemptionOverBorrowing"},
+            "f2",
+            [],
+            id="PreemptionOverBorrowing: the flavor counts as borrowing: f2 where everything fits",
+        ),
+    ],
+)
+def test_a_flavor_where_one_resource_borrows_and_another_needs_preemption(
+    fungibility, want_after_one_cycle, want_preempted
+):
+    """On f1, cpu fits only by borrowing from the lender and memory only by preempting ``low``
+    (no borrowing). Kueue's ``findFlavorForPodSets`` represents the flavor by its worst resource as
+    ``isPreferred`` orders them: under BorrowingOverPreemption that is memory's (Preempt, no
+    borrowing), so ``shouldTryNextFlavor`` with whenCanPreempt MayStopSearch stops at f1 though
+    whenCanBorrow is TryNextFlavor."""
+    cq = (
+        a_cluster_queue("cq")
+        .cohort("co")
+        .group(("f1", {"cpu": 2, "memory": "4Gi"}), ("f2", {"cpu": 4, "memory": "8Gi"}))
+        .preemption(within="LowerPriority")
+        .fungibility(**fungibility)
+    )
+    lender = a_cluster_queue("lender").cohort("co").flavor("f1", cpu=10)
+    out = _run(
+        cq,
+        _wl("low").request(memory="4Gi").priority(0).admitted("cq", {"memory": "f1"}),
+        _wl("high").request(cpu="3", memory="2Gi").priority(10).created(100),
+        extra=[lender],
+        cycles=1,
+    )
+    assert out.preempted() == want_preempted
+    if want_after_one_cycle is None:
+        assert out.wl("ns/high").pending
+        assert out.message("ns/high") == (
+            _pending_message(_unused("memory", "f1", "2Gi")) + ". Pending the preemption of 1 workload(s)"
+        )
+    else:
+        assert out.flavors("ns/high") == {"cpu": want_after_one_cycle, "memory": want_after_one_cycle}
+
+
 P, NC, F = Mode.PREEMPT, Mode.NO_CANDIDATES, Mode.FIT
 
 
