@@ -196,6 +196,10 @@ class WorkloadBuilder(Builder):
         self.body["spec"]["queueName"] = name
         return self
 
+    def label(self, key: str, value: str) -> WorkloadBuilder:
+        self.body["metadata"].setdefault("labels", {})[key] = value
+        return self
+
     def priority(self, value: int) -> WorkloadBuilder:
         self.body["spec"]["priority"] = value
         return self
