@@ -387,8 +387,11 @@ def assign(
             psa.mode = min(psa.mode, found.mode)
             psa.borrowing = max(psa.borrowing, found.borrowing)
             if found.mode == Mode.NO_FIT:
-                # Kueue reports only the resource group that failed.
+                # Kueue reports only the resource group that failed, and a podSet left without
+                # flavors records no scan progress (Assignment.append): its groups start over.
                 del psa.reasons[:before]
+                for g in range(gi + 1):
+                    tried.pop((i, g), None)
                 reason = _classify(psa.reasons)
                 break
             psa.flavors.update(found.flavors)

@@ -169,3 +169,25 @@ def test_when_recorded_scan_progress_is_outdated(gate, recorded_in, generation_m
     if generation_moved:
         state.generations["cq"] = state.generations.get("cq", 0) + 1
     assert (scan_resume(state, "cq", rec) is not None) is want_resume
+
+
+def test_a_pod_set_without_flavors_records_no_scan_progress():
+    """The cpu group stops at f1 (it fits), the gpu group fits nowhere: Kueue leaves the podSet
+    without flavors, so Assignment.append records no LastTriedFlavorIdx for it and
+    PendingFlavors is false: the workload is parked (BestEffortFIFO), not retried from f2."""
+    gpu = "example.com/gpu"
+    state = build_state(
+        a_flavor("f1"), a_flavor("f2"), a_flavor("g1"), a_namespace("ns"),
+        a_cluster_queue("cq").group(("f1", {"cpu": 4}), ("f2", {"cpu": 4})).group(("g1", {gpu: 1})),
+        a_local_queue("ns", "lq", "cq"),
+        _wl("w").queue("lq").pod_set("main", 1, cpu="1", example_com__gpu="2"),
+    )
+    out = Outcome(run(state, 1))
+    rec = out.wl("ns/w")
+    assert rec.pending
+    assert out.message("ns/w") == (
+        "couldn't assign flavors to pod set main: insufficient quota for example.com/gpu in flavor g1, "
+        "previously considered podsets requests (0) + current podset request (2) > maximum capacity (1)"
+    )
+    assert rec.last_tried == {}
+    assert rec.inadmissible
