@@ -394,6 +394,8 @@ def assign(
                     tried.pop((i, g), None)
                 reason = _classify(psa.reasons)
                 break
+            if found.mode == Mode.FIT:
+                del psa.reasons[before:]  # a group whose flavor fits returns no status in Kueue
             psa.flavors.update(found.flavors)
             psa.modes.update(found.modes)
             for res, flavor in found.flavors.items():

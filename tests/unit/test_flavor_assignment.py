@@ -184,6 +184,29 @@ def test_the_message_names_only_the_resource_group_that_failed():
     assert out.message("ns/w") == _pending_message(_max(GPU, "g1", "0", "2", "1"))
 
 
+def test_a_resource_group_that_fits_adds_nothing_to_the_message():
+    """The cpu group tries f1 (too small) and fits on f2; the gpu group needs preemption. Kueue's
+    ``findFlavorForPodSets`` returns no status for a group whose chosen flavor fits, so only the
+    gpu group's reason is in the message, not cpu's try of f1."""
+    cq = (
+        a_cluster_queue("cq")
+        .group(("f1", {"cpu": 1}), ("f2", {"cpu": 4}))
+        .group(("g1", {GPU: 1}))
+        .preemption(within="LowerPriority")
+    )
+    out = _run(
+        cq,
+        _wl("low").pod_set("main", 1, example_com__gpu="1").priority(0).admitted("cq", {GPU: "g1"}),
+        _wl("high").pod_set("main", 1, cpu="2", example_com__gpu="1").priority(10).created(100),
+        flavors=[a_flavor(n) for n in ("f1", "f2", "g1")],
+        cycles=1,
+    )
+    assert out.preempted() == ["ns/low"]
+    assert out.message("ns/high") == (
+        _pending_message(_unused(GPU, "g1", "1")) + ". Pending the preemption of 1 workload(s)"
+    )
+
+
 def test_a_resource_no_group_covers_leaves_the_workload_pending():
     cq = a_cluster_queue("cq").flavor("f", cpu=8)
     out = _run(cq, _wl().request(cpu="1", memory="1Gi"))
