@@ -756,8 +756,9 @@ def _configuration(ctx: _Ctx, body: Mapping[str, Any]) -> o.Configuration:
     for gate, enabled in sorted((cfg.feature_gates or {}).items()):
         setting = _FEATURE_GATES.get(gate)
         if setting is None:
-            raise ctx.error(f"featureGates.{gate}", f"unknown feature gate {gate!r}: the gates a Configuration "
-                            f"can switch here are {', '.join(sorted(_FEATURE_GATES))}")
+            raise ctx.error(f"featureGates.{gate}", f"unknown or unsupported feature gate {gate!r}: kueuelog "
+                            f"follows Kueue's defaults and lets a Configuration switch only "
+                            f"{', '.join(sorted(_FEATURE_GATES))}")
         out = msgspec.structs.replace(out, **{setting: enabled})
     return out
 

@@ -123,8 +123,8 @@ def test_a_skipped_workload_resumes_its_flavor_scan_in_the_next_cycle(config, be
         pytest.param({SCAN_GATE: True}, None, id="the scan progress gate at its default"),
         pytest.param(
             {"PartialAdmission": True},
-            "featureGates.PartialAdmission: unknown feature gate 'PartialAdmission': the gates a Configuration "
-            "can switch here are FlavorFungibilityPreserveScanProgress",
+            "featureGates.PartialAdmission: unknown or unsupported feature gate 'PartialAdmission': kueuelog "
+            "follows Kueue's defaults and lets a Configuration switch only FlavorFungibilityPreserveScanProgress",
             id="a gate kueuelog does not switch: refused, naming the gate",
         ),
     ],
