@@ -20,6 +20,7 @@ from tests.builders import (
     Builder,
     WorkloadBuilder,
     a_cluster_queue,
+    a_cohort,
     a_configuration,
     a_flavor,
     a_local_queue,
@@ -691,6 +692,36 @@ def test_a_flavor_where_one_resource_borrows_and_another_needs_preemption(
         )
     else:
         assert out.flavors("ns/high") == {"cpu": want_after_one_cycle, "memory": want_after_one_cycle}
+
+
+def test_preemption_over_borrowing_passes_over_a_flavor_without_preemption_candidates():
+    """Kueue's 'Select deeper-borrowing flavor that fits when shallower-borrowing flavor has no
+    preemption candidates' (TestHierarchical, kubernetes-sigs/kueue#13616): flavor one is full of a
+    workload of the same priority (no candidates; borrowing level 1 after preemption), flavor two
+    fits by borrowing from cohort two (level 2). Compared on borrowing alone, one would win and
+    the workload would wait for nothing."""
+    cq = (
+        a_cluster_queue("cq")
+        .cohort("one")
+        .group(("one", {"cpu": ("4", "0")}), ("two", {"cpu": "0"}), ("three", {"cpu": "0"}))
+        .preemption(within="LowerPriority", reclaim="LowerPriority")
+        .fungibility(when_can_borrow="TryNextFlavor", when_can_preempt="TryNextFlavor",
+                     preference="PreemptionOverBorrowing")
+    )
+    cohorts = [
+        a_cohort("three").flavor("three", cpu="4"),
+        a_cohort("two").parent("three").flavor("two", cpu="4"),
+        a_cohort("one").parent("two").flavor("one", cpu="4"),
+    ]
+    out = _run(
+        cq,
+        _wl("running").request(cpu="4").priority(0).admitted("cq", {"cpu": "one"}),
+        _wl("w").request(cpu="4").priority(0).created(100),
+        flavors=[a_flavor("one"), a_flavor("two"), a_flavor("three")],
+        extra=cohorts,
+        cycles=1,
+    )
+    assert out.flavors("ns/w") == {"cpu": "two"}
 
 
 P, NC, F = Mode.PREEMPT, Mode.NO_CANDIDATES, Mode.FIT
