@@ -174,32 +174,41 @@ Oracle = Callable[[FR, int], tuple[Mode, int]]
 """Simulated preemption for one (flavor, resource) and amount: (mode, borrowing level after)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ResourceFit:
+    mode: Mode
+    borrowing: int
+    reason: str = ""
+    blocker: PendingReason | None = None  # what a NoFit is for (Kueue's status.noFitReason)
+
+
 def fits_resource_quota(node: Node, fr: FR, value: int, quota: o.Quota, policy: Policy,
-                        oracle: Oracle, assumed: int) -> tuple[Mode, int, str]:
-    """(mode, borrowing level, reason) for ``value`` of ``fr`` in the ClusterQueue ``node``
-    (Kueue's ``fitsResourceQuota``; ``assumed`` is what earlier podSets already take)."""
+                        oracle: Oracle, assumed: int) -> ResourceFit:
+    """How ``value`` of ``fr`` fits the ClusterQueue ``node`` (Kueue's ``fitsResourceQuota``;
+    ``assumed`` is what earlier podSets already take)."""
     flavor, res = fr
     max_capacity = node.potential_available(fr)
     if value > max_capacity:
-        return (
+        return ResourceFit(
             Mode.NO_FIT,
             0,
             f"insufficient quota for {res} in flavor {flavor}, previously considered podsets requests "
             f"({format_amount(res, assumed)}) + current podset request ({format_amount(res, value - assumed)}) "
             f"> maximum capacity ({format_amount(res, max_capacity)})",
+            PendingReason.EXCEEDS_MAX_QUOTA,
         )
     borrow, may_reclaim_in_hierarchy = node.lowest_subtree_that_fits(fr, value)
     available = max(0, node.available(fr))
     if value <= available:
-        return Mode.FIT, borrow, ""
+        return ResourceFit(Mode.FIT, borrow)
     reason = (
         f"insufficient unused quota for {res} in flavor {flavor}, "
         f"{format_amount(res, value - available)} more needed"
     )
     if value <= quota.nominal or may_reclaim_in_hierarchy or policy.can_preempt_while_borrowing:
         mode, borrow_after = oracle(fr, value)
-        return mode, borrow_after, reason
-    return Mode.NO_FIT, borrow, reason
+        return ResourceFit(mode, borrow_after, reason)
+    return ResourceFit(Mode.NO_FIT, borrow, reason, PendingReason.WAITING_FOR_QUOTA)
 
 
 def should_try_next_flavor(mode: Mode, borrowing: int, ff: o.FlavorFungibility) -> bool:
@@ -246,6 +255,8 @@ class _FlavorTry:
     borrowing: int  # the highest borrowing level of its resources (Kueue's Assignment.Borrowing)
     rep: tuple[Mode, int] = (Mode.NO_FIT, 0)  # the representative (mode, borrowing level) fungibility uses
     tried: int = -1
+    blocker: PendingReason | None = None  # a NoFit flavor: the most severe of its resources' blockers
+    group_blocker: PendingReason | None = None  # a group's result: the least severe of its NoFit flavors'
 
 
 def _try_flavor(
@@ -264,10 +275,13 @@ def _try_flavor(
     The representative mode is the worst of the resources' (mode, borrowing level) pairs as
     ``is_preferred`` orders them, not the worst mode and the worst level taken apart: a flavor
     where one resource fits by borrowing and another needs preemption without borrowing is,
-    under BorrowingOverPreemption, a preempting flavor that does not borrow."""
+    under BorrowingOverPreemption, a preempting flavor that does not borrow. Once a resource
+    does not fit, the others are still checked for the message and the blocker (Kueue's closure
+    returns early per resource, it does not stop the loop), but not assigned."""
     quotas = dict(fq.resources)
     rep: tuple[Mode, int] = (Mode.FIT, 0)
     mode, borrowing = Mode.FIT, 0
+    blocker: PendingReason | None = None
     chosen: dict[str, str] = {}
     modes: dict[str, Mode] = {}
     for res in covered:
@@ -275,22 +289,47 @@ def _try_flavor(
             continue
         fr = (fq.name, res)
         assumed = usage_so_far.get(fr, 0)
-        res_mode, res_borrow, reason = fits_resource_quota(
-            node, fr, requests[res] + assumed, quotas[res], policy, oracle, assumed
-        )
-        if reason:
-            reasons.append(reason)
-        borrowing = max(borrowing, res_borrow)
-        if is_preferred(rep[0], rep[1], res_mode, res_borrow, ff):
-            rep = (res_mode, res_borrow)
+        fit = fits_resource_quota(node, fr, requests[res] + assumed, quotas[res], policy,
+                                  oracle if rep[0] != Mode.NO_FIT else _no_simulation, assumed)
+        if fit.reason:
+            reasons.append(fit.reason)
+        blocker = _most_severe(blocker, fit.blocker)
         if rep[0] == Mode.NO_FIT:
-            break
-        mode = min(mode, res_mode)
+            continue
+        borrowing = max(borrowing, fit.borrowing)
+        if is_preferred(rep[0], rep[1], fit.mode, fit.borrowing, ff):
+            rep = (fit.mode, fit.borrowing)
+        if rep[0] == Mode.NO_FIT:
+            continue
+        mode = min(mode, fit.mode)
         chosen[res] = fq.name
-        modes[res] = res_mode
+        modes[res] = fit.mode
     if rep[0] == Mode.NO_FIT:
-        return _FlavorTry({}, {}, Mode.NO_FIT, 0, rep)
+        return _FlavorTry({}, {}, Mode.NO_FIT, 0, rep, blocker=blocker)
     return _FlavorTry(chosen, modes, mode, borrowing, rep)
+
+
+def _no_simulation(fr: FR, value: int) -> tuple[Mode, int]:
+    """Stands in for the preemption oracle once the flavor failed: only the reason is wanted, and
+    any mode the oracle returns would mean the same (a resource preemption could help blocks nothing)."""
+    return Mode.NO_CANDIDATES, 0
+
+
+_SEVERITY = {PendingReason.WAITING_FOR_QUOTA: 2, PendingReason.EXCEEDS_MAX_QUOTA: 3,
+             PendingReason.NO_MATCHING_FLAVOR: 4}
+"""Kueue's ``reasonSeverity`` (flavorassigner.go)."""
+
+
+def _most_severe(a: PendingReason | None, b: PendingReason | None) -> PendingReason | None:
+    if a is None or (b is not None and _SEVERITY[b] > _SEVERITY[a]):
+        return b
+    return a
+
+
+def _least_severe(a: PendingReason | None, b: PendingReason | None) -> PendingReason | None:
+    if a is None or (b is not None and _SEVERITY[b] < _SEVERITY[a]):
+        return b
+    return a
 
 
 def _find_flavor(
@@ -310,23 +349,26 @@ def _find_flavor(
     (-1 once the search reached the last flavor), which the next attempt resumes after."""
     ff = cq.flavor_fungibility
     best: _FlavorTry | None = None
+    group_blocker: PendingReason | None = None  # Kueue's resolveNoFitReason: the least severe NoFit flavor
     attempted = start
     for attempted in range(start, len(group.flavors)):
         fq = group.flavors[attempted]
         flavor = state.flavors.get(fq.name)
+        mismatch = ""
         if flavor is None:
-            reasons.append(f"flavor {fq.name} not found")
-            continue
-        taint = untolerated_taint(flavor, ps.tolerations)
-        if taint is not None:
-            reasons.append(f"untolerated taint {_taint_text(taint)} in flavor {fq.name}")
-            continue
-        if not _affinity_matches(ps, dict(flavor.node_labels)):
-            reasons.append(f"flavor {fq.name} doesn't match node affinity")
+            mismatch = f"flavor {fq.name} not found"
+        elif (taint := untolerated_taint(flavor, ps.tolerations)) is not None:
+            mismatch = f"untolerated taint {_taint_text(taint)} in flavor {fq.name}"
+        elif not _affinity_matches(ps, dict(flavor.node_labels)):
+            mismatch = f"flavor {fq.name} doesn't match node affinity"
+        if mismatch:
+            reasons.append(mismatch)
+            group_blocker = _least_severe(group_blocker, PendingReason.NO_MATCHING_FLAVOR)
             continue
         attempt = _try_flavor(node, fq, group.covered_resources, requests, usage_so_far, policy, oracle, ff, reasons)
         rep_mode, rep_borrow = attempt.rep
         if rep_mode == Mode.NO_FIT:
+            group_blocker = _least_severe(group_blocker, attempt.blocker)
             continue
         if not should_try_next_flavor(rep_mode, rep_borrow, ff):
             best = attempt
@@ -335,8 +377,8 @@ def _find_flavor(
             best = attempt
     tried = -1 if attempted >= len(group.flavors) - 1 else attempted
     if best is None:
-        return _FlavorTry({}, {}, Mode.NO_FIT, 0, (Mode.NO_FIT, 0), tried)
-    best.tried = tried
+        best = _FlavorTry({}, {}, Mode.NO_FIT, 0, (Mode.NO_FIT, 0))
+    best.tried, best.group_blocker = tried, group_blocker
     return best
 
 
@@ -376,6 +418,7 @@ def assign(
             overall = Mode.NO_FIT
             reason = PendingReason.NO_MATCHING_FLAVOR
             break
+        blocker: PendingReason | None = None  # across groups, the most severe (Kueue's resolveNoFitReason)
         for gi, group in enumerate(cq.resource_groups):
             wanted = {res: v for res, v in requests.items() if group_of[res] == gi}
             if not wanted:
@@ -384,6 +427,7 @@ def assign(
             start = (resume or {}).get((i, gi), -1) + 1
             found = _find_flavor(state, cq, node, group, ps, wanted, usage, policy, oracle, psa.reasons, start)
             tried[(i, gi)] = found.tried
+            blocker = _most_severe(blocker, found.group_blocker)
             psa.mode = min(psa.mode, found.mode)
             psa.borrowing = max(psa.borrowing, found.borrowing)
             if found.mode == Mode.NO_FIT:
@@ -392,7 +436,7 @@ def assign(
                 del psa.reasons[:before]
                 for g in range(gi + 1):
                     tried.pop((i, g), None)
-                reason = _classify(psa.reasons)
+                reason = blocker or PendingReason.WAITING_FOR_QUOTA
                 break
             if found.mode == Mode.FIT:
                 del psa.reasons[before:]  # a group whose flavor fits returns no status in Kueue
@@ -410,15 +454,3 @@ def assign(
             psa.reasons.clear()
     return Assignment(pod_sets=result, mode=overall, borrowing=borrowing, usage=usage, pending_reason=reason,
                       tried=tried)
-
-
-def _classify(reasons: list[str]) -> PendingReason:
-    if any("more needed" in r for r in reasons):
-        return PendingReason.WAITING_FOR_QUOTA
-    if reasons and all("maximum capacity" in r for r in reasons):
-        return PendingReason.EXCEEDS_MAX_QUOTA
-    if any("maximum capacity" in r for r in reasons) and not any(
-        "node affinity" in r or "taint" in r or "not found" in r for r in reasons
-    ):
-        return PendingReason.EXCEEDS_MAX_QUOTA
-    return PendingReason.NO_MATCHING_FLAVOR

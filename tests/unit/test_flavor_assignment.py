@@ -208,6 +208,59 @@ def test_a_resource_group_that_fits_adds_nothing_to_the_message():
     )
 
 
+@pytest.mark.parametrize("memory_first", [pytest.param(False, id="cpu covered first"),
+                                          pytest.param(True, id="memory covered first")])
+def test_every_resource_of_a_flavor_that_does_not_fit_is_reported(memory_first):
+    """Kueue's ``findFlavorForPodSets`` checks every requested resource of a flavor: the closure
+    returns early for the resources after one that does not fit, but the loop goes on, and their
+    reasons are reported too, whatever the order of coveredResources."""
+    quotas = {"memory": "4Gi", "cpu": 2} if memory_first else {"cpu": 2, "memory": "4Gi"}
+    out = _run(
+        a_cluster_queue("cq").group(("f1", quotas)),
+        _wl("running").request(memory="4Gi").admitted("cq", {"memory": "f1"}),
+        _wl().request(cpu="3", memory="1Gi").created(100),
+    )
+    assert out.wl("ns/w").pending
+    assert out.message("ns/w") == _pending_message(_max("cpu", "f1", "0", "3", "2"), _unused("memory", "f1", "1Gi"))
+    assert out.wl("ns/w").pending_reason == "ExceedsMaxQuota"
+
+
+@pytest.mark.parametrize(
+    ("flavors", "cq_flavors", "requests", "want_reason"),
+    [
+        pytest.param(
+            [a_flavor("f1").labels(zone="a"), a_flavor("f2")],
+            (("f1", {"cpu": 4}), ("f2", {"cpu": 2})),
+            {"cpu": "3"},
+            "ExceedsMaxQuota",
+            id="f1 does not match, f2 is too small: the least severe flavor names the reason",
+        ),
+        pytest.param(
+            [a_flavor("f1").labels(zone="a"), a_flavor("f2").labels(zone="a")],
+            (("f1", {"cpu": 4}), ("f2", {"cpu": 2})),
+            {"cpu": "1"},
+            "NoMatchingFlavor",
+            id="no flavor matches",
+        ),
+        pytest.param(
+            [a_flavor("f1"), a_flavor("f2")],
+            (("f1", {"cpu": 2}), ("f2", {"cpu": 4})),
+            {"cpu": "5"},
+            "ExceedsMaxQuota",
+            id="every flavor is too small",
+        ),
+    ],
+)
+def test_pending_reason_of_a_pod_set_that_fits_nowhere(flavors, cq_flavors, requests, want_reason):
+    """Kueue's ``resolveNoFitReason``: per resource group the least severe reason among the flavors
+    that did not fit (NoMatchingFlavor > ExceedsMaxQuota > WaitingForQuota), across groups the
+    most severe."""
+    wl = _wl().pod_set("main", 1, node_selector={"zone": "b"}, **requests)
+    out = _run(a_cluster_queue("cq").group(*cq_flavors), wl, flavors=flavors)
+    assert out.wl("ns/w").pending
+    assert out.wl("ns/w").pending_reason == want_reason
+
+
 def test_a_resource_no_group_covers_leaves_the_workload_pending():
     cq = a_cluster_queue("cq").flavor("f", cpu=8)
     out = _run(cq, _wl().request(cpu="1", memory="1Gi"))
