@@ -156,7 +156,9 @@ def untolerated_taint(flavor: o.ResourceFlavor, tolerations: tuple[o.Toleration,
 
 
 def _taint_text(t: o.Taint) -> str:
-    return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+    """A taint as Kueue's message prints it: ``%s`` of a corev1.Taint value, whose String() has a
+    pointer receiver, so Go prints the struct's fields, TimeAdded (unset on a flavor) as <nil>."""
+    return f"{{{t.key} {t.value} {t.effect} <nil>}}"
 
 
 # --- quota fit --------------------------------------------------------------------------------

@@ -367,9 +367,21 @@ def _tol(key: str, value: str | None = None, effect: str | None = "NoSchedule", 
             None,
             None,
             _pending_message(
-                "untolerated taint spot=true:NoSchedule in flavor f1", "untolerated taint zone=x:NoExecute in flavor f2"
+                "untolerated taint {spot true NoSchedule <nil>} in flavor f1",
+                "untolerated taint {zone x NoExecute <nil>} in flavor f2",
             ),
-            id="every flavor tainted: pending, each taint named as key=value:effect",
+            id="every flavor tainted: pending, each taint printed as Kueue prints it ({key value effect <nil>})",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("dedicated", ""),
+            a_flavor("f2").taint("zone", "x", "NoExecute"),
+            None,
+            None,
+            _pending_message(
+                "untolerated taint {dedicated  NoSchedule <nil>} in flavor f1",
+                "untolerated taint {zone x NoExecute <nil>} in flavor f2",
+            ),
+            id="a taint without a value: an empty field between key and effect",
         ),
     ],
 )
