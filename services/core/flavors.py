@@ -385,11 +385,15 @@ def _find_flavor(
 
 
 def pod_set_requests(state: State, cq: o.ClusterQueue, ps: o.PodSet, count: int) -> dict[str, int]:
+    """What the podSet asks of the ClusterQueue for ``count`` pods. A zero request is dropped
+    for a resource no group covers, but a covered one is assigned a flavor like any other
+    (Kueue's assignFlavors, kubernetes-sigs/kueue#8079)."""
     excluded = state.config.exclude_resource_prefixes
+    covered = {res for g in cq.resource_groups for res in g.covered_resources}
     out = {
         res: per_pod * count
         for res, per_pod in ps.requests
-        if per_pod > 0 and not any(res.startswith(p) for p in excluded)
+        if (per_pod > 0 or (per_pod == 0 and res in covered)) and not any(res.startswith(p) for p in excluded)
     }
     if any("pods" in g.covered_resources for g in cq.resource_groups):
         out["pods"] = count

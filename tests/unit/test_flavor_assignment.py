@@ -274,6 +274,35 @@ def test_a_zero_request_of_an_uncovered_resource_is_ignored():
     assert out.flavors("ns/w") == {"cpu": "f"}
 
 
+@pytest.mark.parametrize(
+    ("gpu_flavor", "want_flavors", "want_message"),
+    [
+        pytest.param(a_flavor("g1"), {"cpu": "f", GPU: "g1"}, "", id="the zero request gets its group's flavor"),
+        pytest.param(
+            a_flavor("g1").labels(zone="a"),
+            None,
+            _pending_message("flavor g1 doesn't match node affinity"),
+            id="no flavor of its group matches the podSet: pending, though nothing is requested there",
+        ),
+    ],
+)
+def test_a_zero_request_of_a_covered_resource_is_assigned_a_flavor(gpu_flavor, want_flavors, want_message):
+    """Kueue's 'zero resource request defined in clusterQueue should get flavor assigned'
+    (flavorassigner_test.go, kubernetes-sigs/kueue#8079): only a zero request for a resource the
+    ClusterQueue does not cover is skipped; a covered one goes through the flavor search like any
+    other and is admitted with a usage of 0."""
+    cq = a_cluster_queue("cq").flavor("f", cpu=8).group(("g1", {GPU: 4}))
+    wl = _wl().pod_set("main", 1, node_selector={"zone": "b"}, cpu="1", example_com__gpu="0")
+    out = _run(cq, wl, flavors=[a_flavor("f"), gpu_flavor])
+    if want_flavors is None:
+        assert out.wl("ns/w").pending
+        assert out.message("ns/w") == want_message
+    else:
+        assert out.flavors("ns/w") == want_flavors
+        usage = dict(out.wl("ns/w").admission.pod_set_assignments[0].resource_usage)
+        assert usage == {"cpu": 1000, GPU: 0}
+
+
 # --- taints and tolerations -----------------------------------------------------------------------
 
 
