@@ -352,6 +352,7 @@ class ConfigurationBody(_Loose):
     wait_for_pods_ready: WaitForPodsReady | None = None
     resources: Resources | None = None
     manage_jobs_without_queue_name: bool | None = None
+    feature_gates: dict[str, bool] | None = None
 
 
 Kind = Literal[

@@ -838,7 +838,21 @@ def _configuration(ctx: _Ctx, body: Mapping[str, Any]) -> o.Configuration:
         )
     if cfg.resources is not None and cfg.resources.exclude_resource_prefixes:
         out = msgspec.structs.replace(out, exclude_resource_prefixes=tuple(cfg.resources.exclude_resource_prefixes))
+    for gate, enabled in sorted((cfg.feature_gates or {}).items()):
+        setting = _FEATURE_GATES.get(gate)
+        if setting is None:
+            raise ctx.error(f"featureGates.{gate}", f"unknown or unsupported feature gate {gate!r}: kueuelog "
+                            f"follows Kueue's defaults and lets a Configuration switch only "
+                            f"{', '.join(sorted(_FEATURE_GATES))}")
+        out = msgspec.structs.replace(out, **{setting: enabled})
     return out
+
+
+# Kueue's feature gates that change scheduling decisions and that kueuelog lets a Configuration
+# switch, by the o.Configuration field each sets; the others are followed at their Kueue default.
+_FEATURE_GATES = {
+    "FlavorFungibilityPreserveScanProgress": "flavor_fungibility_preserve_scan_progress",
+}
 
 
 _FAIR_SHARING_STRATEGY_SETS = (

@@ -203,6 +203,9 @@ class Configuration(_Kind, frozen=True, tag="Configuration"):
     wait_for_pods_ready_timeout_ms: int = 300_000
     wait_for_pods_ready_block_admission: bool = False
     exclude_resource_prefixes: tuple[str, ...] = ()
+    # Kueue's beta feature gate FlavorFungibilityPreserveScanProgress (on by default), switched
+    # by ``featureGates``: a skipped workload resumes its flavor scan in the next cycle.
+    flavor_fungibility_preserve_scan_progress: bool = True
 
 
 class NodeSelectorTerm(_Obj, frozen=True):

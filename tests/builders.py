@@ -176,9 +176,28 @@ def a_priority_class(name: str, value: int, *, workload: bool = True) -> Builder
                     "value": value})
 
 
+class ConfigurationBuilder(Builder):
+    def fair_sharing(self) -> ConfigurationBuilder:
+        self.body["fairSharing"] = {"enable": True}
+        return self
+
+    def feature_gate(self, name: str, enabled: bool) -> ConfigurationBuilder:
+        self.body.setdefault("featureGates", {})[name] = enabled
+        return self
+
+
+def a_configuration() -> ConfigurationBuilder:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta1)."""
+    return ConfigurationBuilder({"apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration"})
+
+
 class WorkloadBuilder(Builder):
     def queue(self, name: str) -> WorkloadBuilder:
         self.body["spec"]["queueName"] = name
+        return self
+
+    def label(self, key: str, value: str) -> WorkloadBuilder:
+        self.body["metadata"].setdefault("labels", {})[key] = value
         return self
 
     def priority(self, value: int) -> WorkloadBuilder:

@@ -68,7 +68,7 @@ class Entry:
     message: str = ""
     requeue_reason: RequeueReason = RequeueReason.GENERIC
     pending_reason: PendingReason = PendingReason.WAITING_FOR_QUOTA
-    forget_flavors: bool = False  # skipped or preempting: the next attempt tries every flavor again
+    forget_flavors: bool = False  # the next attempt tries every flavor again (preempting; skipped, gate off)
     nominated_at: tuple[int, int] | None = None  # the tree's version when nominated (if remembered)
 
     @property
@@ -138,6 +138,19 @@ def _policy(state: State, cq: o.ClusterQueue) -> Policy:
     )
 
 
+def scan_resume(state: State, cq_name: str, rec: WorkloadRecord) -> dict[tuple[int, int], int] | None:
+    """Where the workload's flavor scan resumes (per podSet and resource group, the last flavor
+    index tried), or None to start at the first flavor (Kueue's ``lastAssignmentOutdated``,
+    scheduler.go). The recorded progress holds while the ClusterQueue's generation is unchanged;
+    with FlavorFungibilityPreserveScanProgress, also whatever the generation in the cycle right
+    after the one that recorded it, which is where a skipped head is tried again."""
+    if rec.last_tried is None:
+        return None
+    if state.config.flavor_fungibility_preserve_scan_progress and state.cycles - rec.last_cycle <= 1:
+        return rec.last_tried
+    return rec.last_tried if rec.last_generation == generation(state, cq_name) else None
+
+
 def _get_assignments(state: State, e: Entry) -> None:
     """Kueue's ``getAssignments``: full assignment, preemption, then partial admission.
     Nothing changes the state meanwhile, so the preemption searches of the flavor oracle and of
@@ -145,7 +158,7 @@ def _get_assignments(state: State, e: Entry) -> None:
     cq, rec = e.cq, e.rec
     searches: Searches = {}
     policy, oracle = _policy(state, cq), _oracle_for(state, cq, rec, searches)
-    resume = rec.last_tried if rec.last_generation == generation(state, cq.name) else None
+    resume = scan_resume(state, cq.name, rec)
     full = assign(state, cq, rec, policy, oracle, resume=resume)
     e.assignment, e.pending_reason = full, full.pending_reason
     if full.mode == Mode.FIT:
@@ -230,7 +243,7 @@ def _memo_slot(state: State, e: Entry) -> tuple[Memo | None, tuple[object, ...]]
     if slot is None or slot[0] != version:
         slot = (version, {})
         state.cache.nominations[root] = slot
-    resume = rec.last_tried if rec.last_generation == generation(state, cq.name) else None
+    resume = scan_resume(state, cq.name, rec)
     newer = (rec.queue_time
              if cq.preemption.within_cluster_queue == o.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY else None)
     key = (cq.name, rec.obj.pod_sets, rec.priority, newer, tuple(sorted(resume.items())) if resume else None,
@@ -444,12 +457,12 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
             overlay.add(node, _resources_to_reserve(e, node))
         return
     if any(t.key in preempted for t in e.targets):
-        _skip(e, "Workload has overlapping preemption targets with another workload")
+        _skip(state, e, "Workload has overlapping preemption targets with another workload")
         return
     usage = e.assignment.usage
     victims = list(preempted.values()) + [state.workloads[t.key] for t in e.targets]
     if not _fits_with_removals(state, node, usage, victims):
-        _skip(e, "Workload no longer fits after processing another workload")
+        _skip(state, e, "Workload no longer fits after processing another workload")
         return
     for t in e.targets:
         preempted[t.key] = state.workloads[t.key]
@@ -526,8 +539,10 @@ def _cluster_queue_of(state: State, key: str) -> str:
     return adm.cluster_queue if adm is not None else ""
 
 
-def _skip(e: Entry, message: str) -> None:
-    e.forget_flavors = True
+def _skip(state: State, e: Entry, message: str) -> None:
+    """Kueue's ``markSkipped``: skipped on contention, not on the flavor itself, so with
+    FlavorFungibilityPreserveScanProgress the next cycle resumes the scan where this one stopped."""
+    e.forget_flavors = not state.config.flavor_fungibility_preserve_scan_progress
     e.status = EntryStatus.SKIPPED
     e.message = message
     e.pending_reason = PendingReason.SKIPPED_IN_CYCLE

@@ -19,6 +19,7 @@ def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission) -> Non
     now = state.now
     reserve_quota(state, rec, adm, now)
     rec.sticky = False
+    rec.last_tried = None  # an admitted workload's scan is over; if evicted, it starts afresh
     cq = state.cluster_queues.get(adm.cluster_queue)
     checks_pending = cq is not None and bool(cq.admission_checks)
     for c in cond.admission(rec.conditions, adm.cluster_queue, now, checks_pending=checks_pending):
@@ -54,6 +55,7 @@ def requeue(state: State, rec: WorkloadRecord, h: HeadOutcome) -> None:
     else:
         rec.last_tried = {(ps, group): idx for ps, group, idx in h.last_tried}
         rec.last_generation = generation(state, h.cluster_queue)
+        rec.last_cycle = state.cycles
     rec.sticky = h.sticky
     queue = state.index.queues.setdefault(h.cluster_queue, ClusterQueueQueue())
     if h.parked:

@@ -3,10 +3,11 @@
 For each podSet and each resource group of the ClusterQueue, flavors are tried
 in the order the ClusterQueue lists them. A flavor is eligible when its taints
 are tolerated and its node labels satisfy the podSet's node selector and
-required node affinity (only on label keys that some flavor of the group uses).
-Each requested resource then gets a mode — Fit (fits unused quota, borrowing
-if allowed), Preempt (would fit if others were preempted) or NoFit — and
-flavor fungibility decides whether to stop at this flavor or try the next.
+required node affinity (only on the flavor's own label keys). Each requested
+resource then gets a mode — Fit (fits unused quota, borrowing if allowed),
+Preempt (would fit if others were preempted) or NoFit — and a borrowing level;
+the flavor is represented by its worst resource, and flavor fungibility decides
+whether to stop at this flavor or try the next.
 Follows Kueue's ``pkg/scheduler/flavorassigner/flavorassigner.go``.
 """
 
@@ -116,9 +117,12 @@ def selector_matches(sel: o.LabelSelector, labels: dict[str, str]) -> bool:
     )
 
 
-def _affinity_matches(ps: o.PodSet, labels: dict[str, str], keys: frozenset[str]) -> bool:
-    """The podSet's node selector and required affinity, restricted to ``keys``
-    (Kueue's ``flavorSelector``: keys no flavor of the group sets are ignored)."""
+def _affinity_matches(ps: o.PodSet, labels: dict[str, str]) -> bool:
+    """The podSet's node selector and required affinity against one flavor's node labels,
+    restricted to that flavor's own label keys: a key the flavor does not set is ignored, even
+    when another flavor of the group sets it (Kueue's ``checkFlavorForPodSets`` and
+    ``flavorSelector``, per-flavor keys since kubernetes-sigs/kueue#12449, v0.19)."""
+    keys = labels.keys()
     for k, v in ps.node_selector:
         if k in keys and labels.get(k) != v:
             return False
@@ -152,7 +156,9 @@ def untolerated_taint(flavor: o.ResourceFlavor, tolerations: tuple[o.Toleration,
 
 
 def _taint_text(t: o.Taint) -> str:
-    return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+    """A taint as Kueue's message prints it: ``%s`` of a corev1.Taint value, whose String() has a
+    pointer receiver, so Go prints the struct's fields, TimeAdded (unset on a flavor) as <nil>."""
+    return f"{{{t.key} {t.value} {t.effect} <nil>}}"
 
 
 # --- quota fit --------------------------------------------------------------------------------
@@ -170,36 +176,46 @@ Oracle = Callable[[FR, int], tuple[Mode, int]]
 """Simulated preemption for one (flavor, resource) and amount: (mode, borrowing level after)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ResourceFit:
+    mode: Mode
+    borrowing: int
+    reason: str = ""
+    blocker: PendingReason | None = None  # what a NoFit is for (Kueue's status.noFitReason)
+
+
 def fits_resource_quota(node: Node, fr: FR, value: int, quota: o.Quota, policy: Policy,
-                        oracle: Oracle, assumed: int) -> tuple[Mode, int, str]:
-    """(mode, borrowing level, reason) for ``value`` of ``fr`` in the ClusterQueue ``node``
-    (Kueue's ``fitsResourceQuota``; ``assumed`` is what earlier podSets already take)."""
+                        oracle: Oracle, assumed: int) -> ResourceFit:
+    """How ``value`` of ``fr`` fits the ClusterQueue ``node`` (Kueue's ``fitsResourceQuota``;
+    ``assumed`` is what earlier podSets already take)."""
     flavor, res = fr
     max_capacity = node.potential_available(fr)
     if value > max_capacity:
-        return (
+        return ResourceFit(
             Mode.NO_FIT,
             0,
             f"insufficient quota for {res} in flavor {flavor}, previously considered podsets requests "
             f"({format_amount(res, assumed)}) + current podset request ({format_amount(res, value - assumed)}) "
             f"> maximum capacity ({format_amount(res, max_capacity)})",
+            PendingReason.EXCEEDS_MAX_QUOTA,
         )
     borrow, may_reclaim_in_hierarchy = node.lowest_subtree_that_fits(fr, value)
     available = max(0, node.available(fr))
     if value <= available:
-        return Mode.FIT, borrow, ""
+        return ResourceFit(Mode.FIT, borrow)
     reason = (
         f"insufficient unused quota for {res} in flavor {flavor}, "
         f"{format_amount(res, value - available)} more needed"
     )
     if value <= quota.nominal or may_reclaim_in_hierarchy or policy.can_preempt_while_borrowing:
         mode, borrow_after = oracle(fr, value)
-        return mode, borrow_after, reason
-    return Mode.NO_FIT, borrow, reason
+        return ResourceFit(mode, borrow_after, reason)
+    return ResourceFit(Mode.NO_FIT, borrow, reason, PendingReason.WAITING_FOR_QUOTA)
 
 
 def should_try_next_flavor(mode: Mode, borrowing: int, ff: o.FlavorFungibility) -> bool:
-    """Kueue's ``shouldTryNextFlavor`` (v1beta2 semantics; ``Borrow``/``Preempt`` = MayStopSearch)."""
+    """Kueue's ``shouldTryNextFlavor`` for a flavor's representative (mode, borrowing level)
+    (v1beta2 semantics; v1beta1's ``Borrow``/``Preempt`` are read as MayStopSearch)."""
     if mode in (Mode.NO_FIT, Mode.NO_CANDIDATES):
         return True
     if mode in (Mode.PREEMPT, Mode.RECLAIM) and ff.when_can_preempt == o.WhenCanPreempt.TRY_NEXT_FLAVOR:
@@ -208,12 +224,23 @@ def should_try_next_flavor(mode: Mode, borrowing: int, ff: o.FlavorFungibility) 
 
 
 def is_preferred(a: Mode, a_borrow: int, b: Mode | None, b_borrow: int, ff: o.FlavorFungibility) -> bool:
-    """Kueue's ``isPreferred``: whether (mode, borrowing level) ``a`` beats ``b``."""
+    """Kueue's ``isPreferred`` (``flavorassigner.go``): whether (mode, borrowing level) ``a`` beats ``b``.
+
+    NoFit loses to everything. A mode without preemption candidates loses to any viable one
+    whatever the preference (kubernetes-sigs/kueue#13616). Then ``BorrowingOverPreemption``
+    (also the default) compares the mode first, so fitting by borrowing beats needing
+    preemption, and breaks ties by the lower borrowing level; ``PreemptionOverBorrowing``
+    compares the borrowing level first, so preempting without borrowing beats borrowing, and
+    breaks ties by the better mode. (Kueue v0.15-v0.16 had the two swapped; fixed in
+    kubernetes-sigs/kueue#9464, v0.17.)
+    """
     if a == Mode.NO_FIT:
         return False
     if b is None or b == Mode.NO_FIT:
         return True
-    if ff.preference == o.FungibilityPreference.BORROWING_OVER_PREEMPTION:
+    if (a == Mode.NO_CANDIDATES) != (b == Mode.NO_CANDIDATES):
+        return a != Mode.NO_CANDIDATES
+    if ff.preference == o.FungibilityPreference.PREEMPTION_OVER_BORROWING:
         if a_borrow != b_borrow:
             return a_borrow < b_borrow
         return a > b
@@ -226,9 +253,85 @@ def is_preferred(a: Mode, a_borrow: int, b: Mode | None, b_borrow: int, ff: o.Fl
 class _FlavorTry:
     flavors: dict[str, str]
     modes: dict[str, Mode]
-    mode: Mode
-    borrowing: int
+    mode: Mode  # the worst mode of its resources: what the assignment's mode is made of
+    borrowing: int  # the highest borrowing level of its resources (Kueue's Assignment.Borrowing)
+    rep: tuple[Mode, int] = (Mode.NO_FIT, 0)  # the representative (mode, borrowing level) fungibility uses
     tried: int = -1
+    blocker: PendingReason | None = None  # a NoFit flavor: the most severe of its resources' blockers
+    group_blocker: PendingReason | None = None  # a group's result: the least severe of its NoFit flavors'
+
+
+def _try_flavor(
+    node: Node,
+    fq: o.FlavorQuotas,
+    covered: tuple[str, ...],
+    requests: dict[str, int],
+    usage_so_far: dict[FR, int],
+    policy: Policy,
+    oracle: Oracle,
+    ff: o.FlavorFungibility,
+    reasons: list[str],
+) -> _FlavorTry:
+    """One flavor for the group's requested resources (the body of Kueue's ``findFlavorForPodSets``).
+
+    The representative mode is the worst of the resources' (mode, borrowing level) pairs as
+    ``is_preferred`` orders them, not the worst mode and the worst level taken apart: a flavor
+    where one resource fits by borrowing and another needs preemption without borrowing is,
+    under BorrowingOverPreemption, a preempting flavor that does not borrow. Once a resource
+    does not fit, the others are still checked for the message and the blocker (Kueue's closure
+    returns early per resource, it does not stop the loop), but not assigned."""
+    quotas = dict(fq.resources)
+    rep: tuple[Mode, int] = (Mode.FIT, 0)
+    mode, borrowing = Mode.FIT, 0
+    blocker: PendingReason | None = None
+    chosen: dict[str, str] = {}
+    modes: dict[str, Mode] = {}
+    for res in covered:
+        if res not in requests:
+            continue
+        fr = (fq.name, res)
+        assumed = usage_so_far.get(fr, 0)
+        fit = fits_resource_quota(node, fr, requests[res] + assumed, quotas[res], policy,
+                                  oracle if rep[0] != Mode.NO_FIT else _no_simulation, assumed)
+        if fit.reason:
+            reasons.append(fit.reason)
+        blocker = _most_severe(blocker, fit.blocker)
+        if rep[0] == Mode.NO_FIT:
+            continue
+        borrowing = max(borrowing, fit.borrowing)
+        if is_preferred(rep[0], rep[1], fit.mode, fit.borrowing, ff):
+            rep = (fit.mode, fit.borrowing)
+        if rep[0] == Mode.NO_FIT:
+            continue
+        mode = min(mode, fit.mode)
+        chosen[res] = fq.name
+        modes[res] = fit.mode
+    if rep[0] == Mode.NO_FIT:
+        return _FlavorTry({}, {}, Mode.NO_FIT, 0, rep, blocker=blocker)
+    return _FlavorTry(chosen, modes, mode, borrowing, rep)
+
+
+def _no_simulation(fr: FR, value: int) -> tuple[Mode, int]:
+    """Stands in for the preemption oracle once the flavor failed: only the reason is wanted, and
+    any mode the oracle returns would mean the same (a resource preemption could help blocks nothing)."""
+    return Mode.NO_CANDIDATES, 0
+
+
+_SEVERITY = {PendingReason.WAITING_FOR_QUOTA: 2, PendingReason.EXCEEDS_MAX_QUOTA: 3,
+             PendingReason.NO_MATCHING_FLAVOR: 4}
+"""Kueue's ``reasonSeverity`` (flavorassigner.go)."""
+
+
+def _most_severe(a: PendingReason | None, b: PendingReason | None) -> PendingReason | None:
+    if a is None or (b is not None and _SEVERITY[b] > _SEVERITY[a]):
+        return b
+    return a
+
+
+def _least_severe(a: PendingReason | None, b: PendingReason | None) -> PendingReason | None:
+    if a is None or (b is not None and _SEVERITY[b] < _SEVERITY[a]):
+        return b
+    return a
 
 
 def _find_flavor(
@@ -246,66 +349,51 @@ def _find_flavor(
 ) -> _FlavorTry:
     """Try the group's flavors from index ``start``; the result records the last index tried
     (-1 once the search reached the last flavor), which the next attempt resumes after."""
-    keys = frozenset(
-        k for fq in group.flavors if fq.name in state.flavors for k, _ in state.flavors[fq.name].node_labels
-    )
+    ff = cq.flavor_fungibility
     best: _FlavorTry | None = None
+    group_blocker: PendingReason | None = None  # Kueue's resolveNoFitReason: the least severe NoFit flavor
     attempted = start
     for attempted in range(start, len(group.flavors)):
         fq = group.flavors[attempted]
         flavor = state.flavors.get(fq.name)
+        mismatch = ""
         if flavor is None:
-            reasons.append(f"flavor {fq.name} not found")
+            mismatch = f"flavor {fq.name} not found"
+        elif (taint := untolerated_taint(flavor, ps.tolerations)) is not None:
+            mismatch = f"untolerated taint {_taint_text(taint)} in flavor {fq.name}"
+        elif not _affinity_matches(ps, dict(flavor.node_labels)):
+            mismatch = f"flavor {fq.name} doesn't match node affinity"
+        if mismatch:
+            reasons.append(mismatch)
+            group_blocker = _least_severe(group_blocker, PendingReason.NO_MATCHING_FLAVOR)
             continue
-        taint = untolerated_taint(flavor, ps.tolerations)
-        if taint is not None:
-            reasons.append(f"untolerated taint {_taint_text(taint)} in flavor {fq.name}")
+        attempt = _try_flavor(node, fq, group.covered_resources, requests, usage_so_far, policy, oracle, ff, reasons)
+        rep_mode, rep_borrow = attempt.rep
+        if rep_mode == Mode.NO_FIT:
+            group_blocker = _least_severe(group_blocker, attempt.blocker)
             continue
-        if not _affinity_matches(ps, dict(flavor.node_labels), keys):
-            reasons.append(f"flavor {fq.name} doesn't match node affinity")
-            continue
-        quotas = dict(fq.resources)
-        mode, borrowing = Mode.FIT, 0
-        chosen: dict[str, str] = {}
-        modes: dict[str, Mode] = {}
-        for res in group.covered_resources:
-            if res not in requests:
-                continue
-            fr = (fq.name, res)
-            assumed = usage_so_far.get(fr, 0)
-            res_mode, res_borrow, reason = fits_resource_quota(
-                node, fr, requests[res] + assumed, quotas[res], policy, oracle, assumed
-            )
-            if reason:
-                reasons.append(reason)
-            # The flavor is as good as its worst resource.
-            mode = min(mode, res_mode)
-            borrowing = max(borrowing, res_borrow)
-            if mode == Mode.NO_FIT:
-                break
-            chosen[res] = fq.name
-            modes[res] = res_mode
-        attempt = _FlavorTry(chosen, modes, mode, borrowing)
-        if mode == Mode.NO_FIT:
-            continue
-        if not should_try_next_flavor(mode, borrowing, cq.flavor_fungibility):
+        if not should_try_next_flavor(rep_mode, rep_borrow, ff):
             best = attempt
             break
-        if best is None or is_preferred(mode, borrowing, best.mode, best.borrowing, cq.flavor_fungibility):
+        if best is None or is_preferred(rep_mode, rep_borrow, best.rep[0], best.rep[1], ff):
             best = attempt
     tried = -1 if attempted >= len(group.flavors) - 1 else attempted
     if best is None:
-        return _FlavorTry({}, {}, Mode.NO_FIT, 0, tried)
-    best.tried = tried
+        best = _FlavorTry({}, {}, Mode.NO_FIT, 0, (Mode.NO_FIT, 0))
+    best.tried, best.group_blocker = tried, group_blocker
     return best
 
 
 def pod_set_requests(state: State, cq: o.ClusterQueue, ps: o.PodSet, count: int) -> dict[str, int]:
+    """What the podSet asks of the ClusterQueue for ``count`` pods. A zero request is dropped
+    for a resource no group covers, but a covered one is assigned a flavor like any other
+    (Kueue's assignFlavors, kubernetes-sigs/kueue#8079)."""
     excluded = state.config.exclude_resource_prefixes
+    covered = {res for g in cq.resource_groups for res in g.covered_resources}
     out = {
         res: per_pod * count
         for res, per_pod in ps.requests
-        if per_pod > 0 and not any(res.startswith(p) for p in excluded)
+        if (per_pod > 0 or (per_pod == 0 and res in covered)) and not any(res.startswith(p) for p in excluded)
     }
     if any("pods" in g.covered_resources for g in cq.resource_groups):
         out["pods"] = count
@@ -336,6 +424,7 @@ def assign(
             overall = Mode.NO_FIT
             reason = PendingReason.NO_MATCHING_FLAVOR
             break
+        blocker: PendingReason | None = None  # across groups, the most severe (Kueue's resolveNoFitReason)
         for gi, group in enumerate(cq.resource_groups):
             wanted = {res: v for res, v in requests.items() if group_of[res] == gi}
             if not wanted:
@@ -344,13 +433,19 @@ def assign(
             start = (resume or {}).get((i, gi), -1) + 1
             found = _find_flavor(state, cq, node, group, ps, wanted, usage, policy, oracle, psa.reasons, start)
             tried[(i, gi)] = found.tried
+            blocker = _most_severe(blocker, found.group_blocker)
             psa.mode = min(psa.mode, found.mode)
             psa.borrowing = max(psa.borrowing, found.borrowing)
             if found.mode == Mode.NO_FIT:
-                # Kueue reports only the resource group that failed.
+                # Kueue reports only the resource group that failed, and a podSet left without
+                # flavors records no scan progress (Assignment.append): its groups start over.
                 del psa.reasons[:before]
-                reason = _classify(psa.reasons)
+                for g in range(gi + 1):
+                    tried.pop((i, g), None)
+                reason = blocker or PendingReason.WAITING_FOR_QUOTA
                 break
+            if found.mode == Mode.FIT:
+                del psa.reasons[before:]  # a group whose flavor fits returns no status in Kueue
             psa.flavors.update(found.flavors)
             psa.modes.update(found.modes)
             for res, flavor in found.flavors.items():
@@ -365,15 +460,3 @@ def assign(
             psa.reasons.clear()
     return Assignment(pod_sets=result, mode=overall, borrowing=borrowing, usage=usage, pending_reason=reason,
                       tried=tried)
-
-
-def _classify(reasons: list[str]) -> PendingReason:
-    if any("more needed" in r for r in reasons):
-        return PendingReason.WAITING_FOR_QUOTA
-    if reasons and all("maximum capacity" in r for r in reasons):
-        return PendingReason.EXCEEDS_MAX_QUOTA
-    if any("maximum capacity" in r for r in reasons) and not any(
-        "node affinity" in r or "taint" in r or "not found" in r for r in reasons
-    ):
-        return PendingReason.EXCEEDS_MAX_QUOTA
-    return PendingReason.NO_MATCHING_FLAVOR

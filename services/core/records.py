@@ -55,9 +55,11 @@ class WorkloadRecord:
     conditions: dict[str, Condition] = field(default_factory=dict)  # in the order they were first set
     pending_reason: str = ""
     # Kueue's LastAssignment: where the flavor search resumes, valid while the ClusterQueue's
-    # generation is unchanged.
+    # generation is unchanged (or, with FlavorFungibilityPreserveScanProgress, in the cycle
+    # right after the one that recorded it).
     last_tried: dict[tuple[int, int], int] | None = None
     last_generation: tuple[int, int] = (0, 0)
+    last_cycle: int = 0
     # Issued preemptions and waits for its victims: heads its BestEffortFIFO queue until admitted,
     # so that a workload unparked meanwhile cannot take its place every time (as in Kueue's main).
     sticky: bool = False

@@ -32,8 +32,9 @@ from services.core import records, state
 from services.core.records import WorkloadRecord, canonical_fields
 from services.core.state import State
 
-FORMAT: Final = 2
-"""The snapshot format: 1 was the hand-listed encoding (snapshots without a format field), 2 this one."""
+FORMAT: Final = 3
+"""The snapshot format: 1 was the hand-listed encoding (snapshots without a format field), 2 this one
+before ``WorkloadRecord.last_cycle``, 3 this one."""
 
 
 _encoder = msgspec.json.Encoder(order="sorted")

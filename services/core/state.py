@@ -265,6 +265,12 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
         _unqueue(state, old)
         if wl.priority is None and not old.priority_error:
             priority, error = old.priority, ""
+        # Kueue rebuilds a workload's Info on every update, dropping its flavor scan progress;
+        # FlavorFungibilityPreserveScanProgress carries it over while the scheduling shape
+        # (podSets, priority) and ClusterQueue stay the same (pkg/cache/queue/manager.go).
+        keep_scan = (state.config.flavor_fungibility_preserve_scan_progress
+                     and old.obj.pod_sets == wl.pod_sets and old.priority == priority
+                     and state.cluster_queue_for(old.obj)[0] == state.cluster_queue_for(wl)[0])
         old.obj = wl
         old.priority, old.priority_error = priority, error
         if old.admission is not None:
@@ -272,6 +278,8 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
         if wl.admission is not None and old.admission is None:
             _take_admission(state, old, wl.admission, wl.reserved_at if wl.reserved_at is not None else state.now)
         _enqueue(state, old)
+        if not keep_scan:
+            old.last_tried = None
         return
     queue_time = wl.creation_time if wl.creation_time is not None else state.now
     rec = WorkloadRecord(obj=wl, seq=state.seq, queue_time=queue_time, priority=priority, priority_error=error)

@@ -14,10 +14,14 @@ from typing import Any
 
 import pytest
 
+from events import objects as o
+from services.core.flavors import Mode, is_preferred
 from tests.builders import (
     Builder,
     WorkloadBuilder,
     a_cluster_queue,
+    a_cohort,
+    a_configuration,
     a_flavor,
     a_local_queue,
     a_namespace,
@@ -181,6 +185,82 @@ def test_the_message_names_only_the_resource_group_that_failed():
     assert out.message("ns/w") == _pending_message(_max(GPU, "g1", "0", "2", "1"))
 
 
+def test_a_resource_group_that_fits_adds_nothing_to_the_message():
+    """The cpu group tries f1 (too small) and fits on f2; the gpu group needs preemption. Kueue's
+    ``findFlavorForPodSets`` returns no status for a group whose chosen flavor fits, so only the
+    gpu group's reason is in the message, not cpu's try of f1."""
+    cq = (
+        a_cluster_queue("cq")
+        .group(("f1", {"cpu": 1}), ("f2", {"cpu": 4}))
+        .group(("g1", {GPU: 1}))
+        .preemption(within="LowerPriority")
+    )
+    out = _run(
+        cq,
+        _wl("low").pod_set("main", 1, example_com__gpu="1").priority(0).admitted("cq", {GPU: "g1"}),
+        _wl("high").pod_set("main", 1, cpu="2", example_com__gpu="1").priority(10).created(100),
+        flavors=[a_flavor(n) for n in ("f1", "f2", "g1")],
+        cycles=1,
+    )
+    assert out.preempted() == ["ns/low"]
+    assert out.message("ns/high") == (
+        _pending_message(_unused(GPU, "g1", "1")) + ". Pending the preemption of 1 workload(s)"
+    )
+
+
+@pytest.mark.parametrize("memory_first", [pytest.param(False, id="cpu covered first"),
+                                          pytest.param(True, id="memory covered first")])
+def test_every_resource_of_a_flavor_that_does_not_fit_is_reported(memory_first):
+    """Kueue's ``findFlavorForPodSets`` checks every requested resource of a flavor: the closure
+    returns early for the resources after one that does not fit, but the loop goes on, and their
+    reasons are reported too, whatever the order of coveredResources."""
+    quotas = {"memory": "4Gi", "cpu": 2} if memory_first else {"cpu": 2, "memory": "4Gi"}
+    out = _run(
+        a_cluster_queue("cq").group(("f1", quotas)),
+        _wl("running").request(memory="4Gi").admitted("cq", {"memory": "f1"}),
+        _wl().request(cpu="3", memory="1Gi").created(100),
+    )
+    assert out.wl("ns/w").pending
+    assert out.message("ns/w") == _pending_message(_max("cpu", "f1", "0", "3", "2"), _unused("memory", "f1", "1Gi"))
+    assert out.wl("ns/w").pending_reason == "ExceedsMaxQuota"
+
+
+@pytest.mark.parametrize(
+    ("flavors", "cq_flavors", "requests", "want_reason"),
+    [
+        pytest.param(
+            [a_flavor("f1").labels(zone="a"), a_flavor("f2")],
+            (("f1", {"cpu": 4}), ("f2", {"cpu": 2})),
+            {"cpu": "3"},
+            "ExceedsMaxQuota",
+            id="f1 does not match, f2 is too small: the least severe flavor names the reason",
+        ),
+        pytest.param(
+            [a_flavor("f1").labels(zone="a"), a_flavor("f2").labels(zone="a")],
+            (("f1", {"cpu": 4}), ("f2", {"cpu": 2})),
+            {"cpu": "1"},
+            "NoMatchingFlavor",
+            id="no flavor matches",
+        ),
+        pytest.param(
+            [a_flavor("f1"), a_flavor("f2")],
+            (("f1", {"cpu": 2}), ("f2", {"cpu": 4})),
+            {"cpu": "5"},
+            "ExceedsMaxQuota",
+            id="every flavor is too small",
+        ),
+    ],
+)
+def test_pending_reason_of_a_pod_set_that_fits_nowhere(flavors, cq_flavors, requests, want_reason):
+    """Kueue's ``resolveNoFitReason``: per resource group the least severe reason among the flavors
+    that did not fit (NoMatchingFlavor > ExceedsMaxQuota > WaitingForQuota), across groups the
+    most severe."""
+    wl = _wl().pod_set("main", 1, node_selector={"zone": "b"}, **requests)
+    out = _run(a_cluster_queue("cq").group(*cq_flavors), wl, flavors=flavors)
+    assert out.wl("ns/w").pending
+    assert out.wl("ns/w").pending_reason == want_reason
+
+
 def test_a_resource_no_group_covers_leaves_the_workload_pending():
     cq = a_cluster_queue("cq").flavor("f", cpu=8)
     out = _run(cq, _wl().request(cpu="1", memory="1Gi"))
@@ -192,6 +272,35 @@ def test_a_zero_request_of_an_uncovered_resource_is_ignored():
     cq = a_cluster_queue("cq").flavor("f", cpu=8)
     out = _run(cq, _wl().request(cpu="1", memory="0"))
     assert out.flavors("ns/w") == {"cpu": "f"}
+
+
+@pytest.mark.parametrize(
+    ("gpu_flavor", "want_flavors", "want_message"),
+    [
+        pytest.param(a_flavor("g1"), {"cpu": "f", GPU: "g1"}, "", id="the zero request gets its group's flavor"),
+        pytest.param(
+            a_flavor("g1").labels(zone="a"),
+            None,
+            _pending_message("flavor g1 doesn't match node affinity"),
+            id="no flavor of its group matches the podSet: pending, though nothing is requested there",
+        ),
+    ],
+)
+def test_a_zero_request_of_a_covered_resource_is_assigned_a_flavor(gpu_flavor, want_flavors, want_message):
+    """Kueue's 'zero resource request defined in clusterQueue should get flavor assigned'
+    (flavorassigner_test.go, kubernetes-sigs/kueue#8079): only a zero request for a resource the
+    ClusterQueue does not cover is skipped; a covered one goes through the flavor search like any
+    other and is admitted with a usage of 0."""
+    cq = a_cluster_queue("cq").flavor("f", cpu=8).group(("g1", {GPU: 4}))
+    wl = _wl().pod_set("main", 1, node_selector={"zone": "b"}, cpu="1", example_com__gpu="0")
+    out = _run(cq, wl, flavors=[a_flavor("f"), gpu_flavor])
+    if want_flavors is None:
+        assert out.wl("ns/w").pending
+        assert out.message("ns/w") == want_message
+    else:
+        assert out.flavors("ns/w") == want_flavors
+        usage = dict(out.wl("ns/w").admission.pod_set_assignments[0].resource_usage)
+        assert usage == {"cpu": 1000, GPU: 0}
 
 
 # --- taints and tolerations -----------------------------------------------------------------------
@@ -287,9 +396,21 @@ def _tol(key: str, value: str | None = None, effect: str | None = "NoSchedule", 
             None,
             None,
             _pending_message(
-                "untolerated taint spot=true:NoSchedule in flavor f1", "untolerated taint zone=x:NoExecute in flavor f2"
+                "untolerated taint {spot true NoSchedule <nil>} in flavor f1",
+                "untolerated taint {zone x NoExecute <nil>} in flavor f2",
             ),
-            id="every flavor tainted: pending, each taint named as key=value:effect",
+            id="every flavor tainted: pending, each taint printed as Kueue prints it ({key value effect <nil>})",
+        ),
+        pytest.param(
+            a_flavor("f1").taint("dedicated", ""),
+            a_flavor("f2").taint("zone", "x", "NoExecute"),
+            None,
+            None,
+            _pending_message(
+                "untolerated taint {dedicated  NoSchedule <nil>} in flavor f1",
+                "untolerated taint {zone x NoExecute <nil>} in flavor f2",
+            ),
+            id="a taint without a value: an empty field between key and effect",
         ),
     ],
 )
@@ -378,16 +499,65 @@ def test_node_selector_keys_are_those_of_the_resource_groups_own_flavors():
     assert out.flavors("ns/w") == {"cpu": "f2", GPU: "g1"}
 
 
-def test_a_flavor_without_the_key_does_not_match_a_selector_on_a_key_of_its_group():
-    """v0.13-v0.15: the allowed keys are the union of the group's flavors' label keys, so an
-    unlabelled flavor fails a selector on ``zone`` that another flavor of its group sets."""
-    cq = a_cluster_queue("cq").group(("plain", {"cpu": 4}), ("f2", {"cpu": 4}))
-    out = _run(
-        cq,
-        _wl().pod_set("main", 1, node_selector={"zone": "b"}, cpu="1"),
-        flavors=[a_flavor("plain"), a_flavor("f2").labels(zone="b")],
-    )
-    assert out.flavors("ns/w") == {"cpu": "f2"}
+@pytest.mark.parametrize(
+    ("flavors", "selector", "terms", "want_flavor", "want_message"),
+    [
+        pytest.param(
+            [a_flavor("f1"), a_flavor("f2").labels(zone="b")],
+            {"zone": "b"},
+            [],
+            "f1",
+            "",
+            id="an unlabelled flavor ahead of a labelled one matches a selector on the other's key",
+        ),
+        pytest.param(
+            [a_flavor("f1").labels(x="a"), a_flavor("f2").labels(x="b", y="k")],
+            {"x": "a", "y": "g"},
+            [],
+            "f1",
+            "",
+            id="a flavor without key y is matched on x alone, though the next flavor sets y",
+        ),
+        pytest.param(
+            [a_flavor("f1").labels(x="a"), a_flavor("f2").labels(x="b", y="k")],
+            {"x": "b", "y": "g"},
+            [],
+            None,
+            NO_ZONE_MATCHES,
+            id="a flavor that sets the key must match it: y=k is not y=g, and f1's x=a is not x=b",
+        ),
+        pytest.param(
+            [a_flavor("f1").labels(zone="a"), a_flavor("f2").labels(disk="ssd")],
+            None,
+            [[("disk", "In", ["hdd"])]],
+            "f1",
+            "",
+            id="an affinity term only on a key of another flavor is dropped: matches the flavor without it",
+        ),
+        pytest.param(
+            [a_flavor("f1").labels(zone="a"), a_flavor("f2").labels(zone="b")],
+            {"zone": "c"},
+            [],
+            None,
+            NO_ZONE_MATCHES,
+            id="both flavors set the key and neither value matches: pending",
+        ),
+    ],
+)
+def test_node_selector_is_matched_on_each_flavors_own_label_keys(flavors, selector, terms, want_flavor, want_message):
+    """Kueue's ``checkFlavorForPodSets`` builds the selector from each flavor's own label keys
+    (kubernetes-sigs/kueue#12449, v0.19): up to v0.18 the keys were those of every flavor of the
+    resource group, so an unlabelled flavor failed a selector on a key its neighbour sets."""
+    cq = a_cluster_queue("cq").group(("f1", {"cpu": 4}), ("f2", {"cpu": 4}))
+    wl = _wl().pod_set("main", 1, node_selector=selector, cpu="1")
+    if terms:
+        _with_affinity(wl, *terms)
+    out = _run(cq, wl, flavors=flavors)
+    if want_flavor is None:
+        assert out.wl("ns/w").pending
+        assert out.message("ns/w") == want_message
+    else:
+        assert out.flavors("ns/w") == {"cpu": want_flavor}
 
 
 # --- missing flavors ------------------------------------------------------------------------------
@@ -473,16 +643,16 @@ def test_when_can_preempt(when_can_preempt, want_after_one_cycle, want_final):
             None, "f1", [], id="no preference: the better mode wins: fit by borrowing on f1 over preempting on f2"
         ),
         pytest.param(
-            "PreemptionOverBorrowing",
+            "BorrowingOverPreemption",
             "f1",
             [],
-            id="PreemptionOverBorrowing: the better mode first: fit by borrowing on f1",
+            id="BorrowingOverPreemption: the better mode first: fit by borrowing on f1",
         ),
         pytest.param(
-            "BorrowingOverPreemption",
+            "PreemptionOverBorrowing",
             None,
             ["ns/low"],
-            id="BorrowingOverPreemption: the lower borrowing level first: preempt on f2 without borrowing",
+            id="PreemptionOverBorrowing: the lower borrowing level first: preempt on f2 without borrowing",
         ),
     ],
 )
@@ -507,6 +677,180 @@ def test_preference_when_both_policies_try_the_next_flavor(preference, want_admi
         assert out.wl("ns/high").pending
     else:
         assert out.flavors("ns/high") == {"cpu": want_admitted_on}
+
+
+@pytest.mark.parametrize("fair_sharing", [pytest.param(False, id="classical"), pytest.param(True, id="fair sharing")])
+@pytest.mark.parametrize(
+    ("preference", "want_admitted_on", "want_preempted"),
+    [
+        pytest.param(
+            "PreemptionOverBorrowing",
+            None,
+            ["ns/low"],
+            id="PreemptionOverBorrowing: preempt on the first flavor instead of borrowing on the second",
+        ),
+        pytest.param(
+            "BorrowingOverPreemption",
+            "spot",
+            [],
+            id="BorrowingOverPreemption: borrow on the second flavor instead of preempting on the first",
+        ),
+    ],
+)
+def test_preference_between_preempting_on_the_first_flavor_and_borrowing_on_the_second(
+    fair_sharing, preference, want_admitted_on, want_preempted
+):
+    """Kueue's scheduler_test cases for kubernetes-sigs/kueue#9464: on-demand is full of a
+    lower-priority workload of the same ClusterQueue; spot has no nominal quota of its own and
+    borrows all of it from the lender. The preference decides, with and without fair sharing."""
+    cq = (
+        a_cluster_queue("cq")
+        .cohort("co")
+        .group(("on-demand", {"cpu": ("5", "0")}), ("spot", {"cpu": ("0", "5")}))
+        .preemption(within="LowerPriority")
+        .fungibility(when_can_borrow="TryNextFlavor", when_can_preempt="TryNextFlavor", preference=preference)
+    )
+    lender = a_cluster_queue("lender").cohort("co").group(("on-demand", {"cpu": "0"}), ("spot", {"cpu": "5"}))
+    extra: list[Builder] = [lender, *([a_configuration().fair_sharing()] if fair_sharing else [])]
+    out = _run(
+        cq,
+        _wl("low").request(cpu="5").priority(-1).admitted("cq", {"cpu": "on-demand"}),
+        _wl("high").request(cpu="5").priority(0).created(100),
+        flavors=[a_flavor("on-demand"), a_flavor("spot")],
+        extra=extra,
+        cycles=1,
+    )
+    assert out.preempted() == want_preempted
+    if want_admitted_on is None:
+        assert out.wl("ns/high").pending
+        assert out.message("ns/high") == (
+            _pending_message(_unused("cpu", "on-demand", "5")) + ". Pending the preemption of 1 workload(s)"
+        )
+    else:
+        assert out.flavors("ns/high") == {"cpu": want_admitted_on}
+
+
+@pytest.mark.parametrize(
+    ("fungibility", "want_after_one_cycle", "want_preempted"),
+    [
+        pytest.param(
+            {"when_can_borrow": "TryNextFlavor", "when_can_preempt": "MayStopSearch"},
+            None,
+            ["ns/low"],
+            id="borrow TryNextFlavor, preempt MayStopSearch: the flavor counts as preempting, not borrowing: "
+            "stop on f1 and preempt",
+        ),
+        pytest.param(
+            {"when_can_borrow": "TryNextFlavor", "when_can_preempt": "TryNextFlavor"},
+            "f2",
+            [],
+            id="both TryNextFlavor: f1 needs preemption, so f2 where everything fits",
+        ),
+        pytest.param(
+            {"when_can_borrow": "TryNextFlavor", "when_can_preempt": "TryNextFlavor",
+             "preference": "PreemptionOverBorrowing"},
+            "f2",
+            [],
+            id="PreemptionOverBorrowing: the flavor counts as borrowing: f2 where everything fits",
+        ),
+    ],
+)
+def test_a_flavor_where_one_resource_borrows_and_another_needs_preemption(
+    fungibility, want_after_one_cycle, want_preempted
+):
+    """On f1, cpu fits only by borrowing from the lender and memory only by preempting ``low``
+    (no borrowing). Kueue's ``findFlavorForPodSets`` represents the flavor by its worst resource as
+    ``isPreferred`` orders them: under BorrowingOverPreemption that is memory's (Preempt, no
+    borrowing), so ``shouldTryNextFlavor`` with whenCanPreempt MayStopSearch stops at f1 though
+    whenCanBorrow is TryNextFlavor."""
+    cq = (
+        a_cluster_queue("cq")
+        .cohort("co")
+        .group(("f1", {"cpu": 2, "memory": "4Gi"}), ("f2", {"cpu": 4, "memory": "8Gi"}))
+        .preemption(within="LowerPriority")
+        .fungibility(**fungibility)
+    )
+    lender = a_cluster_queue("lender").cohort("co").flavor("f1", cpu=10)
+    out = _run(
+        cq,
+        _wl("low").request(memory="4Gi").priority(0).admitted("cq", {"memory": "f1"}),
+        _wl("high").request(cpu="3", memory="2Gi").priority(10).created(100),
+        extra=[lender],
+        cycles=1,
+    )
+    assert out.preempted() == want_preempted
+    if want_after_one_cycle is None:
+        assert out.wl("ns/high").pending
+        assert out.message("ns/high") == (
+            _pending_message(_unused("memory", "f1", "2Gi")) + ". Pending the preemption of 1 workload(s)"
+        )
+    else:
+        assert out.flavors("ns/high") == {"cpu": want_after_one_cycle, "memory": want_after_one_cycle}
+
+
+def test_preemption_over_borrowing_passes_over_a_flavor_without_preemption_candidates():
+    """Kueue's 'Select deeper-borrowing flavor that fits when shallower-borrowing flavor has no
+    preemption candidates' (TestHierarchical, kubernetes-sigs/kueue#13616): flavor one is full of a
+    workload of the same priority (no candidates; borrowing level 1 after preemption), flavor two
+    fits by borrowing from cohort two (level 2). Compared on borrowing alone, one would win and
+    the workload would wait for nothing."""
+    cq = (
+        a_cluster_queue("cq")
+        .cohort("one")
+        .group(("one", {"cpu": ("4", "0")}), ("two", {"cpu": "0"}), ("three", {"cpu": "0"}))
+        .preemption(within="LowerPriority", reclaim="LowerPriority")
+        .fungibility(when_can_borrow="TryNextFlavor", when_can_preempt="TryNextFlavor",
+                     preference="PreemptionOverBorrowing")
+    )
+    cohorts = [
+        a_cohort("three").flavor("three", cpu="4"),
+        a_cohort("two").parent("three").flavor("two", cpu="4"),
+        a_cohort("one").parent("two").flavor("one", cpu="4"),
+    ]
+    out = _run(
+        cq,
+        _wl("running").request(cpu="4").priority(0).admitted("cq", {"cpu": "one"}),
+        _wl("w").request(cpu="4").priority(0).created(100),
+        flavors=[a_flavor("one"), a_flavor("two"), a_flavor("three")],
+        extra=cohorts,
+        cycles=1,
+    )
+    assert out.flavors("ns/w") == {"cpu": "two"}
+
+
+P, NC, F = Mode.PREEMPT, Mode.NO_CANDIDATES, Mode.FIT
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "preference", "want"),
+    [
+        pytest.param((F, 0), (P, 0), None, True, id="no preference: fit beats preempt"),
+        pytest.param((P, 1), (F, 2), "BorrowingOverPreemption", False,
+                     id="BorrowingOverPreemption: the mode first: fit by borrowing more beats preempt"),
+        pytest.param((P, 1), (F, 2), "PreemptionOverBorrowing", True,
+                     id="PreemptionOverBorrowing: the borrowing level first: preempt borrowing less beats fit"),
+        pytest.param((P, 1), (F, 1), "PreemptionOverBorrowing", False,
+                     id="PreemptionOverBorrowing: equal borrowing, the better mode breaks the tie"),
+        pytest.param((NC, 1), (F, 2), "PreemptionOverBorrowing", False,
+                     id="PreemptionOverBorrowing: no preemption candidates lose before borrowing is compared"),
+        pytest.param((F, 2), (NC, 1), "PreemptionOverBorrowing", True,
+                     id="PreemptionOverBorrowing: fit beats a shallower flavor without preemption candidates"),
+        pytest.param((NC, 1), (Mode.NO_FIT, 0), None, True, id="no preemption candidates still beat no fit"),
+        pytest.param((Mode.NO_FIT, 0), (NC, 1), None, False, id="no fit loses to no preemption candidates"),
+        pytest.param((NC, 1), (NC, 2), "PreemptionOverBorrowing", True,
+                     id="two flavors without candidates: the lower borrowing level wins"),
+        pytest.param((NC, 2), (NC, 1), "PreemptionOverBorrowing", False,
+                     id="two flavors without candidates: the higher borrowing level loses"),
+    ],
+)
+def test_is_preferred(a, b, preference, want):
+    """Kueue's ``TestIsPreferred`` (flavorassigner_test.go), on (mode, borrowing level) pairs."""
+    ff = o.FlavorFungibility(
+        when_can_borrow=o.WhenCanBorrow.TRY_NEXT_FLAVOR,
+        when_can_preempt=o.WhenCanPreempt.TRY_NEXT_FLAVOR,
+        preference=o.FungibilityPreference(preference) if preference else None,
+    )
+    assert is_preferred(a[0], a[1], b[0], b[1], ff) is want
 
 
 # --- the pods resource ----------------------------------------------------------------------------
