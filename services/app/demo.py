@@ -34,6 +34,7 @@ from services.actuator.loop import Actuator
 from services.actuator.sim_port import SimClusterPort
 from services.app.logview import format_decision
 from services.core.quota import cluster_queue_key
+from services.runtime.clock import wall_clock_ms
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream, read_files
@@ -120,7 +121,7 @@ def _view(scheduler: Scheduler, decisions: _Decisions, sim_now: int, finished_co
 
 
 def new_directory(base: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(wall_clock_ms() // 1000))
     path = base / f"kueuelog-demo-{stamp}"
     n = 1
     while path.exists():
@@ -154,7 +155,7 @@ def run_demo(paths: Sequence[str], directory: Path, *, console: Console, pace: f
                     raise RuntimeError("the demo's services stalled: nothing to step but not idle")
                 if pace:
                     time.sleep(pace)
-            now = time.monotonic()
+            now = time.monotonic()  # a redraw interval, not the time of day
             if now - last_draw > 0.1:
                 decisions.poll()
                 done = sum(1 for r in scheduler.state.workloads.values() if r.finished)
