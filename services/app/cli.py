@@ -317,7 +317,7 @@ async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: An
     from services.actuator.runner import run_actuator
     from services.app.driver import run_all
     from services.runtime.clock import wall_clock_ms
-    from services.runtime.supervise import Bell, SupportsLeadership
+    from services.runtime.supervise import Bell, lead
     from services.scheduler.runner import run_scheduler
     from services.simcluster.arrivals import ArrivalStream, read_files
     from services.simcluster.cluster import SimConfig
@@ -349,8 +349,8 @@ async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: An
             registry.register(watcher.collector())
             await watcher.run(stop)
         return
-    # One writer per role and shard on Kafka: replicas wait here as standbys.
-    if isinstance(log, SupportsLeadership) and not await log.acquire(args.service, stop):
+    # One writer per role and shard (Kafka: replicas wait here as standbys).
+    if not await lead(log, args.service, stop):
         return
     status.leading = True
     if args.service == "simcluster":

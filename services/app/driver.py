@@ -20,7 +20,7 @@ from services.actuator.runner import run_actuator
 from services.actuator.sim_port import SimClusterPort
 from services.runtime.clock import ClockMode, wall_clock_ms
 from services.runtime.log import Log
-from services.runtime.supervise import POLL_SECONDS, Bell, LeadershipLost, ServiceStatus, SupportsLeadership
+from services.runtime.supervise import POLL_SECONDS, Bell, LeadershipLost, ServiceStatus, lead
 from services.scheduler.runner import StepHook, run_scheduler
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream
@@ -69,7 +69,7 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
     if until_done is None:
         until_done = clock == "simulated"
 
-    if isinstance(log, SupportsLeadership) and not await log.acquire("scheduler", stop):
+    if not await lead(log, "scheduler", stop):
         raise LeadershipLost("stopped before becoming the leader")  # every service here writes as the leader
     common: dict[str, Any] = {"topics": topics, "bell": bell, "poll_seconds": poll_seconds}
     coros: list[Coroutine[Any, Any, object]] = [

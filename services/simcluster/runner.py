@@ -23,7 +23,6 @@ from services.runtime.supervise import (
     Backoff,
     Bell,
     ServiceStatus,
-    SupportsWaiting,
     mark_up,
     pace,
     ride_out,
@@ -67,6 +66,7 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
     else:
         sim = SimCluster.real(log, wall_clock, config, topics)
     backoff = Backoff()
+    waiter = log.waiter if long_poll else None
     while not stop.is_set():
         try:
             did = sim.step()  # recovers first when its view may be stale (start, a failed commit)
@@ -85,8 +85,8 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
             done.set()
         hint = sim.wait_hint_ms() if clock == "real" else None
         idle = poll_seconds if hint is None else min(poll_seconds, hint / 1000)
-        if long_poll and isinstance(log, SupportsWaiting):
-            await log.wait_for_records(sim.topic, sim.next_offset, idle)
+        if waiter is not None:
+            await waiter.wait_for_records(sim.topic, sim.next_offset, idle)
         else:
             await bell.wait(idle)
     return sim
