@@ -453,7 +453,8 @@ async def _simcluster(settings: SimclusterSettings, context: _Context) -> None:
     stream, bell = _arrivals(settings, context.log), Bell()
     run_sim = run_simcluster(context.log, context.stop, clock=settings.clock,
                              config=SimConfig(cluster=settings.cluster), topics=settings.log.topics,
-                             status=context.status, arrivals=stream, bell=bell, long_poll=True)
+                             status=context.status, arrivals=stream, bell=bell, long_poll=True,
+                             role=settings.leads)
     if stream is None or settings.clock == "simulated":
         await run_sim
     else:
@@ -479,7 +480,7 @@ async def _actuator(settings: ActuatorSettings, context: _Context, cfg: client.C
         from services.actuator.sim_port import SimClusterPort
 
         await run_actuator(context.log, context.stop, port=SimClusterPort(topics, settings.cluster), topics=topics,
-                           status=context.status, long_poll=True)
+                           status=context.status, long_poll=True, role=settings.leads)
         return
     from services.actuator.service import ActuatorService
     from services.runtime.kubeclient import api_client
