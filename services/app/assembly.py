@@ -290,12 +290,14 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
 
 @dataclass
 class _Context:
-    """What :func:`run` hands every service: its log, ``stop``, readiness and metrics."""
+    """What :func:`run` hands every service: its log, ``stop``, readiness and metrics (``on_step``
+    feeds the scheduler's, registered from the start so that a standby's /metrics shows them)."""
 
     log: Log
     stop: asyncio.Event
     status: ServiceStatus
     registry: CollectorRegistry
+    on_step: StepHook | None = None
 
 
 def run(settings: RunSettings, environ: Mapping[str, str] = os.environ) -> int:
@@ -330,6 +332,8 @@ async def _serve(settings: RunSettings, log: Log) -> int:
             return 2
     context = _Context(log, stop, ServiceStatus(settings.name, leading=settings.leads is None),
                        CollectorRegistry(auto_describe=True))
+    if isinstance(settings, SchedulerSettings | AllSettings):
+        context.on_step = _scheduler_hook(context.registry)
     ProcessCollector(registry=context.registry)
     try:
         server = await _health_server(settings.http, context)
@@ -406,18 +410,18 @@ async def _run_service(settings: RunSettings, context: _Context, cfg: client.Con
             release(context.log, role)
 
 
-def _scheduler_hook(context: _Context) -> StepHook:
+def _scheduler_hook(registry: CollectorRegistry) -> StepHook:
     from services.scheduler.metrics import SchedulerMetrics
     from services.scheduler.runner import observe_scheduler
 
-    return observe_scheduler(SchedulerMetrics(context.registry, gauge_interval_s=None))
+    return observe_scheduler(SchedulerMetrics(registry, gauge_interval_s=None))
 
 
 async def _scheduler(settings: SchedulerSettings, context: _Context) -> None:
     from services.scheduler.runner import run_scheduler
 
     await run_scheduler(context.log, context.stop, topics=settings.log.topics, status=context.status,
-                        on_step=_scheduler_hook(context), long_poll=True)
+                        on_step=context.on_step, long_poll=True)
 
 
 def _arrivals(settings: SimclusterSettings, log: Log) -> ArrivalStream | None:
@@ -439,7 +443,7 @@ async def _all(settings: AllSettings, context: _Context) -> None:
     result = await run_all(context.log, clock=settings.clock, stop=context.stop,
                            arrivals=_arrivals(settings, context.log), config=SimConfig(cluster=settings.cluster),
                            until_done=settings.until_done, topics=settings.log.topics, status=context.status,
-                           on_step=_scheduler_hook(context))
+                           on_step=context.on_step)
     print(f"stopped: {result.scheduler.stats.cycles} cycles, {result.scheduler.stats.decisions} decisions")
 
 
