@@ -71,7 +71,7 @@ from services.actuator.sim_port import SimClusterPort
 from services.app.driver import run_all, stop_when
 from services.runtime.clock import wall_clock_ms
 from services.runtime.kafka import HEADERS, KafkaLog, KafkaSettings
-from services.runtime.log import Record
+from services.runtime.log import Leadership, Record, RecordWaiter
 from services.runtime.supervise import Bell
 from services.scheduler.runner import run_scheduler
 from services.scheduler.service import GROUP as SCHEDULER_GROUP
@@ -273,6 +273,14 @@ class TimedLog:
         self.waits: list[float] = []  # ms in long-poll waits for input
         self.steps: list[tuple[int, float, float]] = []  # (last input offset, read returned, committed)
         self._last_read: tuple[int, float] | None = None
+
+    @property
+    def leadership(self) -> Leadership:
+        return self  # the inner log's election, through acquire / holds / release below
+
+    @property
+    def waiter(self) -> RecordWaiter | None:
+        return self  # timed: wait_for_records below
 
     def read(self, topic: str, start: int, limit: int = 1000) -> list[Record]:
         t = time.perf_counter()

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Literal
@@ -69,6 +68,7 @@ from events.cluster import (
 )
 from events.manifests import Document, ManifestError, format_time, normalize
 from services.actuator.kubeapi import KubeApiError, status_retriable
+from services.runtime.clock import wall_clock_ms as _wall_clock_ms
 
 Policy = Literal["suspend", "reject"]
 POLICIES: Final = ("suspend", "reject")
@@ -356,10 +356,6 @@ class ReconcilerStats:
     relists: int = 0
     invalid: int = 0
     errors: int = 0
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class _NamespaceTerminating(KubeApiError):

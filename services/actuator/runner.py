@@ -20,7 +20,6 @@ from services.runtime.supervise import (
     Backoff,
     Bell,
     ServiceStatus,
-    SupportsWaiting,
     mark_up,
     pace,
     ride_out,
@@ -51,8 +50,8 @@ async def run_loop(actuator: Actuator[P], stop: asyncio.Event, *, bell: Bell | N
             still_leading(log, role, stop)
         if actuator.retry_after is not None:
             await sleep_unless(stop, actuator.retry_after)
-        elif not did and long_poll and isinstance(log, SupportsWaiting):
-            await log.wait_for_records(topic, actuator.next_offset, poll_seconds)
+        elif not did and long_poll and (waiter := log.waiter) is not None:
+            await waiter.wait_for_records(topic, actuator.next_offset, poll_seconds)
         else:
             await pace(bell, did, poll_seconds)
 

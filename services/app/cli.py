@@ -13,11 +13,16 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING
 
 import yaml
 
+from events.envelope import Topics
 from events.manifests import ManifestError
+from services.app.assembly import SettingsError, log_settings, open_log, run, run_settings
+
+if TYPE_CHECKING:
+    from services.runtime.log import Log
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -79,50 +84,19 @@ def _add_log_options(p: argparse.ArgumentParser, *, path_flag: bool = True, crea
                        help="the scheduler shard (Kafka partition) to use (default: 0, or KUEUELOG_SHARD)")
 
 
-def _refuse(message: str) -> NoReturn:
-    """Bad input or usage: the reason on stderr, exit status 2."""
-    print(message, file=sys.stderr)
-    raise SystemExit(2)
+_OPENED: list[Log] = []  # logs opened by this command, closed when it ends (clients, file locks)
 
 
-_OPENED: list[Any] = []  # logs opened by this command, closed when it ends (clients, file locks)
-
-
-def _topics(args: argparse.Namespace) -> object:
-    from events.envelope import Topics
-
+def _topics(args: argparse.Namespace) -> Topics:
     return Topics(prefix=args.topic_prefix)
 
 
-def _open_log(args: argparse.Namespace, *, path: str | None = None, role: str | None = None,
-              create: bool = False) -> object:
-    """The embedded log at ``path``/--log, or Kafka when bootstrap servers are given; exits 2 with
-    the reason when neither is usable."""
-    from services.runtime.log import LogError
-    from services.runtime.sqlite import SqliteLog
-
-    path = path or getattr(args, "log", None)
-    bootstrap = args.bootstrap_servers or (None if path else os.environ.get("KUEUELOG_KAFKA_BOOTSTRAP_SERVERS"))
-    if path and bootstrap:
-        _refuse("error: give either an embedded log (--log/LOG) or --bootstrap-servers, not both")
-    try:
-        if bootstrap:
-            from services.runtime.kafka import KafkaLog, KafkaSettings
-
-            try:
-                settings = KafkaSettings.from_env(bootstrap_servers=bootstrap)
-                kafka = KafkaLog(settings, prefix=args.topic_prefix, shard=args.shard, role=role)
-            except ValueError as e:
-                _refuse(f"error: {e}")
-            _OPENED.append(kafka)
-            return kafka
-        if not path:
-            _refuse("error: no log given: use --log PATH (the embedded log) or --bootstrap-servers")
-        embedded = SqliteLog(path, create=create)
-        _OPENED.append(embedded)
-        return embedded
-    except LogError as e:
-        _refuse(f"error: {e}")
+def _open_log(args: argparse.Namespace, *, path: str | None = None) -> Log:
+    """The embedded log at ``path``/--log, or Kafka when bootstrap servers are given (a
+    SettingsError says why neither is usable)."""
+    log = open_log(log_settings(args, path=path))
+    _OPENED.append(log)
+    return log
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -134,7 +108,7 @@ def _replay(args: argparse.Namespace) -> int:
     log = _open_log(args, path=args.log_path)
     topics = _topics(args)
     try:
-        until = resolve_until(log, topics, args.until)  # type: ignore[arg-type]
+        until = resolve_until(log, topics, args.until)
     except ValueError as e:
         print(f"error: --until: {e}", file=sys.stderr)
         return 2
@@ -146,7 +120,7 @@ def _replay(args: argparse.Namespace) -> int:
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        report = replay(log, topics, verify=args.verify, until=until, progress=progress)  # type: ignore[arg-type]
+        report = replay(log, topics, verify=args.verify, until=until, progress=progress)
     print(f"replayed {report.events} events and {report.cycles} cycles ({report.decisions} decisions, "
           f"{report.dead_letters} dead letters) up to input offset {report.input_offset}")
     if report.unreadable_decisions:
@@ -168,7 +142,7 @@ def _explain(args: argparse.Namespace) -> int:
     if "/" not in args.workload:
         print("error: WORKLOAD must be NAMESPACE/NAME (a Workload or the Job that owns it)", file=sys.stderr)
         return 2
-    for line in explain(_open_log(args), _topics(args), args.workload, at=args.at):  # type: ignore[arg-type]
+    for line in explain(_open_log(args), _topics(args), args.workload, at=args.at):
         print(line)
     return 0
 
@@ -187,7 +161,7 @@ def _tail(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
 
     async def main() -> None:
-        await tail(_open_log(args), _topics(args), types=types, queue=args.queue,  # type: ignore[arg-type]
+        await tail(_open_log(args), _topics(args), types=types, queue=args.queue,
                    from_start=args.from_start, emit=lambda line: print(line, flush=True), stop=stop)
 
     with contextlib.suppress(KeyboardInterrupt):
@@ -241,220 +215,17 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-DEFAULT_HTTP_PORT = 8080
-
-
-class _Usage(Exception):
-    """A bad flag or setting of ``run``: exit 2 with the message."""
-
-
-def _http_port(args: argparse.Namespace) -> tuple[int, bool]:
-    """(port, whether it was asked for): --http-port, else KUEUELOG_HTTP_PORT, else 8080; 0 is off."""
-    explicit = args.http_port is not None or bool(os.environ.get("KUEUELOG_HTTP_PORT"))
-    raw = args.http_port if args.http_port is not None else os.environ.get("KUEUELOG_HTTP_PORT") or DEFAULT_HTTP_PORT
-    try:
-        port = int(raw)
-    except ValueError:
-        raise _Usage(f"KUEUELOG_HTTP_PORT: expected a port number, got {raw!r}") from None
-    if not 0 <= port <= 65535:
-        raise _Usage(f"--http-port: {port} is not a port number (0 turns the HTTP endpoints off)")
-    return port, explicit
-
-
-def _kube_wanted(args: argparse.Namespace) -> bool:
-    if args.service == "watcher":
-        return True
-    if args.service != "actuator":
-        if args.kube:
-            raise _Usage(f"--kube: 'run {args.service}' does not talk to Kubernetes (only watcher and actuator do)")
-        return False
-    if args.kube is not None:
-        return bool(args.kube)
-    raw = os.environ.get("KUEUELOG_KUBE", "").strip().lower()
-    if raw not in ("", "0", "false", "no", "1", "true", "yes"):
-        raise _Usage(f"KUEUELOG_KUBE: expected true or false, got {raw!r}")
-    return raw in ("1", "true", "yes")
-
-
-def _run_settings(args: argparse.Namespace) -> tuple[bool, str | None, str, str, tuple[int, bool]]:
-    """(kube, kubeconfig, cluster, job policy, http port) from flags and KUEUELOG_... variables."""
-    kube = _kube_wanted(args)
-    kubeconfig = args.kubeconfig or os.environ.get("KUEUELOG_KUBECONFIG") or os.environ.get("KUBECONFIG") or None
-    cluster = args.cluster or os.environ.get("KUEUELOG_CLUSTER") or ("default" if kube else "sim")
-    policy = args.job_policy or os.environ.get("KUEUELOG_JOB_POLICY") or "suspend"
-    if policy not in ("suspend", "reject"):
-        raise _Usage(f"KUEUELOG_JOB_POLICY: expected suspend or reject, got {policy!r}")
-    if args.seed and args.service not in ("all", "simcluster"):
-        raise _Usage(f"--seed: 'run {args.service}' submits no manifests (only all and simcluster do)")
-    return kube, kubeconfig, cluster, policy, _http_port(args)
-
-
-async def _serve_http(registry: Any, status: Any, host: str, port: int, explicit: bool) -> Any:
-    """The service's /healthz, /readyz and /metrics; None when off, or when the default port is
-    taken (a port that was asked for and cannot be served is an error)."""
-    from services.runtime.health import Check, HealthServer
-
-    if port == 0:
-        return None
-
-    def ready() -> Check:
-        return Check(status.ready, status.reason)
-
-    server = HealthServer(registry, ready, host=host, port=port)
-    try:
-        await server.start()
-    except OSError as e:
-        if explicit:
-            raise _Usage(f"--http-port: cannot serve /healthz, /readyz and /metrics on {host}:{port}: "
-                         f"{e.strerror or e}") from None
-        print(f"warning: not serving /healthz, /readyz and /metrics: {host}:{port}: {e.strerror or e} "
-              f"(choose a port with --http-port or KUEUELOG_HTTP_PORT, 0 for none)", file=sys.stderr)
-        return None
-    return server
-
-
-async def _run_service(args: argparse.Namespace, log: Any, topics: Any, stop: Any, *, status: Any, registry: Any,
-                       on_step: Any, cfg: Any, cluster: str, policy: str) -> None:
-    import asyncio
-
-    from services.actuator.runner import run_actuator
-    from services.app.driver import run_all
-    from services.runtime.clock import wall_clock_ms
-    from services.runtime.supervise import Bell, SupportsLeadership
-    from services.scheduler.runner import run_scheduler
-    from services.simcluster.arrivals import ArrivalStream, read_files
-    from services.simcluster.cluster import SimConfig
-    from services.simcluster.runner import run_arrivals, run_simcluster
-
-    config = SimConfig(cluster=cluster)
-
-    def arrivals() -> ArrivalStream | None:
-        if not args.seed:
-            return None
-        start = None if args.clock == "simulated" else wall_clock_ms()
-        return ArrivalStream.from_files(log, read_files(args.seed), start=start, compress=args.compress,
-                                        cluster=cluster, topics=topics)
-
-    if args.service == "scheduler":
-        await run_scheduler(log, stop, topics=topics, status=status, on_step=on_step, long_poll=True)
-        return
-    if args.service == "all":
-        result = await run_all(log, clock=args.clock, stop=stop, arrivals=arrivals(), config=config,
-                                   until_done=args.until_done, topics=topics, status=status, on_step=on_step)
-        print(f"stopped: {result.scheduler.stats.cycles} cycles, {result.scheduler.stats.decisions} decisions")
-        return
-    if args.service == "watcher":
-        from services.runtime.kubeclient import api_client
-        from services.watcher.service import WatcherService
-
-        async with api_client(cfg) as api:
-            watcher = WatcherService(log, api, cluster=cluster, topics=topics, status=status)
-            registry.register(watcher.collector())
-            await watcher.run(stop)
-        return
-    # One writer per role and shard on Kafka: replicas wait here as standbys.
-    if isinstance(log, SupportsLeadership) and not await log.acquire(args.service, stop):
-        return
-    status.leading = True
-    if args.service == "simcluster":
-        # With --seed it also submits the manifests: in simulated time as it advances the clock,
-        # in real time as the wall clock reaches them (resuming after a restart: see ArrivalStream).
-        stream, bell = arrivals(), Bell()
-        run_sim = run_simcluster(log, stop, clock=args.clock, config=config, topics=topics, status=status,
-                                     arrivals=stream, bell=bell, long_poll=True)
-        if stream is None or args.clock == "simulated":
-            await run_sim
-        else:
-            await asyncio.gather(run_sim, run_arrivals(stream, stop, bell=bell))
-    elif cfg is None:
-        from services.actuator.sim_port import SimClusterPort
-
-        await run_actuator(log, stop, port=SimClusterPort(topics, cluster), topics=topics, status=status,
-                               long_poll=True)
-    else:
-        from services.actuator.service import ActuatorService
-        from services.runtime.kubeclient import api_client
-
-        async with api_client(cfg) as api:
-            actuator = ActuatorService(log, api, cluster=cluster, topics=topics, policy=policy,  # type: ignore[arg-type]
-                                       qps=args.qps, burst=args.burst, status=status)
-            registry.register(actuator.collector())
-            await actuator.run(stop)
-
-
 def _run(args: argparse.Namespace) -> int:
-    import asyncio
-    import signal
-
-    from prometheus_client import CollectorRegistry, ProcessCollector
-
-    from services.runtime.log import LogError
-    from services.runtime.supervise import LeadershipLost, ServiceStatus
-    from services.scheduler.runner import observe_scheduler
-
-    try:
-        kube, kubeconfig, cluster, policy, (port, explicit) = _run_settings(args)
-    except _Usage as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    # The watcher publishes without an election (any number of replicas, idempotent envelopes);
-    # every other service is one writer per role and shard.
-    log: Any = _open_log(args, role=None if args.service == "watcher" else args.service, create=True)
-    topics: Any = _topics(args)
-
-    async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        cfg = None
-        if kube:
-            from services.runtime.kubeclient import KubeConfigError, client_configuration
-
-            try:
-                cfg = await client_configuration(kubeconfig, context=args.context)
-            except KubeConfigError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return 2
-        status = ServiceStatus(args.service, leading=args.service == "watcher")
-        registry = CollectorRegistry(auto_describe=True)
-        on_step = None
-        if args.service in ("scheduler", "all"):
-            from services.scheduler.metrics import SchedulerMetrics
-
-            on_step = observe_scheduler(SchedulerMetrics(registry, gauge_interval_s=None))
-        ProcessCollector(registry=registry)
-        try:
-            server = await _serve_http(registry, status, args.http_host, port, explicit)
-        except _Usage as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        try:
-            await _run_service(args, log, topics, stop, status=status, registry=registry, on_step=on_step, cfg=cfg,
-                               cluster=cluster, policy=policy)
-        except ManifestError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        finally:
-            if server is not None:
-                await server.stop()
-        return 0
-
-    try:
-        return asyncio.run(main())
-    except (LogError, LeadershipLost) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    finally:
-        log.close()
+    return run(run_settings(args))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="kueuelog",
-        description="Kueue-compatible job queueing and quota admission, event-sourced.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def _simulate_parser(sub: Subcommands) -> None:
     sim = sub.add_parser(
         "simulate",
         help="run Kueue's admission on manifests, in simulated time",
@@ -471,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
     sim.set_defaults(func=_simulate)
 
+
+def _replay_parser(sub: Subcommands) -> None:
     rep = sub.add_parser("replay", help="rebuild the scheduler's state from a log; --verify re-derives every decision",
                          description="Fold the input log and re-run every recorded cycle at the input offset it "
                                      "ran at. With --verify, exit 1 if any re-derived decision differs.")
@@ -481,12 +254,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--verify", action="store_true", help="compare re-derived decisions with the recorded ones")
     rep.set_defaults(func=_replay)
 
+
+def _explain_parser(sub: Subcommands) -> None:
     exp = sub.add_parser("explain", help="why a workload is pending, where it was admitted, who preempted it")
     exp.add_argument("workload", metavar="NS/WORKLOAD", help="a Workload, or the Job that owns it")
     _add_log_options(exp)
     exp.add_argument("--at", type=int, metavar="OFFSET", help="as of this input offset")
     exp.set_defaults(func=_explain)
 
+
+def _tail_parser(sub: Subcommands) -> None:
     tl = sub.add_parser("tail", help="follow decisions as they are committed")
     _add_log_options(tl)
     tl.add_argument("--type", metavar="Admit,Evict,Pending", help="only these decision types")
@@ -494,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     tl.add_argument("--from-start", action="store_true", help="print the whole history first")
     tl.set_defaults(func=_tail)
 
+
+def _demo_parser(sub: Subcommands) -> None:
     demo = sub.add_parser("demo", help="the whole loop on the embedded log, with a live view (make run)",
                           description="Seed a simulated cluster from manifests (examples/*.yaml by default), run "
                                       "scheduler, actuator and simulated cluster over a new embedded log in "
@@ -507,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how long a Job runs without a kueuelog.io/sim-duration annotation")
     demo.set_defaults(func=_demo)
 
+
+def _run_parser(sub: Subcommands) -> None:
     run = sub.add_parser(
         "run", help="run a service (or all of them) over the embedded log or Kafka",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -531,6 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cluster", default=None,
                      help="the name this cluster's events and decisions carry (default: KUEUELOG_CLUSTER, else "
                           "'default' for Kubernetes and 'sim' for the simulated cluster)")
+    _add_kube_options(run)
+    _add_http_options(run)
+    _add_simulated_options(run)
+    run.set_defaults(func=_run)
+
+
+def _add_kube_options(run: argparse.ArgumentParser) -> None:
     kube = run.add_argument_group("Kubernetes", "watcher, and actuator --kube")
     kube.add_argument("--kube", action=argparse.BooleanOptionalAction, default=None,
                       help="actuator: apply decisions to Kubernetes and run the job reconciler, instead of the "
@@ -545,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="actuator: API requests per second (default: 20, or KUEUELOG_KUBE_QPS)")
     kube.add_argument("--burst", type=int, default=os.environ.get("KUEUELOG_KUBE_BURST", "40"), metavar="N",
                       help="actuator: API requests above --qps in a burst (default: 40, or KUEUELOG_KUBE_BURST)")
+
+
+def _add_http_options(run: argparse.ArgumentParser) -> None:
     http = run.add_argument_group("health and metrics", "/healthz (alive), /readyz (leading and recovered), "
                                                        "/metrics (Prometheus)")
     http.add_argument("--http-port", type=int, default=None, metavar="PORT",
@@ -552,19 +343,35 @@ def build_parser() -> argparse.ArgumentParser:
                            "be served is an error; the default 8080, when taken, only a warning")
     http.add_argument("--http-host", default=os.environ.get("KUEUELOG_HTTP_HOST", "0.0.0.0"), metavar="ADDRESS",
                       help="default: 0.0.0.0, or KUEUELOG_HTTP_HOST")
+
+
+def _add_simulated_options(run: argparse.ArgumentParser) -> None:
     simulated = run.add_argument_group("simulated cluster", "simcluster and all")
     simulated.add_argument("--clock", choices=("simulated", "real"), default="real",
-                     help="time for the simulated cluster (default: real)")
-    simulated.add_argument("--seed", nargs="*", metavar="FILE", help="'all' only: manifests to submit as they arrive")
+                           help="time for the simulated cluster (default: real)")
+    simulated.add_argument("--seed", nargs="*", metavar="FILE",
+                           help="'all' only: manifests to submit as they arrive")
     simulated.add_argument("--compress", type=int, default=1, metavar="N",
-                     help="real clock: submit the seeded Jobs N times faster than their creationTimestamps")
+                           help="real clock: submit the seeded Jobs N times faster than their creationTimestamps")
     simulated.add_argument("--until-done", action=argparse.BooleanOptionalAction, default=None,
-                     help="'all': stop once nothing is left to do (default: in simulated time only)")
-    run.set_defaults(func=_run)
+                           help="'all': stop once nothing is left to do (default: in simulated time only)")
 
+
+def _schema_parser(sub: Subcommands) -> None:
     sch = sub.add_parser("schema", help="JSON Schema of every message and an AsyncAPI document")
     sch.add_argument("--out", metavar="DIR", help="write one file per document into DIR")
     sch.set_defaults(func=_schema)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kueuelog",
+        description="Kueue-compatible job queueing and quota admission, event-sourced.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_simulate_parser, _replay_parser, _explain_parser, _tail_parser, _demo_parser, _run_parser,
+                _schema_parser):
+        add(sub)
     return parser
 
 
@@ -573,12 +380,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+    except SettingsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        code = 2
     finally:
         while _OPENED:
             _OPENED.pop().close()
     return code
-
-
 
 
 def entrypoint() -> None:

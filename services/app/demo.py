@@ -7,9 +7,9 @@ log in simulated time; the live view shows ClusterQueue usage, pending counts
 and the latest decisions as the simulated morning unfolds. The log is left on
 disk for ``kueuelog replay``, ``explain`` and ``tail``.
 
-The demo drives the services itself, step by step in one thread, exactly as
-:func:`services.app.driver.drive_until_idle` does, so that the view can
-be refreshed between steps and a run can be paced for human eyes.
+The demo steps the services with the one loop of :mod:`services.app.driver`
+(as :func:`~services.app.driver.drive_until_idle` does), in one thread, with a
+hook between rounds that refreshes the view and paces the run for human eyes.
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload
 from events.quantity import format_amount
 from services.actuator.loop import Actuator
 from services.actuator.sim_port import SimClusterPort
+from services.app.driver import Loop, NotIdle, Round, drive
 from services.app.logview import format_decision
 from services.core.quota import cluster_queue_key
+from services.runtime.clock import wall_clock_ms
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream, read_files
 from services.simcluster.cluster import SimCluster, SimConfig
-from services.simcluster.runner import advance_time, finished
 
 VIEW_RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 
@@ -120,7 +121,7 @@ def _view(scheduler: Scheduler, decisions: _Decisions, sim_now: int, finished_co
 
 
 def new_directory(base: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(wall_clock_ms() // 1000))
     path = base / f"kueuelog-demo-{stamp}"
     n = 1
     while path.exists():
@@ -139,30 +140,33 @@ def run_demo(paths: Sequence[str], directory: Path, *, console: Console, pace: f
     total = sum(1 for a in arrivals.pending if type(a.envelope.event).__name__ == "ObjectApplied"
                 and type(getattr(a.envelope.event, "object", None)).__name__ == "Workload")
     scheduler = Scheduler(log, topics=topics)
-    actuator = Actuator(log, SimClusterPort(topics, config.cluster), topics=topics)
-    sim = SimCluster.simulated(log, config, topics)
+    loop = Loop(scheduler, Actuator(log, SimClusterPort(topics, config.cluster), topics=topics),
+                SimCluster.simulated(log, config, topics), arrivals)
     decisions = _Decisions(log, topics)
-    last_draw = 0.0
     with Live(_view(scheduler, decisions, 0, 0, total), console=console, refresh_per_second=8,
               transient=False, auto_refresh=False) as live:
-        while True:
-            did = scheduler.step() + actuator.step_now() + sim.step()
-            if not did:
-                if not advance_time(sim, arrivals):
-                    if finished(sim, arrivals):
-                        break
-                    raise RuntimeError("the demo's services stalled: nothing to step but not idle")
-                if pace:
-                    time.sleep(pace)
-            now = time.monotonic()
+
+        def redraw() -> None:
+            decisions.poll()
+            done = sum(1 for r in scheduler.state.workloads.values() if r.finished)
+            live.update(_view(scheduler, decisions, scheduler.state.now, done, total), refresh=True)
+
+        last_draw = 0.0
+
+        def between(happened: Round) -> None:
+            nonlocal last_draw
+            if happened is Round.ADVANCED and pace:
+                time.sleep(pace)
+            now = time.monotonic()  # a redraw interval, not the time of day
             if now - last_draw > 0.1:
-                decisions.poll()
-                done = sum(1 for r in scheduler.state.workloads.values() if r.finished)
-                live.update(_view(scheduler, decisions, scheduler.state.now, done, total), refresh=True)
+                redraw()
                 last_draw = now
-        decisions.poll()
-        done = sum(1 for r in scheduler.state.workloads.values() if r.finished)
-        live.update(_view(scheduler, decisions, scheduler.state.now, done, total), refresh=True)
+
+        try:
+            drive(loop, between=between)
+        except NotIdle as e:
+            raise RuntimeError("the demo's services stalled: nothing to step but not idle") from e
+        redraw()
     scheduler.write_snapshot()
     waits: dict[str, list[int]] = {}
     for key, rec in scheduler.state.workloads.items():

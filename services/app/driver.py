@@ -1,26 +1,45 @@
-"""Several services in one process: ``run all`` (asyncio tasks) and the deterministic driver.
+"""Several services in one process, and the one loop that steps them.
 
-:func:`run_all` runs scheduler, actuator and simulated cluster (and in real mode
-ticker and arrivals) as tasks that wake each other through one Bell.
-:func:`drive_until_idle` steps scheduler, actuator and simulated cluster
-round-robin in the calling thread, deterministic, for tests and benches, until
-nothing is left to do.
+:class:`Loop` is the round robin of scheduler, actuator and simulated cluster in
+simulated time: step the three; when none did anything, let the earliest time
+source act (:func:`advance_time`); when nothing advances either, the run is
+finished (or some other consumer of the log is behind). :func:`drive` runs it
+in the calling thread, deterministic, with a hook between rounds (the demo
+refreshes its view and paces there); :func:`drive_until_idle` is that for tests
+and benches; :func:`run_all` in simulated time runs it as one asyncio task that
+yields between rounds, rides out log outages and stops on ``stop``. In real time
+:func:`run_all` runs the services (and ticker and arrivals) as tasks that wake
+each other through one Bell: time then comes from the wall clock, not from the
+loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from events.envelope import Topics
 from services.actuator.loop import Actuator
 from services.actuator.runner import run_actuator
 from services.actuator.sim_port import SimClusterPort
 from services.runtime.clock import ClockMode, wall_clock_ms
-from services.runtime.log import Log
-from services.runtime.supervise import POLL_SECONDS, Bell, LeadershipLost, ServiceStatus, SupportsLeadership
+from services.runtime.log import Log, LogError
+from services.runtime.supervise import (
+    POLL_SECONDS,
+    Backoff,
+    Bell,
+    LeadershipLost,
+    ServiceStatus,
+    lead,
+    mark_up,
+    release,
+    ride_out,
+    sleep_unless,
+    still_leading,
+)
 from services.scheduler.runner import StepHook, run_scheduler
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream
@@ -28,8 +47,72 @@ from services.simcluster.cluster import SimCluster, SimConfig
 from services.simcluster.runner import advance_time, finished, run_arrivals, run_simcluster
 from services.watcher.ticker import run_ticker
 
-if TYPE_CHECKING:
+
+def step_actuator(actuator: Actuator[SimClusterPort]) -> int:
+    """The loop's one call of the actuator: its step is a coroutine, which the simulated cluster's
+    port lets run to its end here, in the calling thread."""
+    return actuator.step_now()
+
+
+class NotIdle(RuntimeError):
     pass
+
+
+class Round(enum.Enum):
+    BUSY = "busy"  # a service did something
+    ADVANCED = "advanced"  # nobody had anything to do: simulated time moved on
+    FINISHED = "finished"  # nothing runs, nothing will arrive, every consumer is at its end
+    STALLED = "stalled"  # nothing to step, yet some consumer is behind: another process shares the log
+
+
+@dataclass
+class Loop:
+    """Scheduler, actuator and simulated cluster (in simulated time) over one log, stepped in turn."""
+
+    scheduler: Scheduler
+    actuator: Actuator[SimClusterPort]
+    simcluster: SimCluster
+    arrivals: ArrivalStream | None = None
+
+    @classmethod
+    def recovered(cls, log: Log, *, topics: Topics, config: SimConfig, arrivals: ArrivalStream | None = None,
+                  cut_short_steps: bool = True) -> Loop:
+        """The three services, each recovered from the log."""
+        scheduler = Scheduler(log, topics=topics, cut_short_steps=cut_short_steps)
+        scheduler.recover()
+        actuator = Actuator(log, SimClusterPort(topics, config.cluster), topics=topics)
+        actuator.recover()
+        sim = SimCluster.simulated(log, config, topics)
+        sim.recover()
+        return cls(scheduler, actuator, sim, arrivals)
+
+    def round(self) -> tuple[Round, int]:
+        """One turn of each; then, if none did anything, time moves on. Returns what happened and
+        the scheduler's part (events folded, or cycles run)."""
+        by_scheduler = self.scheduler.step()
+        did = by_scheduler + step_actuator(self.actuator) + self.simcluster.step()
+        if did:
+            return Round.BUSY, by_scheduler
+        if advance_time(self.simcluster, self.arrivals):
+            return Round.ADVANCED, 0
+        return (Round.FINISHED if finished(self.simcluster, self.arrivals) else Round.STALLED), 0
+
+
+def drive(loop: Loop, *, between: Callable[[Round], None] | None = None, max_rounds: int | None = None) -> int:
+    """Round after round until nothing is left to do; returns the rounds. ``between`` is called
+    after every round that did something (busy, or time advanced)."""
+    rounds = 0
+    while max_rounds is None or rounds < max_rounds:
+        rounds += 1
+        happened, _ = loop.round()
+        if happened is Round.FINISHED:
+            return rounds
+        if happened is Round.STALLED:
+            # Every step was empty yet some consumer is behind: someone else shares this log.
+            raise NotIdle("nothing to step, but the system is not idle: is another process consuming?")
+        if between is not None:
+            between(happened)
+    raise NotIdle(f"still busy after {max_rounds} rounds")
 
 
 async def stop_when(done: asyncio.Event, stop: asyncio.Event, bell: Bell) -> None:
@@ -58,31 +141,33 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
                   until_done: bool | None = None, wall_clock: Callable[[], int] = wall_clock_ms,
                   poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
                   on_step: StepHook | None = None) -> RunResult:
-    """Scheduler, actuator, simulated cluster (and in real mode ticker and arrivals) as tasks of one
-    process, until ``stop`` — or, by default in simulated mode, until nothing is left to do.
-    ``status`` and ``on_step`` are the scheduler's (see :func:`run_scheduler`)."""
+    """Scheduler, actuator, simulated cluster (and in real mode ticker and arrivals) in one process,
+    as the leader of ``scheduler`` (every service here writes as it), until ``stop`` — or, by
+    default in simulated mode, until nothing is left to do. ``status`` and ``on_step`` are the
+    scheduler's (see :func:`run_scheduler`)."""
     topics = topics or Topics()
     config = config or SimConfig()
     stop = stop or asyncio.Event()
-    done = asyncio.Event()
-    bell = Bell()
     if until_done is None:
         until_done = clock == "simulated"
-
-    if isinstance(log, SupportsLeadership) and not await log.acquire("scheduler", stop):
-        raise LeadershipLost("stopped before becoming the leader")  # every service here writes as the leader
+    if not await lead(log, "scheduler", stop):
+        raise LeadershipLost("stopped before becoming the leader")
+    if clock == "simulated":
+        return await _run_loop(log, stop, topics=topics, config=config, arrivals=arrivals,
+                               until_done=until_done, poll_seconds=poll_seconds, status=status, on_step=on_step)
+    done = asyncio.Event()
+    bell = Bell()
     common: dict[str, Any] = {"topics": topics, "bell": bell, "poll_seconds": poll_seconds}
     coros: list[Coroutine[Any, Any, object]] = [
         run_scheduler(log, stop, status=status, on_step=on_step, **common),
         run_actuator(log, stop, port=SimClusterPort(topics, config.cluster), **common),
         run_simcluster(log, stop, clock=clock, config=config, arrivals=arrivals, done=done if until_done else None,
                        wall_clock=wall_clock, **common),
+        run_ticker(log, stop, interval_ms=tick_interval_ms, topics=topics, cluster=config.cluster,
+                   wall_clock=wall_clock, bell=bell),
     ]
-    if clock == "real":
-        coros.append(run_ticker(log, stop, interval_ms=tick_interval_ms, topics=topics, cluster=config.cluster,
-                                wall_clock=wall_clock, bell=bell))
-        if arrivals is not None:
-            coros.append(run_arrivals(arrivals, stop, wall_clock=wall_clock, bell=bell, poll_seconds=poll_seconds))
+    if arrivals is not None:
+        coros.append(run_arrivals(arrivals, stop, wall_clock=wall_clock, bell=bell, poll_seconds=poll_seconds))
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(stop_when(done, stop, bell))
@@ -96,6 +181,52 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
     return RunResult(scheduler, actuator, sim, done.is_set())
 
 
+async def _run_loop(log: Log, stop: asyncio.Event, *, topics: Topics, config: SimConfig,
+                    arrivals: ArrivalStream | None, until_done: bool,
+                    poll_seconds: float, status: ServiceStatus | None, on_step: StepHook | None) -> RunResult:
+    """``run_all`` in simulated time: the :class:`Loop` as one task, yielding between rounds. A log
+    error that may pass is waited out, and the three are rebuilt from the log (the scheduler's
+    state may be ahead of what was committed). Holds ``scheduler`` (taken by the caller) until it
+    returns."""
+    if status is not None:
+        status.leading = True
+    backoff = Backoff()
+    loop: Loop | None = None
+    done = False
+    try:
+        while not stop.is_set():
+            try:
+                if loop is None:
+                    loop = Loop.recovered(log, topics=topics, config=config, arrivals=arrivals)
+                    mark_up(status)
+                    if on_step is not None:
+                        on_step(loop.scheduler, None)  # nothing written yet: gauges of the recovered state
+                happened, by_scheduler = loop.round()
+            except LogError as e:
+                loop = None
+                await ride_out("all", e, backoff, stop, status)
+                continue
+            backoff.reset()
+            mark_up(status)
+            if by_scheduler and on_step is not None:
+                on_step(loop.scheduler, loop.scheduler.last_events)
+            still_leading(log, "scheduler")
+            if happened is Round.FINISHED and until_done:
+                done = True
+                stop.set()  # as in real time: whoever else waits on ``stop`` ends too
+                break
+            if happened in (Round.FINISHED, Round.STALLED):
+                await sleep_unless(stop, poll_seconds)  # another process may add to the log, or catch up
+            else:
+                await asyncio.sleep(0)  # let the event loop run (signals, ``stop``) between rounds
+    finally:
+        release(log, "scheduler")
+    if loop is None:  # stopped while the log was unavailable: unrecovered services, as they stand
+        loop = Loop(Scheduler(log, topics=topics), Actuator(log, SimClusterPort(topics, config.cluster), topics=topics),
+                    SimCluster.simulated(log, config, topics))
+    return RunResult(loop.scheduler, loop.actuator, loop.simcluster, done)
+
+
 @dataclass
 class DriveResult:
     scheduler: Scheduler
@@ -104,29 +235,11 @@ class DriveResult:
     rounds: int
 
 
-class NotIdle(RuntimeError):
-    pass
-
-
 def drive_until_idle(log: Log, *, topics: Topics | None = None, config: SimConfig | None = None,
                      arrivals: ArrivalStream | None = None, max_rounds: int = 1_000_000) -> DriveResult:
     """Step scheduler, actuator and simulated cluster round-robin in simulated time until
     nothing is left to do; deterministic (no asyncio, no wall clock, no threads)."""
-    topics = topics or Topics()
-    config = config or SimConfig()
-    scheduler = Scheduler(log, topics=topics, cut_short_steps=False)
-    scheduler.recover()
-    actuator = Actuator(log, SimClusterPort(topics, config.cluster), topics=topics)
-    actuator.recover()
-    sim = SimCluster.simulated(log, config, topics)
-    sim.recover()
-    for rounds in range(1, max_rounds + 1):
-        did = scheduler.step() + actuator.step_now() + sim.step()
-        if not did and not advance_time(sim, arrivals):
-            if not finished(sim, arrivals):
-                # Every step was empty yet some consumer is behind: someone else shares this log.
-                raise NotIdle("nothing to step, but the system is not idle: is another process consuming?")
-            return DriveResult(scheduler, actuator, sim, rounds)
-    raise NotIdle(f"still busy after {max_rounds} rounds")
-
-
+    loop = Loop.recovered(log, topics=topics or Topics(), config=config or SimConfig(), arrivals=arrivals,
+                          cut_short_steps=False)
+    rounds = drive(loop, max_rounds=max_rounds)
+    return DriveResult(loop.scheduler, loop.actuator, loop.simcluster, rounds)

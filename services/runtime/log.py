@@ -6,6 +6,12 @@ The one operation that makes exactly-once processing possible is
 :meth:`Log.transact`: appends to several topics and consumer-position commits
 in one atomic transaction, so a consumer's output and its input position are
 never out of step.
+
+What differs between backends is expressed as types every backend provides, chosen
+when it is built, so no caller asks a log what it is: its :class:`Leadership` (the
+single writer of a role: the embedded log's file lock, Kafka's election) and its
+:class:`RecordWaiter`, or None (a long-poll fetch on Kafka; the embedded log has
+no notifications).
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +47,45 @@ class WriterLockHeld(LogError):
                          retriable=True)
 
 
+class LeadershipLost(LogError):
+    """Another instance leads the role now, or this one never became its leader: it must stop
+    writing (the process exits, and a supervisor restarts it as a standby)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
+
+
+class Leadership(Protocol):
+    """The single writer of each role (``scheduler``, ``actuator``, ...) of one log."""
+
+    async def acquire(self, role: str, stop: asyncio.Event | None = None) -> bool:
+        """Become the writer of ``role``: True once leading, False if ``stop`` was set first. A
+        backend whose roles are locks refuses a second holder at once (WriterLockHeld); one with
+        an election waits here as a standby."""
+        ...
+
+    def holds(self, role: str) -> bool:
+        """Not known to have lost ``role``."""
+        ...
+
+    def release(self, role: str) -> None: ...
+
+
+class RecordWaiter(Protocol):
+    """Readers that can wait for new records without polling."""
+
+    async def wait_for_records(self, topic: str, start: int, timeout: float) -> bool:
+        """True once ``topic`` has a record at or after ``start``; False after ``timeout`` seconds."""
+        ...
+
+
 class Log(Protocol):
+    @property
+    def leadership(self) -> Leadership: ...
+
+    @property
+    def waiter(self) -> RecordWaiter | None: ...
+
     def append(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[int]: ...
 
     def read(self, topic: str, start: int, limit: int = 1000) -> list[Record]: ...

@@ -2,8 +2,8 @@
 
 Write-ahead log, ``synchronous=FULL``: a committed transaction survives a crash
 of the process or the machine. Any number of processes may read and append;
-one writer per role is enforced with an exclusive file lock
-(:meth:`SqliteLog.exclusive`), which the operating system releases when the
+one writer per role is enforced with an exclusive file lock (its
+:class:`FileLocks` leadership), which the operating system releases when the
 holder dies.
 
 What is refused when opened, with one line naming the file: a file that is not
@@ -27,7 +27,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from services.runtime.log import LogError, Record, WriterLockHeld
+from services.runtime.log import Leadership, LogError, Record, RecordWaiter, WriterLockHeld
 
 DB_FILE = "log.db"
 APPLICATION_ID = 0x6B75656C  # "kuel" in the database header: this file is a kueuelog log
@@ -45,8 +45,30 @@ def table_name(topic: str) -> str:
     return _SAFE.sub("_", topic)
 
 
+class FileLocks:
+    """The embedded log's leadership: one exclusive file lock per role. A second holder is refused
+    at once (:class:`WriterLockHeld`), and a lock once taken cannot be taken away (the operating
+    system keeps it until the holder releases it or dies), so a writer never learns that it lost
+    its role: ``holds`` is always true."""
+
+    def __init__(self, log: SqliteLog) -> None:
+        self._log = log
+
+    async def acquire(self, role: str, stop: asyncio.Event | None = None) -> bool:
+        self._log.exclusive(role)
+        return True
+
+    def holds(self, role: str) -> bool:
+        return True
+
+    def release(self, role: str) -> None:
+        self._log.release(role)
+
+
 class SqliteLog:
     """The embedded log: one SQLite database per data directory."""
+
+    waiter: RecordWaiter | None = None  # no notifications: readers poll
 
     def __init__(self, directory: str | os.PathLike[str], *, create: bool = True, durable: bool = True) -> None:
         """``durable=False`` (``synchronous=OFF``) trades crash safety for speed: for scratch logs
@@ -64,6 +86,7 @@ class SqliteLog:
         self.read_only = path.exists() and not (os.access(self.directory, os.W_OK) and os.access(path, os.W_OK))
         self._known: set[str] = set()
         self._locks: dict[str, int] = {}
+        self.leadership: Leadership = FileLocks(self)
         try:
             self._db = self._connect(path) if not self.read_only else self._connect_read_only(path)
             self._check_identity(path, must_exist=self.read_only or not create)

@@ -5,7 +5,8 @@ synchronous state machine over the log and uses the same few pieces: a
 :class:`ServiceStatus` for ``/readyz``; a :class:`Backoff` and :func:`ride_out` for a
 log that is unavailable for a while; a :class:`Bell` that wakes the runners of one
 process when one of them commits; and :func:`lead` / :func:`still_leading` for the
-single writer of a role.
+single writer of a role, through the log's :class:`~services.runtime.log.Leadership` (the
+one mechanism every backend provides).
 """
 
 from __future__ import annotations
@@ -13,22 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import structlog
 
-from services.runtime.log import Log, LogError
+from services.runtime.log import LeadershipLost, Log, LogError
 
-if TYPE_CHECKING:
-    pass
-
+__all__ = ["POLL_SECONDS", "Backoff", "Bell", "LeadershipLost", "ServiceStatus", "lead", "mark_down", "mark_up",
+           "pace", "release", "report_unavailable", "ride_out", "sleep_unless", "still_leading"]
 
 _log = structlog.get_logger(__name__)
-
-
-class LeadershipLost(RuntimeError):
-    """Another instance leads now: this one must stop writing (the process exits, and a
-    supervisor restarts it as a standby)."""
 
 
 POLL_SECONDS = 0.05
@@ -76,13 +70,6 @@ def mark_down(status: ServiceStatus | None, e: LogError) -> None:
         status.down(f"log unavailable: {e}")
 
 
-@runtime_checkable
-class SupportsExclusive(Protocol):
-    def exclusive(self, name: str) -> None: ...
-
-    def release(self, name: str) -> None: ...
-
-
 class Bell:
     """Wakes the runners of one process when one of them committed something."""
 
@@ -106,24 +93,6 @@ async def pace(bell: Bell, did: int, idle_seconds: float) -> None:
         await asyncio.sleep(0)  # let the others run between busy steps
     else:
         await bell.wait(idle_seconds)
-
-
-@runtime_checkable
-class SupportsLeadership(Protocol):
-    """A log whose writers elect a leader (Kafka): standbys wait in ``acquire``."""
-
-    async def acquire(self, name: str, stop: asyncio.Event | None = None) -> bool: ...
-
-    def holds(self, name: str) -> bool: ...
-
-    def release(self, name: str) -> None: ...
-
-
-@runtime_checkable
-class SupportsWaiting(Protocol):
-    """A log whose readers can wait for new records without polling (Kafka: a long-poll fetch)."""
-
-    async def wait_for_records(self, topic: str, start: int, timeout: float) -> bool: ...
 
 
 class Backoff:
@@ -150,13 +119,11 @@ def report_unavailable(service: str, e: LogError, wait: float) -> None:
 
 
 async def lead(log: Log, name: str, stop: asyncio.Event) -> bool:
-    """Become the single writer ``name``: the embedded log's file lock (a second one fails at once
-    with WriterLockHeld), or Kafka's election (a standby waits here until the leader is gone)."""
-    if isinstance(log, SupportsLeadership):
-        return await log.acquire(name, stop)
-    if isinstance(log, SupportsExclusive):
-        log.exclusive(name)
-    return True
+    """Become the single writer ``name`` through the log's leadership: the embedded log's file lock
+    (a second one fails at once with WriterLockHeld), or Kafka's election (a standby waits here
+    until the leader is gone). False if ``stop`` came first. Taking a role this process holds
+    already returns at once."""
+    return await log.leadership.acquire(name, stop)
 
 
 def still_leading(log: Log, name: str, stop: asyncio.Event | None = None) -> None:
@@ -164,8 +131,13 @@ def still_leading(log: Log, name: str, stop: asyncio.Event | None = None) -> Non
     runner sharing the log may have released the role already)."""
     if stop is not None and stop.is_set():
         return
-    if isinstance(log, SupportsLeadership) and not log.holds(name):
+    if not log.leadership.holds(name):
         raise LeadershipLost(f"lost the {name} leadership to another instance; stopping")
+
+
+def release(log: Log, name: str) -> None:
+    """Give up ``name`` (a standby may take over at once)."""
+    log.leadership.release(name)
 
 
 async def ride_out(service: str, e: LogError, backoff: Backoff, stop: asyncio.Event,

@@ -63,7 +63,7 @@ class SchedulerMetrics:
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``gauge_interval_s``: refresh the state gauges at most this often (0: after every step);
         None: only when the registry is collected (a scrape), so a busy scheduler never stalls on
-        them between scrapes."""
+        them between scrapes. ``clock`` times that interval: a monotonic timer, not a wall clock."""
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
         self._latest: State | None = None

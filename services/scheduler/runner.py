@@ -13,12 +13,10 @@ from services.runtime.supervise import (
     Backoff,
     Bell,
     ServiceStatus,
-    SupportsExclusive,
-    SupportsLeadership,
-    SupportsWaiting,
     lead,
     mark_up,
     pace,
+    release,
     ride_out,
     still_leading,
 )
@@ -69,6 +67,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
     bell = bell or Bell()
     topics = topics or Topics()
     scheduler = Scheduler(log, topics=topics)
+    waiter = log.waiter if long_poll else None
     if not await lead(log, "scheduler", stop):
         return scheduler
     if status is not None:
@@ -94,13 +93,12 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
             if did and on_step is not None:
                 on_step(scheduler, scheduler.last_events)
             still_leading(log, "scheduler")
-            if not did and long_poll and isinstance(log, SupportsWaiting):
-                await log.wait_for_records(topics.cluster_events, scheduler.next_input, poll_seconds)
+            if not did and waiter is not None:
+                await waiter.wait_for_records(topics.cluster_events, scheduler.next_input, poll_seconds)
             else:
                 await pace(bell, did, poll_seconds)
         return scheduler
     finally:
-        if isinstance(log, SupportsExclusive | SupportsLeadership):
-            log.release("scheduler")
+        release(log, "scheduler")
 
 

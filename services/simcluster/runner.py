@@ -23,10 +23,10 @@ from services.runtime.supervise import (
     Backoff,
     Bell,
     ServiceStatus,
-    SupportsWaiting,
     mark_up,
     pace,
     ride_out,
+    still_leading,
 )
 from services.simcluster.arrivals import ArrivalStream
 from services.simcluster.cluster import SimCluster, SimConfig
@@ -54,12 +54,13 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
                          arrivals: ArrivalStream | None = None, done: asyncio.Event | None = None,
                          wall_clock: Callable[[], int] = wall_clock_ms,
                          poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
-                         long_poll: bool = False) -> SimCluster:
+                         long_poll: bool = False, role: str | None = None) -> SimCluster:
     """The simulated cluster. In simulated mode it also owns time: it advances the clock (its own
     reports and ``arrivals``) whenever the system is idle. ``done`` is set once nothing is left
     (in real mode ``arrivals`` is released by :func:`run_arrivals` and only consulted for that).
     ``long_poll`` (a log of its own, on Kafka): when idle, wait in a fetch for the next command
-    (until the next report is due at the latest) instead of sleeping."""
+    (until the next report is due at the latest) instead of sleeping. ``role``: the leadership the
+    caller acquired for it alone, checked after every step (as the actuator's runner does)."""
     topics = topics or Topics()
     bell = bell or Bell()
     if clock == "simulated":
@@ -67,6 +68,7 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
     else:
         sim = SimCluster.real(log, wall_clock, config, topics)
     backoff = Backoff()
+    waiter = log.waiter if long_poll else None
     while not stop.is_set():
         try:
             did = sim.step()  # recovers first when its view may be stale (start, a failed commit)
@@ -78,6 +80,8 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
             continue
         backoff.reset()
         mark_up(status)
+        if role is not None:
+            still_leading(log, role, stop)
         if did:
             await pace(bell, did, poll_seconds)
             continue
@@ -85,8 +89,8 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
             done.set()
         hint = sim.wait_hint_ms() if clock == "real" else None
         idle = poll_seconds if hint is None else min(poll_seconds, hint / 1000)
-        if long_poll and isinstance(log, SupportsWaiting):
-            await log.wait_for_records(sim.topic, sim.next_offset, idle)
+        if waiter is not None:
+            await waiter.wait_for_records(sim.topic, sim.next_offset, idle)
         else:
             await bell.wait(idle)
     return sim

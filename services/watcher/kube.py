@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
@@ -42,6 +41,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from events.cluster import KUEUE_GROUP, KUEUE_VERSION
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
 from events.envelope import Topics, event_key
+from services.runtime.clock import wall_clock_ms
 from services.runtime.log import Log, LogError
 from services.watcher.translate import (
     ID_PREFIX,
@@ -121,10 +121,6 @@ class WatcherStats:
     errors: int = 0  # API errors (each followed by a relist)
     refused: int = 0  # objects the translator refused (dead letters)
     recovered: int = 0  # envelopes of a previous run read back at start
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _http_error(what: str, status: int, message: str) -> WatchError:

@@ -10,6 +10,7 @@ test_kube_rbac.py.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import re
@@ -328,12 +329,20 @@ def _environment(monkeypatch: pytest.MonkeyPatch, settings: dict[str, str]) -> N
         monkeypatch.setenv(key, value)
 
 
+def _run_settings(args: argparse.Namespace) -> tuple[bool, str | None, str, str, tuple[int, bool]]:
+    """What ``run`` resolves from its flags and environment, as this file checks it."""
+    from services.app.assembly import run_options
+
+    o = run_options(args)
+    return o.kube, o.kubeconfig, o.cluster, o.policy, (o.http.port, o.http.explicit)
+
+
 @pytest.mark.parametrize("service", SERVICES)
 def test_deployment_runs_what_the_cli_accepts_with_the_config_map(service: str,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The command line and environment of the pod, through the CLI's own parsing: the watcher and
     the actuator talk to Kubernetes in-cluster, and every service serves its probes' port."""
-    from services.app.cli import _run_settings, build_parser
+    from services.app.cli import build_parser
 
     container = by_kind("Deployment")[f"kueuelog-{service}"]["spec"]["template"]["spec"]["containers"][0]
     data = by_kind("ConfigMap")["kueuelog-config"]["data"]
@@ -350,7 +359,7 @@ def test_deployment_runs_what_the_cli_accepts_with_the_config_map(service: str,
 
 
 def test_docker_compose_commands_are_ones_the_cli_accepts(monkeypatch: pytest.MonkeyPatch) -> None:
-    from services.app.cli import _run_settings, build_parser
+    from services.app.cli import build_parser
 
     compose = docs(ROOT / "docker-compose.yml")[0]["services"]
     for name, s in compose.items():

@@ -18,7 +18,8 @@ from events.messages import AdmitWorkload, CycleCompleted
 from services.actuator.job_reconciler import ReconcilerStats
 from services.actuator.kube_port import KubeStats
 from services.actuator.loop import Stats as LoopStats
-from services.app.cli import _run_settings, build_parser, main
+from services.app.assembly import run_options
+from services.app.cli import build_parser, main
 from services.runtime.metrics import StatsCollector
 from services.runtime.sqlite import SqliteLog
 from services.runtime.supervise import ServiceStatus
@@ -211,7 +212,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def settings(*argv: str) -> tuple[bool, str | None, str, str, tuple[int, bool]]:
-    return _run_settings(build_parser().parse_args(["run", *argv]))
+    o = run_options(build_parser().parse_args(["run", *argv]))
+    return o.kube, o.kubeconfig, o.cluster, o.policy, (o.http.port, o.http.explicit)
 
 
 def test_defaults(clean_env: pytest.MonkeyPatch) -> None:
