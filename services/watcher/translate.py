@@ -38,6 +38,7 @@ from events import jobs
 from events import objects as o
 from events.codec import encode
 from events.envelope import Envelope
+from events.kueue_versions import STORAGE_VERSION, respell
 from events.manifests import KUEUE_GROUP, Document, ManifestError, normalize
 from events.messages import (
     ClusterEvent,
@@ -64,7 +65,10 @@ ACTUATION_ANNOTATIONS: Final = frozenset({
 """The actuator's bookkeeping on a Job (services/actuator/kube_port.py; the watcher may not import it):
 not the user's Job, so not part of its Workload."""
 
-KUEUE_VERSION: Final = "v1beta1"
+KUEUE_VERSION: Final = STORAGE_VERSION
+"""Kueue's kinds are listed and watched at the version our CRDs store (and current Kueue's): the
+API server returns objects as stored, whatever version they were written at, so each body is
+respelled for its version (:func:`events.kueue_versions.respell`) before it is parsed."""
 API_VERSIONS: Final[Mapping[str, str]] = {
     "ResourceFlavor": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
     "Cohort": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
@@ -171,6 +175,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
     if kind == "Job" and isinstance(annotations, Mapping) and not ACTUATION_ANNOTATIONS.isdisjoint(annotations):
         body["metadata"] = {**meta, "annotations": {k: v for k, v in annotations.items()
                                                     if k not in ACTUATION_ANNOTATIONS}}
+    if str(body.get("apiVersion", "")).startswith(f"{KUEUE_GROUP}/"):
+        body = respell(body)
     try:
         normalized = normalize(Document(where, 0, body))
     except ManifestError as e:
