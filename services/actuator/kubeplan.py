@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from events import objects as o
+from events.kueue_versions import STORAGE_VERSION
 from events.manifests import format_time
 from events.messages import (
     AdmitWorkload,
@@ -28,7 +29,11 @@ ANN_DECISION: Final = "kueuelog.io/decision-id"
 ANN_CYCLE: Final = "kueuelog.io/decision-cycle"
 ANN_EVICTED: Final = "kueuelog.io/evicted"
 ANN_ORIGINAL: Final = "kueuelog.io/original-pod-scheduling"
-KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta1"
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", STORAGE_VERSION
+"""Kueue objects are read and written at the storage version of our CRDs (conversion None: a
+status written here is stored as written, whatever version the object was created at). The
+Workload status we write (admission, conditions) is spelled alike in v1beta1 and v1beta2; a
+LocalQueue's usage is v1beta2's ``flavorsUsage`` (v1beta1 ``flavorUsage`` is cleared)."""
 
 Json = dict[str, Any]
 Decision = AdmitWorkload | EvictWorkload | MarkPending
@@ -462,7 +467,7 @@ class QueueCounts:
         pending, admitted, usage = self._tally(keys)
         flavors = self._flavors(usage, quotas, borrowed=False)
         return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
-                "flavorsReservation": flavors, "flavorUsage": flavors}
+                "flavorsReservation": flavors, "flavorsUsage": flavors, "flavorUsage": None}
 
 
 def queue_status_patch(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Json | None:
