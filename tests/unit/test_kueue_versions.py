@@ -128,3 +128,9 @@ def test_an_example_read_at_any_served_version_means_the_same(doc: Document) -> 
     for version in served_versions(doc.body["kind"]):
         read = {**copy.deepcopy(doc.body), "apiVersion": f"{G}/{version}"}
         assert normalize(Document(doc.file, doc.index, respell(read))) == want, version
+
+
+def test_corpus_names_are_unique_per_kind() -> None:
+    """The integration test applies the examples together: no two objects of a kind share a name."""
+    seen = [(d.body["kind"], d.body["metadata"]["name"]) for d in corpus() if d.body["kind"] != "Configuration"]
+    assert len(seen) == len(set(seen))
