@@ -53,6 +53,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.scenarios import baseline
 from events import objects as o
+from events.cluster import SIM_DURATION_ANNOTATION as DURATION_ANNOTATION
 from events.codec import decode_decision, decode_envelope, encode
 from events.envelope import Envelope, Topics, event_key
 from events.manifests import Document
@@ -77,7 +78,6 @@ from services.scheduler.service import GROUP as SCHEDULER_GROUP
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream, arrival_schedule
 from services.simcluster.cluster import SimConfig
-from services.simcluster.durations import DURATION_ANNOTATION
 from services.simcluster.runner import run_arrivals, run_simcluster
 from services.watcher.ticker import run_ticker
 from tests.infra.kafka import LocalKafka

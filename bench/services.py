@@ -16,6 +16,7 @@ from collections import defaultdict
 
 from bench.scenarios import baseline
 from events import objects as o
+from events.cluster import SIM_DURATION_ANNOTATION as DURATION_ANNOTATION
 from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
 from events.manifests import Document
@@ -23,7 +24,6 @@ from events.messages import AdmitWorkload, EvictionCompleted, ObjectApplied, Wor
 from services.app.driver import drive_until_idle
 from services.runtime.sqlite import SqliteLog
 from services.simcluster.arrivals import ArrivalStream, arrival_schedule
-from services.simcluster.durations import DURATION_ANNOTATION
 
 NOMINAL_MILLI_CPU = 30 * 20_000
 

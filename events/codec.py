@@ -9,6 +9,14 @@ a record, because the scheduler must treat them differently:
   version does not know (a newer producer); the scheduler must stop rather than
   skip a fact;
 - old schema versions are upcast before they are converted.
+
+Decoding is bounded: a cluster event larger than ``MAX_RECORD_BYTES`` or nested
+deeper than ``MAX_NESTING`` is malformed before msgspec sees it, so that no
+record can exhaust the stack (msgspec recurses) or the memory, and a poison
+record is a dead letter rather than a crash on every restart. Decision records
+are the scheduler's own and may be large (a cycle's head outcomes; the log's
+topics take up to 100 MiB), so they are not measured first; one too deep for
+msgspec is malformed all the same.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import msgspec
 
 from events.envelope import SCHEMA_VERSION, Envelope
 from events.messages import ClusterEvent, DecisionRecord
+from events.validation import json_nesting_problem
 
 
 class MalformedRecord(ValueError):
@@ -59,7 +68,14 @@ def encode(value: Any) -> bytes:
     return _encoder.encode(value)
 
 
+def _bounded(data: bytes) -> None:
+    problem = json_nesting_problem(data)
+    if problem is not None:
+        raise MalformedRecord(problem)
+
+
 def decode_envelope(data: bytes) -> Envelope:
+    _bounded(data)
     try:
         env = _event_decoder.decode(data)
     except msgspec.DecodeError:
@@ -101,7 +117,7 @@ def decode_error(data: bytes, known_types: frozenset[str], error: Exception) -> 
     """What a failed decode of a tagged record means: a type this version does not know
     (:class:`UnknownEventType`) or a malformed record."""
     raw: Any = None
-    with contextlib.suppress(msgspec.DecodeError):
+    with contextlib.suppress(msgspec.DecodeError, RecursionError):
         raw = msgspec.json.decode(data)
     if isinstance(raw, dict) and isinstance(raw.get("type"), str) and raw["type"] not in known_types:
         return UnknownEventType(raw["type"])
@@ -124,7 +140,7 @@ def peek_decision(data: bytes) -> DecisionPeek:
     (a full :func:`decode_decision` then says what is wrong)."""
     try:
         return _peek_decoder.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return DecisionPeek()
 
 
@@ -133,3 +149,5 @@ def decode_decision(data: bytes) -> Any:
         return _decision_decoder.decode(data)
     except msgspec.DecodeError as e:
         raise decode_error(data, DECISION_TYPES, e) from None
+    except RecursionError:
+        raise MalformedRecord("nested too deeply to decode") from None

@@ -18,16 +18,20 @@ import re
 
 from events import api
 from events import objects as o
+from events import validation as v
+from events.cluster import (
+    MIN_PARALLELISM_ANNOTATION,
+    POD_PRIORITY_CLASS_SOURCE,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+    WORKLOAD_PRIORITY_CLASS_SOURCE,
+)
 from events.podspec import Where, pod_set_from_template
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 MAX_NAME = 253
 _HASH_LENGTH = 5
 _MAX_PREFIX = MAX_NAME - 1 - _HASH_LENGTH  # 247: room for "-" and the hash
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DECIMAL_INT = re.compile(r"^[+-]?[0-9]+$")  # what Go's strconv.Atoi accepts
 
 
 def workload_name_for_job(job_name: str, job_uid: str) -> str:
@@ -41,32 +45,32 @@ def job_to_workload(
     where: Where, meta: api.ObjectMeta, spec: api.JobSpec, namespace: str, creation_time: int | None
 ) -> o.Workload | None:
     labels = meta.labels or {}
-    queue = labels.get(QUEUE_LABEL)
+    queue = labels.get(QUEUE_NAME_LABEL)
     if queue is None:
         return None  # not managed by Kueue
     name = meta.name or ""
     if not queue:
-        raise where.error(f"metadata.labels.{QUEUE_LABEL}", "must not be empty")
+        raise where.error(f"metadata.labels.{QUEUE_NAME_LABEL}", "must not be empty")
     if len(queue) > MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(queue):
         # Kueue's job webhook: the label must name a LocalQueue (jobframework.ValidateLabelAsCRDName).
-        raise where.error(f"metadata.labels.{QUEUE_LABEL}",
+        raise where.error(f"metadata.labels.{QUEUE_NAME_LABEL}",
                           f"invalid value {queue!r}: must be a lowercase RFC 1123 subdomain (a LocalQueue name)")
     parallelism = 1 if spec.parallelism is None else spec.parallelism
-    if parallelism < 0:
-        raise where.error("spec.parallelism", f"must be greater than or equal to 0, got {parallelism}")
-    count = parallelism
-    if spec.completions is not None:
-        if spec.completions < 0:
-            raise where.error("spec.completions", f"must be greater than or equal to 0, got {spec.completions}")
-        count = min(count, spec.completions)
+    try:
+        count = v.int32(parallelism, "spec.parallelism", minimum=0)
+        if spec.completions is not None:
+            count = min(count, v.int32(spec.completions, "spec.completions", minimum=0))
+    except v.Invalid as e:
+        raise where.error(e.field, e.message) from None
     annotations = meta.annotations or {}
     min_count = None
     if MIN_PARALLELISM_ANNOTATION in annotations:
         raw = annotations[MIN_PARALLELISM_ANNOTATION]
         field = f"metadata.annotations.{MIN_PARALLELISM_ANNOTATION}"
-        if not _DECIMAL_INT.fullmatch(raw):
-            raise where.error(field, f"must be an integer, got {raw!r}")
-        min_count = int(raw)
+        try:
+            min_count = v.int_text(raw, field)
+        except v.Invalid as e:
+            raise where.error(e.field, e.message) from None
         # Kueue's job webhook compares with the pod count, min(parallelism, completions).
         if not 0 < min_count < count:
             raise where.error(
@@ -74,12 +78,16 @@ def job_to_workload(
                 f"must be greater than 0 and less than the Job's pod count min(parallelism, completions) "
                 f"({count}), got {min_count}",
             )
+    if not spec.template.spec.containers:
+        # The API server's pod validation requires one; Kueue's Workload CRD does not, so the rule
+        # is the Job's (a Job without a template has none either).
+        raise where.error("spec.template.spec.containers", "must have at least 1 item")
     pod_set = pod_set_from_template(where, "main", count, min_count, spec.template, "spec.template")
     priority_ref = None
     if labels.get(PRIORITY_CLASS_LABEL):
-        priority_ref = o.PriorityRef(source=o.WORKLOAD_PRIORITY_CLASS_SOURCE, name=labels[PRIORITY_CLASS_LABEL])
+        priority_ref = o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name=labels[PRIORITY_CLASS_LABEL])
     elif spec.template.spec.priority_class_name:
-        priority_ref = o.PriorityRef(source=o.POD_PRIORITY_CLASS_SOURCE, name=spec.template.spec.priority_class_name)
+        priority_ref = o.PriorityRef(source=POD_PRIORITY_CLASS_SOURCE, name=spec.template.spec.priority_class_name)
     uid = meta.uid or hashlib.sha1(f"{namespace}/{name}".encode(), usedforsecurity=False).hexdigest()[:32]
     wl_name = workload_name_for_job(name, uid)
     return o.Workload(

@@ -29,14 +29,13 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-KUEUE_GROUP: Final = "kueue.x-k8s.io"
+from events.cluster import KUEUE_GROUP, POD_PRIORITY_CLASS_SOURCE, WORKLOAD_PRIORITY_CLASS_SOURCE
+
 STORAGE_VERSION: Final = "v1beta2"
 """The version our CRDs store, and the one the watcher reads and the actuator writes."""
 
-WORKLOAD_PRIORITY_CLASS_SOURCE: Final = "kueue.x-k8s.io/workloadpriorityclass"
-POD_PRIORITY_CLASS_SOURCE: Final = "scheduling.k8s.io/priorityclass"
 _REF_OF_SOURCE: Final = {
-    WORKLOAD_PRIORITY_CLASS_SOURCE: ("kueue.x-k8s.io", "WorkloadPriorityClass"),
+    WORKLOAD_PRIORITY_CLASS_SOURCE: (KUEUE_GROUP, "WorkloadPriorityClass"),
     POD_PRIORITY_CLASS_SOURCE: ("scheduling.k8s.io", "PriorityClass"),
 }
 _SOURCE_OF_REF: Final = {ref: source for source, ref in _REF_OF_SOURCE.items()}

@@ -19,26 +19,35 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import msgspec
 import yaml
 
 from events import api
 from events import objects as o
+from events import validation as v
+from events.cluster import (
+    KUEUE_CONFIG_GROUP,
+    KUEUE_GROUP,
+    POD_PRIORITY_CLASS_SOURCE,
+    WORKLOAD_PRIORITY_CLASS_SOURCE,
+    ConditionStatus,
+    ConditionType,
+)
 from events.jobs import job_to_workload
 from events.podspec import ObjectError, pod_set_from_template, selector_from_api
 from events.quantity import QuantityError, parse_fraction, to_amount
 
-KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta1", "v1beta2")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 MAX_RESOURCE_GROUPS = 16
 MAX_FLAVORS_PER_GROUP = 64
 MAX_RESOURCES_PER_GROUP = 64
-MAX_POD_SETS = 8
+MAX_POD_SETS = v.MAX_POD_SETS
 # Kueue >= 0.14 webhook limits across a ClusterQueue's resource groups (pkg/webhooks/clusterqueue_webhook.go).
 MAX_TOTAL_FLAVORS = 256
 MAX_TOTAL_COVERED_RESOURCES = 256
@@ -69,7 +78,79 @@ class _NoTimestampLoader(yaml.SafeLoader):
     """Safe YAML without implicit timestamps: times stay strings, parsed by us (RFC 3339).
 
     A key written twice in one mapping is an error, as it is for kubectl and the API server;
-    PyYAML would silently keep the last value (two ``nominalQuota`` lines, say)."""
+    PyYAML would silently keep the last value (two ``nominalQuota`` lines, say).
+
+    Bounded: a document nested deeper than ``MAX_NESTING`` (aliases count with the depth of what
+    they stand for) or standing for more than ``MAX_YAML_NODES`` nodes once its aliases are
+    expanded is refused while it is composed, before PyYAML's recursion or the expansion can
+    exhaust the stack or the memory; an integer too long for Python's ``int()`` is refused
+    with its line."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._shape: dict[int, tuple[int, int]] = {}  # id(node) -> (height, expanded size)
+
+    def compose_document(self) -> yaml.Node | None:
+        self._shape = {}
+        return super().compose_document()
+
+    def _refuse(self, problem: str) -> NoReturn:
+        raise yaml.composer.ComposerError(None, None, problem, self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        alias = self.check_event(yaml.AliasEvent)
+        if not alias:
+            self._depth += 1
+            if self._depth > v.MAX_NESTING:
+                self._refuse(f"nested deeper than {v.MAX_NESTING} levels")
+        try:
+            node: yaml.Node | None = super().compose_node(parent, index)
+        finally:
+            if not alias:
+                self._depth -= 1
+        if node is None:
+            return node
+        if alias:
+            shape = self._shape.get(id(node))  # measured once it was complete
+            if shape is None:
+                self._refuse("an alias refers to a node that contains it")
+            height, size = shape
+            if self._depth + height > v.MAX_NESTING:
+                self._refuse(f"an alias nests the document deeper than {v.MAX_NESTING} levels")
+        else:
+            height, size = self._measure(node)
+        if size > v.MAX_YAML_NODES:
+            self._refuse(f"aliases expand the document to more than {v.MAX_YAML_NODES} nodes")
+        return node
+
+    def _measure(self, node: yaml.Node) -> tuple[int, int]:
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        shapes = [self._shape.get(id(c), (1, 1)) for c in children]
+        shape = (1 + max((h for h, _ in shapes), default=0), 1 + sum(n for _, n in shapes))
+        self._shape[id(node)] = shape
+        return shape
+
+    def construct_scalar(self, node: yaml.ScalarNode | yaml.MappingNode) -> Any:
+        value = super().construct_scalar(node)
+        if isinstance(value, str) and _SURROGATE.search(value):
+            # "\ud800" escapes a half of a UTF-16 pair, which is not text: nothing could encode it.
+            raise yaml.constructor.ConstructorError(
+                None, None, "a string with an unpaired surrogate escape is not text", node.start_mark
+            )
+        return value
+
+    def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return self.construct_yaml_int(node)
+        except ValueError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"integer of {len(node.value)} characters is too long", node.start_mark
+            ) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -89,6 +170,7 @@ class _NoTimestampLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+_NoTimestampLoader.add_constructor("tag:yaml.org,2002:int", _NoTimestampLoader.construct_bounded_int)
 _NoTimestampLoader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for ch, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
@@ -169,6 +251,9 @@ class _Ctx:
             raise self.error((field + path).lstrip("."), text) from None
 
     def amount(self, resource: str, value: object, field: str) -> int:
+        blanks = v.quantity_blanks(value)
+        if blanks:
+            raise self.error(field, blanks)
         try:
             # The sign is judged on the exact value: "-100m" of memory is negative even though
             # rounding up would make it 0 (Kueue compares the Quantity itself with 0).
@@ -178,7 +263,10 @@ class _Ctx:
             raise self.error(field, str(e)) from None
         if negative:
             raise self.error(field, f"must be greater than or equal to 0, got {value!r}")
-        return amount
+        try:
+            return v.amount(amount, field)
+        except v.Invalid as e:
+            raise self.error(e.field, e.message) from None
 
 
 def _meta(doc: Document) -> tuple[str, str, api.ObjectMeta]:
@@ -570,7 +658,8 @@ def _admission(ctx: _Ctx, status: api.WorkloadStatus | None, pod_sets: tuple[o.P
     """A Workload that arrives holding quota (status.admission + QuotaReserved=True) counts as usage."""
     if status is None or status.admission is None:
         return None
-    reserved = any(c.type == "QuotaReserved" and c.status == "True" for c in status.conditions or [])
+    reserved = any(c.type == ConditionType.QUOTA_RESERVED and c.status == ConditionStatus.TRUE
+                   for c in status.conditions or [])
     if not reserved:
         return None
     adm = status.admission
@@ -598,7 +687,7 @@ def _admission(ctx: _Ctx, status: api.WorkloadStatus | None, pod_sets: tuple[o.P
 def _reserved_at(ctx: _Ctx, status: api.WorkloadStatus | None) -> int | None:
     """When an arriving Workload's quota was reserved: candidates for preemption are ordered by it."""
     for i, c in enumerate((status.conditions or []) if status is not None else []):
-        if c.type == "QuotaReserved" and c.status == "True" and c.last_transition_time:
+        if c.type == ConditionType.QUOTA_RESERVED and c.status == ConditionStatus.TRUE and c.last_transition_time:
             try:
                 return parse_time(c.last_transition_time)
             except ValueError:
@@ -627,11 +716,11 @@ def _priority_ref(ctx: _Ctx, spec: api.WorkloadSpec, version: str) -> o.Priority
             raise ctx.error("spec.priorityClassRef.kind",
                             f"only the {kinds[ref.group]} kind is allowed for the {ref.group} group, got {ref.kind!r}")
         _check_name(ctx, ref.name, "spec.priorityClassRef.name")
-        source = o.WORKLOAD_PRIORITY_CLASS_SOURCE if ref.group == KUEUE_GROUP else o.POD_PRIORITY_CLASS_SOURCE
+        source = WORKLOAD_PRIORITY_CLASS_SOURCE if ref.group == KUEUE_GROUP else POD_PRIORITY_CLASS_SOURCE
         return o.PriorityRef(source=source, name=ref.name)
     if spec.priority_class_name:
-        source = spec.priority_class_source or o.POD_PRIORITY_CLASS_SOURCE
-        if source not in (o.WORKLOAD_PRIORITY_CLASS_SOURCE, o.POD_PRIORITY_CLASS_SOURCE):
+        source = spec.priority_class_source or POD_PRIORITY_CLASS_SOURCE
+        if source not in (WORKLOAD_PRIORITY_CLASS_SOURCE, POD_PRIORITY_CLASS_SOURCE):
             raise ctx.error("spec.priorityClassSource", f"unsupported value {source!r}")
         return o.PriorityRef(source=source, name=spec.priority_class_name)
     return None
@@ -652,8 +741,10 @@ def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespac
         if ps.name in names:
             raise ctx.error(f"{path}.name", f"duplicate value {ps.name!r}")
         names.add(ps.name)
-        if ps.count < 0:
-            raise ctx.error(f"{path}.count", f"must be greater than or equal to 0, got {ps.count}")
+        try:
+            v.int32(ps.count, f"{path}.count", minimum=0)
+        except v.Invalid as e:
+            raise ctx.error(e.field, e.message) from None
         if ps.min_count is not None:
             min_counts += 1
             if ps.min_count < 1 or ps.min_count > ps.count:
@@ -666,9 +757,11 @@ def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespac
             raise ctx.error(e.field, e.message) from None
     if min_counts > 1:
         raise ctx.error("spec.podSets", "at most one podSet can use minCount (partial admission)")
-    if spec.maximum_execution_time_seconds is not None and spec.maximum_execution_time_seconds < 1:
-        raise ctx.error("spec.maximumExecutionTimeSeconds",
-                        f"must be greater than or equal to 1, got {spec.maximum_execution_time_seconds}")
+    if spec.maximum_execution_time_seconds is not None:
+        try:
+            v.int32(spec.maximum_execution_time_seconds, "spec.maximumExecutionTimeSeconds", minimum=1)
+        except v.Invalid as e:
+            raise ctx.error(e.field, e.message) from None
     queue = spec.queue_name or ""
     if queue:
         _check_name(ctx, queue, "spec.queueName")
@@ -753,21 +846,15 @@ _FAIR_SHARING_STRATEGY_SETS = (
     ("LessThanInitialShare",),
     ("LessThanOrEqualToFinalShare", "LessThanInitialShare"),
 )
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)")
 
 
 def _duration_ms(ctx: _Ctx, text: str, field: str) -> int:
-    """A Go duration (``5m``, ``1h30m``, ``300s``) in milliseconds."""
-    scale = {"h": 3_600_000, "m": 60_000, "s": 1000, "ms": 1, "us": 0.001, "µs": 0.001, "ns": 0.000001}
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(text):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * scale[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or not text:
-        raise ctx.error(field, f"invalid duration {text!r} (expected e.g. 5m, 300s, 1h30m)")
-    return int(total)
+    """A Go duration (``5m``, ``1h30m``, ``300s``) in milliseconds (rounded down), within Go's int64
+    nanoseconds as Kueue's ``metav1.Duration`` is."""
+    try:
+        return v.duration_ns(text) // 1_000_000
+    except v.Invalid as e:
+        raise ctx.error(field, f"{e.message} (expected e.g. 5m, 300s, 1h30m)") from None
 
 
 def normalize(doc: Document) -> o.AnyObject | None:
@@ -778,7 +865,7 @@ def normalize(doc: Document) -> o.AnyObject | None:
     group, _, version = api_version.rpartition("/")
     name_ctx = _Ctx(doc, kind, meta.name or "")
     if kind == "Configuration":
-        if group != "config.kueue.x-k8s.io" or version not in KUEUE_VERSIONS:
+        if group != KUEUE_CONFIG_GROUP or version not in KUEUE_VERSIONS:
             raise name_ctx.error("apiVersion", f"unsupported apiVersion {api_version!r} for Configuration")
         return _configuration(name_ctx, body)
     # A Namespace's name is an RFC 1123 label (no dots, at most 63 characters); most names are subdomains.
@@ -791,9 +878,15 @@ def normalize(doc: Document) -> o.AnyObject | None:
     ctx.name = name
     ctx_display = _Ctx(doc, kind, f"{namespace}/{name}" if namespaced else name)
     try:
-        return _dispatch(ctx, kind, group, version, body, meta, namespace)
+        v.labels(_sorted_pairs(meta.labels), "metadata.labels")
+        obj = _dispatch(ctx, kind, group, version, body, meta, namespace)
+        if obj is not None:
+            v.validate_object(obj)  # the limits a record from the log is held to, too
+        return obj
     except ManifestError as e:
         # Re-locate with the display name (namespace/name) while keeping field and message.
+        raise ctx_display.error(e.field, e.message) from None
+    except v.Invalid as e:
         raise ctx_display.error(e.field, e.message) from None
 
 
@@ -863,12 +956,29 @@ def _dispatch(
 def load(files: Mapping[str, str]) -> list[tuple[Document, o.AnyObject]]:
     """Every document of every file, in order, normalised; the first error stops the load."""
     out: list[tuple[Document, o.AnyObject]] = []
+    parents: dict[str, str] = {}  # Cohort -> parent, as applied so far: the one rule across objects
     for file, text in files.items():
         for doc in read_documents(file, text):
             obj = normalize(doc)
-            if obj is not None:
-                out.append((doc, obj))
+            if obj is None:
+                continue
+            if isinstance(obj, o.Cohort):
+                problem = v.cohort_problem(parents, obj)
+                if problem is not None:
+                    raise ManifestError(doc.file, doc.index, f"Cohort {obj.name}", problem.field, problem.message)
+                parents[obj.name] = obj.parent
+            out.append((doc, obj))
     return out
+
+
+def decode_file(file: str, data: bytes) -> str:
+    """A manifest file's bytes (read with a cap of one byte over ``MAX_MANIFEST_BYTES``) as text."""
+    if len(data) > v.MAX_MANIFEST_BYTES:
+        raise ManifestError(file, 0, "", "", f"larger than {v.MAX_MANIFEST_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ManifestError(file, 0, "", "", f"not UTF-8 text (byte {e.start}): {e.reason}") from None
 
 
 def iter_pairs(d: Mapping[str, T]) -> Iterator[tuple[str, T]]:

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 import msgspec
 
+from events.cluster import ConditionStatus, ConditionType, EvictionReason, PendingConditionReason
 from events.objects import Admission, AnyObject
 
 
@@ -93,8 +94,8 @@ ClusterEvent = (
 class Condition(msgspec.Struct, frozen=True, kw_only=True):
     """A Kueue Workload condition as Kueue writes it."""
 
-    type: str
-    status: str
+    type: ConditionType
+    status: ConditionStatus
     reason: str
     message: str
     last_transition_time: int = 0
@@ -136,7 +137,7 @@ class AdmitWorkload(Decision, frozen=True, tag="admit"):
 
 
 class EvictWorkload(Decision, frozen=True, tag="evict"):
-    reason: str  # Kueue's Evicted reason: Preempted, ClusterQueueStopped, LocalQueueStopped, ...
+    reason: EvictionReason  # Kueue's Evicted reason
     message: str
     preemption_reason: str = ""  # InClusterQueue, InCohortReclamation, ...
     preemptor: str = ""  # namespace/name
@@ -146,7 +147,7 @@ class MarkPending(Decision, frozen=True, tag="pending"):
     reason: PendingReason
     message: str
     inadmissible: bool = False
-    condition_reason: str = "Pending"  # Kueue's QuotaReserved=False reason: Pending or Inadmissible
+    condition_reason: PendingConditionReason = PendingConditionReason.PENDING  # of Kueue's QuotaReserved=False
 
 
 class HeadOutcome(msgspec.Struct, frozen=True, kw_only=True):

@@ -241,12 +241,9 @@ class OwnerReference(_Obj, frozen=True):
 class PriorityRef(_Obj, frozen=True):
     """Where a Workload's priority comes from when ``priority`` is not set on it."""
 
-    source: str  # "kueue.x-k8s.io/workloadpriorityclass" or "scheduling.k8s.io/priorityclass"
+    source: str  # events.cluster.WORKLOAD_PRIORITY_CLASS_SOURCE or POD_PRIORITY_CLASS_SOURCE
     name: str
 
-
-WORKLOAD_PRIORITY_CLASS_SOURCE = "kueue.x-k8s.io/workloadpriorityclass"
-POD_PRIORITY_CLASS_SOURCE = "scheduling.k8s.io/priorityclass"
 
 
 class Workload(_Kind, frozen=True, tag="Workload"):

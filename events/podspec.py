@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from events import api
+from events import api, validation
 from events import objects as o
 
 RESERVED_RESOURCES = frozenset({"pods"})
@@ -103,6 +103,11 @@ def pod_set_from_template(
 ) -> o.PodSet:
     spec = template.spec
     requests = pod_requests(where, spec, f"{path}.spec")
+    try:
+        validation.pod_set_total(count, requests.items(), path)
+        validation.labels(sorted((spec.node_selector or {}).items()), f"{path}.spec.nodeSelector")
+    except validation.Invalid as e:
+        raise where.error(e.field, e.message) from None
     terms: list[o.NodeSelectorTerm] = []
     na = spec.affinity.node_affinity if spec.affinity else None
     required = na.required_during_scheduling_ignored_during_execution if na else None

@@ -12,6 +12,8 @@ import re
 from fractions import Fraction
 from typing import Final
 
+from events.validation import quantity_text
+
 _BINARY: Final = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60}
 _DECIMAL: Final = {
     "n": Fraction(1, 10**9),
@@ -51,6 +53,9 @@ def parse_fraction(value: object) -> Fraction:
         return Fraction(text)
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity")
+    too_long = quantity_text(value)
+    if too_long:
+        raise QuantityError(too_long)  # before any int() of its digits: Python refuses over 4300
     m = _QUANTITY_RE.fullmatch(value.strip())
     if m is None or value.strip() == "":
         raise QuantityError(f"{value!r} is not a quantity (expected e.g. 500m, 4, 36Gi, 1e3)")

@@ -47,23 +47,32 @@ import structlog
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events import conditions as cond
 from events import jobs
 from events import objects as o
+from events.cluster import (
+    DECISION_ID_ANNOTATION,
+    EVICTED_ANNOTATION,
+    JOB_UID_LABEL,
+    KUEUE_API_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    POD_PRIORITY_CLASS_SOURCE,
+    PROVISIONING_ANNOTATION_PREFIX,
+    QUEUE_NAME_LABEL,
+    REJECTED_LABEL,
+    REJECTION_ANNOTATION,
+    WORKLOAD_PRIORITY_CLASS_SOURCE,
+    ConditionStatus,
+    ConditionType,
+    JobConditionType,
+)
 from events.manifests import Document, ManifestError, format_time, normalize
 from services.actuator.kubeapi import KubeApiError, status_retriable
 
 Policy = Literal["suspend", "reject"]
 POLICIES: Final = ("suspend", "reject")
 
-QUEUE_LABEL: Final = jobs.QUEUE_LABEL
-DECISION_ANNOTATION: Final = "kueuelog.io/decision-id"  # the actuator's last decision on the Job
-EVICTED_ANNOTATION: Final = "kueuelog.io/evicted"  # ... when that decision was an eviction
-REJECTED_LABEL: Final = "kueuelog.io/rejected"
-REJECTION_ANNOTATION: Final = "kueuelog.io/rejection"
-JOB_UID_LABEL: Final = "kueue.x-k8s.io/job-uid"
-PROVREQ_ANNOTATION_PREFIX: Final = "provreq.kueue.x-k8s.io/"
-KUEUE_GROUP: Final = "kueue.x-k8s.io"
-WORKLOAD_VERSION: Final = "v1beta1"
 WORKLOADS: Final = "workloads"
 WORKLOAD_PRIORITY_CLASSES: Final = "workloadpriorityclasses"
 COMPONENT: Final = "kueuelog-job-reconciler"
@@ -200,10 +209,10 @@ def _finished(job: Mapping[str, Any], shown: str) -> tuple[bool, str] | None:
     for i, c in enumerate(conditions):
         if not isinstance(c, Mapping) or not isinstance(c.get("type"), str) or not isinstance(c.get("status"), str):
             raise JobError(shown, f"status.conditions[{i}]", "expected an object with string type and status")
-        if c["type"] in ("Complete", "Failed") and c["status"] == "True":
-            succeeded = c["type"] == "Complete"
+        if c["type"] in (JobConditionType.COMPLETE, JobConditionType.FAILED) and c["status"] == ConditionStatus.TRUE:
+            succeeded = c["type"] == JobConditionType.COMPLETE
             message = c.get("message") if isinstance(c.get("message"), str) else ""
-            return succeeded, message or ("Job finished successfully" if succeeded else "Job failed")
+            return succeeded, cond.finished(succeeded, message or "", 0).message  # its default when empty
     return None
 
 
@@ -231,22 +240,22 @@ def _draft(job: Mapping[str, Any], ref: JobRef, cluster: str) -> WorkloadDraft:
         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": ref.name, "uid": ref.uid,
                              "controller": True, "blockOwnerDeletion": True}],
     }
-    provreq = {k: v for k, v in wl.annotations if k.startswith(PROVREQ_ANNOTATION_PREFIX)}
+    provreq = {k: v for k, v in wl.annotations if k.startswith(PROVISIONING_ANNOTATION_PREFIX)}
     if provreq:
         meta["annotations"] = provreq
     if wl.priority_ref is None:
         query = PriorityQuery("PriorityClass", "")
-    elif wl.priority_ref.source == o.WORKLOAD_PRIORITY_CLASS_SOURCE:
+    elif wl.priority_ref.source == WORKLOAD_PRIORITY_CLASS_SOURCE:
         query = PriorityQuery("WorkloadPriorityClass", wl.priority_ref.name)
     else:
         query = PriorityQuery("PriorityClass", wl.priority_ref.name)
-    body = {"apiVersion": f"{KUEUE_GROUP}/{WORKLOAD_VERSION}", "kind": "Workload", "metadata": meta,
+    body = {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": meta,
             "spec": {"queueName": wl.queue_name, "podSets": [ps]}}
     return WorkloadDraft(namespace=ref.namespace, name=wl.name, body=body, priority=query)
 
 
 def rejection_message(ref: JobRef, queue: str) -> str:
-    return (f"Job {ref} was created running although it is queued ({QUEUE_LABEL}={queue}); a queued Job must be "
+    return (f"Job {ref} was created running although it is queued ({QUEUE_NAME_LABEL}={queue}); a queued Job must be "
             f"created with spec.suspend=true so that it waits for quota. It is not queued and runs outside quota "
             f"(kueuelog has no admission webhook to refuse it): delete it and create it suspended.")
 
@@ -260,7 +269,7 @@ def plan_job(job: Mapping[str, Any], *, policy: Policy = "suspend", cluster: str
     meta = _mapping(job, "metadata", "metadata", shown)
     labels = _string_map(meta, "labels", "metadata.labels", shown)
     annotations = _string_map(meta, "annotations", "metadata.annotations", shown)
-    queue = labels.get(QUEUE_LABEL)
+    queue = labels.get(QUEUE_NAME_LABEL)
     if queue is None or labels.get(REJECTED_LABEL) == "true":
         return JobPlan(ref)  # not queued, or rejected for good
     spec = _mapping(job, "spec", "spec", shown)
@@ -274,7 +283,7 @@ def plan_job(job: Mapping[str, Any], *, policy: Policy = "suspend", cluster: str
     if ended is not None:
         # Kueue writes Finished only on a Workload that exists; a finished Job gets none.
         return JobPlan(ref, finished=Finished(jobs.workload_name_for_job(ref.name, ref.uid), *ended))
-    admitted = DECISION_ANNOTATION in annotations and EVICTED_ANNOTATION not in annotations
+    admitted = DECISION_ID_ANNOTATION in annotations and EVICTED_ANNOTATION not in annotations
     invalid: JobError | None = None
     draft: WorkloadDraft | None = None
     try:
@@ -304,7 +313,7 @@ def default_priority(priority_classes: list[Mapping[str, Any]]) -> ResolvedPrior
     if not defaults:
         return ResolvedPriority()
     value, name = defaults[0]
-    return ResolvedPriority(class_name=name, source=o.POD_PRIORITY_CLASS_SOURCE, value=value)
+    return ResolvedPriority(class_name=name, source=POD_PRIORITY_CLASS_SOURCE, value=value)
 
 
 def finished_status(workload: Mapping[str, Any], finished: Finished, now_ms: int) -> dict[str, Any] | None:
@@ -312,18 +321,19 @@ def finished_status(workload: Mapping[str, Any], finished: Finished, now_ms: int
     Workload's status, keeping its other conditions; ``None`` when it is already set."""
     meta = workload.get("metadata") or {}
     conditions = [c for c in ((workload.get("status") or {}).get("conditions") or []) if isinstance(c, Mapping)]
-    if any(c.get("type") == "Finished" and c.get("status") == "True" for c in conditions):
+    if any(c.get("type") == ConditionType.FINISHED and c.get("status") == ConditionStatus.TRUE for c in conditions):
         return None
+    c = cond.finished(finished.succeeded, finished.message, now_ms)
     condition: dict[str, Any] = {
-        "type": "Finished",
-        "status": "True",
-        "reason": "Succeeded" if finished.succeeded else "Failed",
-        "message": finished.message,
+        "type": str(c.type),
+        "status": str(c.status),
+        "reason": str(c.reason),
+        "message": c.message,
         "lastTransitionTime": format_time(now_ms - now_ms % 1000),  # metav1.Time has whole seconds
     }
     if isinstance(meta.get("generation"), int):
         condition["observedGeneration"] = meta["generation"]
-    kept = [dict(c) for c in conditions if c.get("type") != "Finished"]
+    kept = [dict(c) for c in conditions if c.get("type") != ConditionType.FINISHED]
     return {"metadata": {"resourceVersion": meta.get("resourceVersion")},
             "status": {"conditions": [*kept, condition]}}
 
@@ -471,7 +481,7 @@ class JobReconciler:
         token: str | None = None
         while True:
             page = await _request("list Jobs", self._batch.list_job_for_all_namespaces(
-                label_selector=QUEUE_LABEL, limit=500, _continue=token, _preload_content=False))
+                label_selector=QUEUE_NAME_LABEL, limit=500, _continue=token, _preload_content=False))
             for item in page.get("items") or []:
                 job = _as_job(item)
                 meta = job.get("metadata") or {}
@@ -491,7 +501,7 @@ class JobReconciler:
     async def _watch(self, rv: str) -> str:
         try:
             resp = await self._batch.list_job_for_all_namespaces(
-                label_selector=QUEUE_LABEL, watch=True, resource_version=rv, allow_watch_bookmarks=True,
+                label_selector=QUEUE_NAME_LABEL, watch=True, resource_version=rv, allow_watch_bookmarks=True,
                 timeout_seconds=self.watch_timeout_s, _preload_content=False,
                 _request_timeout=aiohttp.ClientTimeout(total=None, sock_read=self.watch_timeout_s + 30))
         except ApiException as e:
@@ -647,12 +657,12 @@ class JobReconciler:
     async def _resolve_priority(self, query: PriorityQuery) -> ResolvedPriority:
         if query.kind == "WorkloadPriorityClass":
             wpc = await _request(f"read WorkloadPriorityClass {query.name}", self._custom.get_cluster_custom_object(
-                KUEUE_GROUP, WORKLOAD_VERSION, WORKLOAD_PRIORITY_CLASSES, query.name, _preload_content=False))
-            return ResolvedPriority(query.name, o.WORKLOAD_PRIORITY_CLASS_SOURCE, int(wpc.get("value") or 0))
+                KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PRIORITY_CLASSES, query.name, _preload_content=False))
+            return ResolvedPriority(query.name, WORKLOAD_PRIORITY_CLASS_SOURCE, int(wpc.get("value") or 0))
         if query.name:
             pc = await _request(f"read PriorityClass {query.name}", self._scheduling.read_priority_class(
                 query.name, _preload_content=False))
-            return ResolvedPriority(query.name, o.POD_PRIORITY_CLASS_SOURCE, int(pc.get("value") or 0))
+            return ResolvedPriority(query.name, POD_PRIORITY_CLASS_SOURCE, int(pc.get("value") or 0))
         listed = await _request("list PriorityClasses", self._scheduling.list_priority_class(_preload_content=False))
         return default_priority(list(listed.get("items") or []))
 
@@ -666,7 +676,7 @@ class JobReconciler:
         try:
             await _request(f"create Workload {draft.namespace}/{draft.name}",
                            self._custom.create_namespaced_custom_object(
-                               KUEUE_GROUP, WORKLOAD_VERSION, draft.namespace, WORKLOADS, draft.body_with(priority),
+                               KUEUE_GROUP, KUEUE_VERSION, draft.namespace, WORKLOADS, draft.body_with(priority),
                                _preload_content=False))
         except _NamespaceTerminating:
             self._log.info("no workload: the namespace is being deleted", job=str(ref))
@@ -684,7 +694,7 @@ class JobReconciler:
         for _ in range(_MAX_ATTEMPTS):
             try:
                 wl = await _request(f"read {what}", self._custom.get_namespaced_custom_object(
-                    KUEUE_GROUP, WORKLOAD_VERSION, ref.namespace, WORKLOADS, finished.workload, _preload_content=False))
+                    KUEUE_GROUP, KUEUE_VERSION, ref.namespace, WORKLOADS, finished.workload, _preload_content=False))
             except KubeApiError as e:
                 if e.status != 404:
                     raise
@@ -694,7 +704,7 @@ class JobReconciler:
             if patch is not None:
                 try:
                     await _request(f"write Finished on {what}", self._custom.patch_namespaced_custom_object_status(
-                        KUEUE_GROUP, WORKLOAD_VERSION, ref.namespace, WORKLOADS, finished.workload, patch,
+                        KUEUE_GROUP, KUEUE_VERSION, ref.namespace, WORKLOADS, finished.workload, patch,
                         _content_type=MERGE_PATCH, _preload_content=False))
                 except KubeApiError as e:
                     if e.status == 409:
@@ -734,7 +744,7 @@ class _Conflict(Exception):
 
 
 __all__ = [
-    "DECISION_ANNOTATION", "EVICTED_ANNOTATION", "REJECTED_LABEL", "REJECTION_ANNOTATION", "Finished", "JobError",
+    "Finished", "JobError",
     "JobPlan", "JobReconciler", "JobRef", "KubeApiError", "PriorityQuery", "ReconcilerStats", "ResolvedPriority",
     "WorkloadDraft", "default_priority", "finished_status", "plan_job", "rejection_message",
 ]

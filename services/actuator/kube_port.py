@@ -9,7 +9,7 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   ``spec.suspend=false`` and record the decision in ``kueuelog.io/decision-id`` (its cycle in
   ``kueuelog.io/decision-cycle``). Then write the Workload's ``status.admission`` and conditions
   ``QuotaReserved=True`` and ``Admitted=True``, with the texts of
-  :mod:`services.core.conditions` (the ones ``simulate`` renders).
+  :mod:`events.conditions` (the ones ``simulate`` renders).
 - ``EvictWorkload``: suspend the Job, set ``kueuelog.io/evicted``, restore the original template
   once the Job may be changed (Kubernetes lets a Job's scheduling directives change only while
   it is suspended and not started: in a real cluster that is after the job controller stopped
@@ -55,10 +55,11 @@ from typing import Any, Final
 import structlog
 from kubernetes_asyncio import client
 
+from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
+from events.cluster import PENDING_REASON_ANNOTATION
 from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, MarkPending
 from services.actuator.kubeapi import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
 from services.actuator.kubeplan import (
-    ANN_ORIGINAL,
     Decision,
     FlavorQuotas,
     FlavorScheduling,
@@ -87,7 +88,6 @@ from services.actuator.kubeplan import (
     workload_ref,
 )
 from services.actuator.loop import ActuationError, Staged, Tuning
-from services.core.render import PENDING_REASON_ANNOTATION
 
 _log = structlog.get_logger(__name__)
 

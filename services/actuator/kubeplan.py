@@ -12,9 +12,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from events import conditions as cond
 from events import objects as o
+from events.cluster import (
+    DECISION_CYCLE_ANNOTATION,
+    DECISION_ID_ANNOTATION,
+    EVICTED_ANNOTATION,
+    KUEUE_GROUP,
+    ORIGINAL_POD_SCHEDULING_ANNOTATION,
+    ConditionStatus,
+    ConditionType,
+)
 from events.kueue_versions import STORAGE_VERSION
-from events.manifests import format_time
+from events.manifests import format_time, parse_time
 from events.messages import (
     AdmitWorkload,
     Condition,
@@ -23,13 +33,8 @@ from events.messages import (
 )
 from events.quantity import QuantityError, format_amount, to_amount
 from services.actuator.kubeapi import InvalidObject, Ref
-from services.core import conditions as cond
 
-ANN_DECISION: Final = "kueuelog.io/decision-id"
-ANN_CYCLE: Final = "kueuelog.io/decision-cycle"
-ANN_EVICTED: Final = "kueuelog.io/evicted"
-ANN_ORIGINAL: Final = "kueuelog.io/original-pod-scheduling"
-KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", STORAGE_VERSION
+KUEUE_VERSION: Final = STORAGE_VERSION
 """Kueue objects are read and written at the storage version of our CRDs (conversion None: a
 status written here is stored as written, whatever version the object was created at). The
 Workload status we write (admission, conditions) is spelled alike in v1beta1 and v1beta2; a
@@ -123,10 +128,10 @@ def encode_original(node_selector: Mapping[str, str], tolerations: Sequence[Json
 def original_scheduling(job: Mapping[str, Any], what: str) -> tuple[dict[str, str], list[Json]]:
     """The template's own nodeSelector and tolerations: from the annotation while a flavor's are
     injected, else the template as it is."""
-    text = annotations_of(job).get(ANN_ORIGINAL)
+    text = annotations_of(job).get(ORIGINAL_POD_SCHEDULING_ANNOTATION)
     if text is None:
         return pod_scheduling(_pod_spec(job))
-    field_ = f"metadata.annotations.{ANN_ORIGINAL}"
+    field_ = f"metadata.annotations.{ORIGINAL_POD_SCHEDULING_ANNOTATION}"
     try:
         raw = json.loads(text)
     except ValueError as e:
@@ -181,10 +186,10 @@ def recorded_decision(job: Mapping[str, Any]) -> tuple[str, int]:
     """(decision id, cycle) the Job records; ("", -1) when none."""
     ann = annotations_of(job)
     try:
-        cycle = int(ann.get(ANN_CYCLE, "-1"))
+        cycle = int(ann.get(DECISION_CYCLE_ANNOTATION, "-1"))
     except ValueError:
         cycle = -1
-    return ann.get(ANN_DECISION, ""), cycle
+    return ann.get(DECISION_ID_ANNOTATION, ""), cycle
 
 
 Verdict = Literal["apply", "applied", "stale"]
@@ -210,11 +215,11 @@ def job_admit_patch(job: Mapping[str, Any], d: AdmitWorkload, flavors: Sequence[
     selector0, tolerations0 = original_scheduling(job, what)
     selector, tolerations = injected(selector0, tolerations0, flavors, what)
     ann = annotations_of(job)
-    changes: dict[str, str | None] = {ANN_DECISION: d.id, ANN_CYCLE: str(d.cycle)}
-    if ANN_ORIGINAL not in ann:
-        changes[ANN_ORIGINAL] = encode_original(selector0, tolerations0)
-    if ANN_EVICTED in ann:
-        changes[ANN_EVICTED] = None
+    changes: dict[str, str | None] = {DECISION_ID_ANNOTATION: d.id, DECISION_CYCLE_ANNOTATION: str(d.cycle)}
+    if ORIGINAL_POD_SCHEDULING_ANNOTATION not in ann:
+        changes[ORIGINAL_POD_SCHEDULING_ANNOTATION] = encode_original(selector0, tolerations0)
+    if EVICTED_ANNOTATION in ann:
+        changes[EVICTED_ANNOTATION] = None
     spec: Json = {"suspend": False}
     template = _scheduling_patch(_pod_spec(job), selector, tolerations)
     if template:
@@ -231,11 +236,12 @@ def may_restore(job: Mapping[str, Any]) -> bool:
 
 def job_restore_patch(job: Mapping[str, Any]) -> Json | None:
     """Back to the template's own nodeSelector / tolerations; None when nothing is injected."""
-    if ANN_ORIGINAL not in annotations_of(job):
+    if ORIGINAL_POD_SCHEDULING_ANNOTATION not in annotations_of(job):
         return None
     meta = job.get("metadata") or {}
     selector, tolerations = original_scheduling(job, f"Job {meta.get('namespace')}/{meta.get('name')}")
-    body: Json = {"metadata": {"resourceVersion": resource_version(job), "annotations": {ANN_ORIGINAL: None}}}
+    body: Json = {"metadata": {"resourceVersion": resource_version(job),
+                               "annotations": {ORIGINAL_POD_SCHEDULING_ANNOTATION: None}}}
     template = _scheduling_patch(_pod_spec(job), selector, tolerations)
     if template:
         body["spec"] = {"template": {"spec": template}}
@@ -245,7 +251,8 @@ def job_restore_patch(job: Mapping[str, Any]) -> Json | None:
 def job_evict_patch(job: Mapping[str, Any], d: EvictWorkload) -> Json:
     """Suspend and mark; restores the template in the same write when the Job already may change."""
     body: Json = {"metadata": {"resourceVersion": resource_version(job),
-                               "annotations": {ANN_DECISION: d.id, ANN_CYCLE: str(d.cycle), ANN_EVICTED: d.id}},
+                               "annotations": {DECISION_ID_ANNOTATION: d.id, DECISION_CYCLE_ANNOTATION: str(d.cycle),
+                                               EVICTED_ANNOTATION: d.id}},
                   "spec": {"suspend": True}}
     restore = job_restore_patch(job) if may_restore(job) else None
     return _deep_merge(body, restore) if restore else body
@@ -257,7 +264,7 @@ def job_evict_patch(job: Mapping[str, Any], d: EvictWorkload) -> Json:
 def condition_json(c: Condition) -> Json:
     # metav1.Time has second precision.
     at = c.last_transition_time - c.last_transition_time % 1000
-    return {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+    return {"type": str(c.type), "status": str(c.status), "reason": str(c.reason), "message": c.message,
             "lastTransitionTime": format_time(at)}
 
 
@@ -290,27 +297,46 @@ def _conditions(status: Mapping[str, Any]) -> list[Json]:
     return [dict(c) for c in status.get("conditions") or [] if isinstance(c, dict)]
 
 
+_CONDITION_TYPES = frozenset(ConditionType)
+_CONDITION_STATUSES = frozenset(ConditionStatus)
+
+
+def conditions_by_type(conditions: Iterable[Mapping[str, Any]]) -> dict[str, Condition]:
+    """The Workload's conditions of the types Kueue defines, read back as :class:`Condition`
+    (the inverse of :func:`condition_json`; a time that does not parse reads as 0)."""
+    out: dict[str, Condition] = {}
+    for c in conditions:
+        type_, status = str(c.get("type")), str(c.get("status"))
+        if type_ not in _CONDITION_TYPES or status not in _CONDITION_STATUSES:
+            continue
+        at: int
+        try:
+            at = parse_time(str(c.get("lastTransitionTime") or ""))
+        except ValueError:
+            at = 0
+        out[type_] = Condition(type=ConditionType(type_), status=ConditionStatus(status),
+                               reason=str(c.get("reason") or ""), message=str(c.get("message") or ""),
+                               last_transition_time=at)
+    return out
+
+
 def admitted_status(status: Mapping[str, Any], d: AdmitWorkload) -> Json:
+    """The same conditions the scheduler's state takes on admission (``events.conditions.admission``),
+    except that Admitted is written together with QuotaReserved: the decision does not say whether
+    the ClusterQueue has admission checks, and this actuator runs none."""
     conds = _conditions(status)
-    set_condition(conds, cond.quota_reserved(d.admission.cluster_queue, d.time))
-    set_condition(conds, cond.admitted(d.time))
-    for old in list(conds):  # as services.core.effects.commit_admission: an old eviction is history
-        if old.get("type") in ("Evicted", "Preempted") and old.get("status") == "True":
-            previously = f"Previously: {old.get('message', '')}"
-            set_condition(conds, Condition(type=old["type"], status="False", reason="QuotaReserved",
-                                           message=previously, last_transition_time=d.time))
+    for c in cond.admission(conditions_by_type(conds), d.admission.cluster_queue, d.time):
+        set_condition(conds, c)
     return {**status, "admission": admission_json(d.admission), "conditions": conds}
 
 
 def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
+    """The eviction and, at once, its completion: the conditions the scheduler's state takes
+    when the eviction is decided and when it completes (``events.conditions``)."""
     conds = _conditions(status)
-    set_condition(conds, cond.evicted(d.reason, d.message, d.time))
-    if d.preemption_reason:
-        set_condition(conds, cond.preempted(d.preemption_reason, d.message, d.time))
-    set_condition(conds, cond.pending(d.message or "The workload is pending after eviction", d.time))
-    set_condition(conds, cond.not_admitted(d.time))
-    # As services.core.state.finish_eviction: only a preempted workload goes straight back.
-    set_condition(conds, cond.requeued(d.reason == "Preempted", d.reason, d.message, d.time))
+    evicting = cond.eviction(d.reason, d.message, d.preemption_reason, d.time)
+    for c in [*evicting, *cond.eviction_completed(evicting[0], d.time)]:
+        set_condition(conds, c)
     out = {k: v for k, v in status.items() if k != "admission"}
     out["conditions"] = conds
     return out
@@ -318,13 +344,12 @@ def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
 
 def pending_status(status: Mapping[str, Any], d: MarkPending) -> Json:
     conds = _conditions(status)
-    set_condition(conds, Condition(type="QuotaReserved", status="False", reason=d.condition_reason,
-                                   message=d.message, last_transition_time=d.time))
+    set_condition(conds, cond.pending_as(d.condition_reason, d.message, d.time))
     return {**status, "conditions": conds}
 
 
 def holds_quota(workload: Mapping[str, Any]) -> bool:
-    return any(c.get("type") == "QuotaReserved" and c.get("status") == "True"
+    return any(c.get("type") == ConditionType.QUOTA_RESERVED and c.get("status") == ConditionStatus.TRUE
                for c in _conditions(workload.get("status") or {}))
 
 

@@ -33,6 +33,7 @@ from events.quantity import format_amount
 from services.actuator.loop import Actuator
 from services.actuator.sim_port import SimClusterPort
 from services.app.logview import format_decision
+from services.core.quota import cluster_queue_key
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream, read_files
@@ -94,17 +95,17 @@ def _usage_table(scheduler: Scheduler) -> Table:
     table.add_column("PENDING", justify="right")
     for name in sorted(state.cluster_queues):
         cq = state.cluster_queues[name]
-        if name not in state.nodes and not state.nodes:
+        if not state.index.nodes:
             continue
-        node = state.nodes.get("cq/" + name)
+        node = state.index.nodes.get(cluster_queue_key(name))
         cells = []
         for res in VIEW_RESOURCES:
             used = sum(v for (f, r), v in (node.usage.items() if node else []) if r == res)
             nominal = sum(q.nominal for (f, r), q in (node.quotas.items() if node else []) if r == res)
             cells.append("-" if not nominal and not used else
                          f"{format_amount(res, used)} / {format_amount(res, nominal)}")
-        queue = state.queues.get(name)
-        admitted = len(state.admitted.get(name, {}))
+        queue = state.index.queues.get(name)
+        admitted = len(state.index.admitted.get(name, {}))
         table.add_row(name, cq.cohort or "-", *cells, str(admitted), str(len(queue) if queue else 0))
     return table
 

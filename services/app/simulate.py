@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from events import objects as o
-from events.manifests import ManifestError, load
+from events.manifests import load
 from events.messages import EvictWorkload, ObjectApplied
 from services.core.cycle import run_cycle
 from services.core.state import State, finish_eviction, fold
+from services.runtime.manifestfiles import read_manifests
 
 
 @dataclass
@@ -68,12 +69,4 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None) -> Simu
 
 
 def simulate(paths: Sequence[str], cycles: int | None) -> SimulationResult:
-    files: dict[str, str] = {}
-    for path in paths:
-        with open(path, "rb") as f:
-            data = f.read()
-        try:
-            files[path] = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ManifestError(path, 0, "", "", f"not UTF-8 text (byte {e.start}): {e.reason}") from None
-    return run(fold_files(files), cycles)
+    return run(fold_files(read_manifests(paths)), cycles)

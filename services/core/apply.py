@@ -32,7 +32,7 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
         rec = state.workloads.get(key)
         if rec is None:
             raise ApplyError(f"cycle {record.cycle}: head {key} is not a known workload")
-        queue = state.queues.get(rec.queued_in)
+        queue = state.index.queues.get(rec.queued_in)
         if queue is not None:
             queue.remove(rec)
     for d in decisions:

@@ -19,20 +19,43 @@ it is deterministic (no clock, no randomness, no unordered iteration).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
+from events import conditions as cond
 from events import objects as o
+from events.cluster import NAMESPACE_NAME_LABEL, ConditionType, EvictionReason, PendingConditionReason
 from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, HeadOutcome, MarkPending, PendingReason
-from services.core import conditions as cond
 from services.core import effects, fairsharing
-from services.core.flavors import Assignment, Mode, Policy, assign, selector_matches
-from services.core.preemption import Preemptor, Searches, Simulation, Target, preemption_message
+from services.core.derived import Memo
+from services.core.flavors import Assignment, Mode, Oracle, Policy, assign, selector_matches
+from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
 from services.core.quota import FR, Node
 from services.core.state import State, WorkloadRecord, generation, tree_version
 
-NOT_NOMINATED, NOMINATED, SKIPPED, ASSUMED = "notNominated", "nominated", "skipped", "assumed"
-GENERIC, NAMESPACE_MISMATCH, FAILED_AFTER_NOMINATION, PENDING_PREEMPTION = (
-    "", "NamespaceMismatch", "FailedAfterNomination", "PendingPreemption",
-)
+
+class EntryStatus(StrEnum):
+    """Where a head is in the cycle (Kueue's ``entryStatus``)."""
+
+    NOT_NOMINATED = "notNominated"
+    NOMINATED = "nominated"
+    SKIPPED = "skipped"
+    ASSUMED = "assumed"
+
+
+class RequeueReason(StrEnum):
+    """Why a head goes back (Kueue's ``RequeueReason``): decides whether it is parked."""
+
+    GENERIC = ""
+    NAMESPACE_MISMATCH = "NamespaceMismatch"
+    FAILED_AFTER_NOMINATION = "FailedAfterNomination"
+    PENDING_PREEMPTION = "PendingPreemption"
+
+
+_ORACLE_MODE = {
+    PreemptionVerdict.NONE: Mode.NO_CANDIDATES,
+    PreemptionVerdict.PREEMPT: Mode.PREEMPT,
+    PreemptionVerdict.RECLAIM: Mode.RECLAIM,
+}
 
 
 @dataclass(slots=True)
@@ -41,9 +64,9 @@ class Entry:
     cq: o.ClusterQueue
     assignment: Assignment | None = None
     targets: list[Target] = field(default_factory=list)
-    status: str = NOT_NOMINATED
+    status: EntryStatus = EntryStatus.NOT_NOMINATED
     message: str = ""
-    requeue_reason: str = GENERIC
+    requeue_reason: RequeueReason = RequeueReason.GENERIC
     pending_reason: PendingReason = PendingReason.WAITING_FOR_QUOTA
     forget_flavors: bool = False  # skipped or preempting: the next attempt tries every flavor again
     nominated_at: tuple[int, int] | None = None  # the tree's version when nominated (if remembered)
@@ -67,12 +90,11 @@ class _Decisions:
 def namespace_labels(state: State, namespace: str) -> dict[str, str]:
     ns = state.namespaces.get(namespace)
     if ns is None:
-        return {"kubernetes.io/metadata.name": namespace}
+        return {NAMESPACE_NAME_LABEL: namespace}
     return dict(ns.labels)
 
 
-def _oracle_for(state: State, cq: o.ClusterQueue, rec: WorkloadRecord,  # type: ignore[no-untyped-def]
-                searches: Searches | None = None):
+def _oracle_for(state: State, cq: o.ClusterQueue, rec: WorkloadRecord, searches: Searches | None = None) -> Oracle:
     p = cq.preemption
     trivially_none = (
         p.within_cluster_queue == o.WithinClusterQueue.NEVER
@@ -83,9 +105,9 @@ def _oracle_for(state: State, cq: o.ClusterQueue, rec: WorkloadRecord,  # type: 
     def oracle(fr: FR, value: int) -> tuple[Mode, int]:
         if trivially_none:
             return Mode.NO_CANDIDATES, preemptor.node.lowest_subtree_that_fits(fr, value)[0]
-        kind, borrow = (fairsharing.simulate(state, cq, rec, fr, value) if state.config.fair_sharing
-                        else preemptor.simulate(fr, value))
-        return {"none": Mode.NO_CANDIDATES, "preempt": Mode.PREEMPT, "reclaim": Mode.RECLAIM}[kind], borrow
+        verdict, borrow = (fairsharing.simulate(state, cq, rec, fr, value) if state.config.fair_sharing
+                           else preemptor.simulate(fr, value))
+        return _ORACLE_MODE[verdict], borrow
 
     return oracle
 
@@ -162,7 +184,7 @@ def _nominate(state: State, e: Entry) -> None:
     rec, cq = e.rec, e.cq
     if not selector_matches(cq.namespace_selector, namespace_labels(state, rec.obj.namespace)):
         e.message = "workload namespace doesn't match ClusterQueue selector"
-        e.requeue_reason = NAMESPACE_MISMATCH
+        e.requeue_reason = RequeueReason.NAMESPACE_MISMATCH
         e.pending_reason = PendingReason.NAMESPACE_MISMATCH
         return
     if rec.priority_error:
@@ -173,6 +195,7 @@ def _nominate(state: State, e: Entry) -> None:
     if memo is not None:
         known = memo.get(key)
         if known is not None:
+            state.cache.hits += 1
             e.assignment, targets, e.pending_reason, e.message = known
             e.targets = list(targets)
             return
@@ -183,10 +206,7 @@ def _nominate(state: State, e: Entry) -> None:
         memo[key] = (e.assignment, tuple(e.targets), e.pending_reason, e.message)
 
 
-_Memo = dict[tuple[object, ...], tuple[Assignment, tuple[Target, ...], PendingReason, str]]
-
-
-def _memo_slot(state: State, e: Entry) -> tuple[_Memo | None, tuple[object, ...]]:
+def _memo_slot(state: State, e: Entry) -> tuple[Memo | None, tuple[object, ...]]:
     """Where a nomination is remembered, and under which key.
 
     A nomination reads the workload's podSets, priority (and, for LowerOrNewerEqualPriority,
@@ -195,9 +215,10 @@ def _memo_slot(state: State, e: Entry) -> tuple[_Memo | None, tuple[object, ...]
     version moves whenever any of the latter changes, so two heads of one ClusterQueue with
     the same podSets and priority get the same answer until then: with saturated queues most
     heads are exactly that, and the flavor search and preemption simulation run once per shape.
-    Fair sharing reads shares across the tree and is not remembered.
+    Fair sharing reads shares across the tree and is not remembered; nor is anything while
+    ``state.cache.memo_enabled`` is off.
     """
-    if state.config.fair_sharing:
+    if state.config.fair_sharing or not state.cache.memo_enabled:
         return None, ()
     cq, rec = e.cq, e.rec
     root, version = tree_version(state, cq.name)
@@ -205,10 +226,10 @@ def _memo_slot(state: State, e: Entry) -> tuple[_Memo | None, tuple[object, ...]
         e.nominated_at = version
     elif e.nominated_at != version:
         return None, ()  # the tree changed since this head was nominated: its nomination is not the key's
-    slot = state.nomination_memo.get(root)
+    slot = state.cache.nominations.get(root)
     if slot is None or slot[0] != version:
         slot = (version, {})
-        state.nomination_memo[root] = slot
+        state.cache.nominations[root] = slot
     resume = rec.last_tried if rec.last_generation == generation(state, cq.name) else None
     newer = (rec.queue_time
              if cq.preemption.within_cluster_queue == o.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY else None)
@@ -270,7 +291,7 @@ class _Overlay:
         self.added.clear()
 
 
-def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: str, message: str,
+def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: EvictionReason, message: str,
           preemption_reason: str = "", preemptor: str = "") -> None:
     effects.mark_evicted(state, rec, reason, message, preemption_reason)
     assert rec.admission is not None
@@ -300,18 +321,18 @@ def _drain_stopped(state: State, out: _Decisions) -> None:
     draining = sorted(name for name, cq in state.cluster_queues.items()
                       if cq.stop_policy == o.StopPolicy.HOLD_AND_DRAIN or name in draining_lqs)
     for cq_name in draining:
-        if cq_name not in state.admitted:
+        if cq_name not in state.index.admitted:
             continue
         cq = state.cluster_queues.get(cq_name)
-        for key in list(state.admitted[cq_name]):
+        for key in list(state.index.admitted[cq_name]):
             rec = state.workloads[key]
             if rec.evicting:
                 continue
             lq = state.local_queues.get(f"{rec.obj.namespace}/{rec.obj.queue_name}")
             if cq is not None and cq.stop_policy == o.StopPolicy.HOLD_AND_DRAIN:
-                evict(state, out, rec, "ClusterQueueStopped", "The ClusterQueue is stopped")
+                evict(state, out, rec, EvictionReason.CLUSTER_QUEUE_STOPPED, "The ClusterQueue is stopped")
             elif lq is not None and lq.stop_policy == o.StopPolicy.HOLD_AND_DRAIN:
-                evict(state, out, rec, "LocalQueueStopped", "The LocalQueue is stopped")
+                evict(state, out, rec, EvictionReason.LOCAL_QUEUE_STOPPED, "The LocalQueue is stopped")
 
 
 def restart_held(state: State) -> None:
@@ -323,30 +344,31 @@ def restart_held(state: State) -> None:
             continue
         cq = state.cluster_queues.get(rec.queued_in) if rec.queued_in else None
         lq = state.local_queues.get(f"{rec.obj.namespace}/{rec.obj.queue_name}")
-        requeued = rec.conditions.get("Requeued")
+        requeued = rec.conditions.get(ConditionType.REQUEUED)
         reason = requeued.reason if requeued else ""
-        if reason == "ClusterQueueStopped" and cq is not None and cq.stop_policy == o.StopPolicy.NONE:
+        if reason == EvictionReason.CLUSTER_QUEUE_STOPPED and cq is not None and cq.stop_policy == o.StopPolicy.NONE:
             rec.set_condition(cond.restarted("ClusterQueue", state.now))
             del state.held[key]
-        elif reason == "LocalQueueStopped" and lq is not None and lq.stop_policy == o.StopPolicy.NONE:
+        elif reason == EvictionReason.LOCAL_QUEUE_STOPPED and lq is not None and lq.stop_policy == o.StopPolicy.NONE:
             rec.set_condition(cond.restarted("LocalQueue", state.now))
             del state.held[key]
 
 
 def _mark_inactive(state: State, out: _Decisions) -> None:
-    for cq_name in sorted(state.inactive):
-        queue = state.queues.get(cq_name)
+    for cq_name in sorted(state.index.inactive):
+        queue = state.index.queues.get(cq_name)
         if queue is None:
             continue
         keys = [k for _, k in queue.active] + list(queue.inadmissible)
         for key in keys:
             _set_pending(state, out, state.workloads[key], f"ClusterQueue {cq_name} is inactive",
                          PendingReason.ON_HOLD if state.cluster_queues[cq_name].stop_policy != o.StopPolicy.NONE
-                         else PendingReason.CLUSTER_QUEUE_INACTIVE, inadmissible=True, kueue_reason="Inadmissible")
+                         else PendingReason.CLUSTER_QUEUE_INACTIVE, inadmissible=True,
+                         kueue_reason=PendingConditionReason.INADMISSIBLE)
 
 
 def _set_pending(state: State, out: _Decisions, rec: WorkloadRecord, message: str, reason: PendingReason,
-                 *, inadmissible: bool, kueue_reason: str = "Pending") -> None:
+                 *, inadmissible: bool, kueue_reason: PendingConditionReason = PendingConditionReason.PENDING) -> None:
     if not effects.mark_pending(state, rec, message, reason, kueue_reason):
         return
     out.out.append(MarkPending(
@@ -382,9 +404,9 @@ def run_cycle(state: State) -> CycleResult:
     restart_held(state)
     _mark_inactive(state, out)
     entries: list[Entry] = []
-    for cq_name in sorted(state.queues):
-        queue = state.queues[cq_name]
-        if cq_name in state.inactive or not queue.active:
+    for cq_name in sorted(state.index.queues):
+        queue = state.index.queues[cq_name]
+        if cq_name in state.index.inactive or not queue.active:
             continue
         _, key = queue.active.pop(0)
         entries.append(Entry(rec=state.workloads[key], cq=state.cluster_queues[cq_name]))
@@ -400,11 +422,11 @@ def run_cycle(state: State) -> CycleResult:
     try:
         for e in ordered:
             _process(state, out, e, overlay, preempted)
-            if e.status == ASSUMED:
+            if e.status == EntryStatus.ASSUMED:
                 admitted += 1
     finally:
         overlay.undo()
-    heads = [_requeue(state, out, e) for e in entries if e.status != ASSUMED]
+    heads = [_requeue(state, out, e) for e in entries if e.status != EntryStatus.ASSUMED]
     evicted = sum(1 for d in out.out if isinstance(d, EvictWorkload))
     return CycleResult(decisions=out.out, admitted=admitted, evicted=evicted, parked=sum(h.parked for h in heads),
                        admitted_heads=out.admitted_heads, heads=heads)
@@ -439,15 +461,16 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
             count += 1
             if victim.evicting:
                 continue
-            evict(state, out, victim, "Preempted", preemption_message(e.rec, t.reason), t.reason, e.rec.key)
+            evict(state, out, victim, EvictionReason.PREEMPTED, preemption_message(e.rec, t.reason), t.reason,
+                  e.rec.key)
         e.message += f". Pending the preemption of {count} workload(s)"
         e.forget_flavors = True
-        e.requeue_reason = PENDING_PREEMPTION
+        e.requeue_reason = RequeueReason.PENDING_PREEMPTION
         e.pending_reason = PendingReason.PREEMPTION_PENDING
         return
-    e.status = NOMINATED
+    e.status = EntryStatus.NOMINATED
     _admit(state, out, e)
-    e.status = ASSUMED
+    e.status = EntryStatus.ASSUMED
 
 
 def _explain_no_targets(state: State, e: Entry, *, remembered: bool) -> None:
@@ -505,24 +528,25 @@ def _cluster_queue_of(state: State, key: str) -> str:
 
 def _skip(e: Entry, message: str) -> None:
     e.forget_flavors = True
-    e.status = SKIPPED
+    e.status = EntryStatus.SKIPPED
     e.message = message
     e.pending_reason = PendingReason.SKIPPED_IN_CYCLE
 
 
 def _requeue(state: State, out: _Decisions, e: Entry) -> HeadOutcome:
     """Kueue's ``requeueAndUpdate``: back in the queue at once, or parked as inadmissible."""
-    if e.status != NOT_NOMINATED and e.requeue_reason == GENERIC:
-        e.requeue_reason = FAILED_AFTER_NOMINATION
+    if e.status != EntryStatus.NOT_NOMINATED and e.requeue_reason == RequeueReason.GENERIC:
+        e.requeue_reason = RequeueReason.FAILED_AFTER_NOMINATION
     keep_flavors = e.assignment is not None and not e.forget_flavors
     pending_flavors = keep_flavors and e.assignment is not None and e.assignment.pending_flavors()
     if e.cq.queueing_strategy == o.QueueingStrategy.STRICT_FIFO:
-        immediate = e.requeue_reason != NAMESPACE_MISMATCH
+        immediate = e.requeue_reason != RequeueReason.NAMESPACE_MISMATCH
     else:
-        immediate = e.requeue_reason in (FAILED_AFTER_NOMINATION, PENDING_PREEMPTION) or pending_flavors
+        immediate = (e.requeue_reason in (RequeueReason.FAILED_AFTER_NOMINATION, RequeueReason.PENDING_PREEMPTION)
+                     or pending_flavors)
     outcome = HeadOutcome(
         key=e.rec.key, cluster_queue=e.cq.name, parked=not immediate,
-        sticky=(e.requeue_reason == PENDING_PREEMPTION
+        sticky=(e.requeue_reason == RequeueReason.PENDING_PREEMPTION
                 and e.cq.queueing_strategy == o.QueueingStrategy.BEST_EFFORT_FIFO),
         last_tried=(tuple(sorted((ps, g, i) for (ps, g), i in e.assignment.tried.items()))
                     if keep_flavors and e.assignment is not None else None),

@@ -8,9 +8,10 @@ so a replayed state is the live state by construction, not by coincidence.
 
 from __future__ import annotations
 
+from events import conditions as cond
 from events import objects as o
-from events.messages import Condition, HeadOutcome
-from services.core import conditions as cond
+from events.cluster import ConditionType, EvictionReason, PendingConditionReason
+from events.messages import HeadOutcome
 from services.core.state import ClusterQueueQueue, State, WorkloadRecord, generation, reserve_quota, touch_tree
 
 
@@ -18,43 +19,30 @@ def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission) -> Non
     now = state.now
     reserve_quota(state, rec, adm, now)
     rec.sticky = False
-    rec.set_condition(cond.quota_reserved(adm.cluster_queue, now))
     cq = state.cluster_queues.get(adm.cluster_queue)
-    if cq is not None and cq.admission_checks:
-        rec.set_condition(cond.pending_admission_checks(now))
-    else:
-        rec.set_condition(cond.admitted(now))
-    for ctype in ("Evicted", "Preempted"):
-        old = rec.conditions.get(ctype)
-        if old is not None and old.status == "True":
-            rec.set_condition(cond._c(ctype, False, "QuotaReserved", f"Previously: {old.message}", now))
+    checks_pending = cq is not None and bool(cq.admission_checks)
+    for c in cond.admission(rec.conditions, adm.cluster_queue, now, checks_pending=checks_pending):
+        rec.set_condition(c)
     rec.pending_reason = ""
 
 
-def mark_evicted(state: State, rec: WorkloadRecord, reason: str, message: str, preemption_reason: str) -> None:
-    now = state.now
+def mark_evicted(state: State, rec: WorkloadRecord, reason: EvictionReason, message: str,
+                 preemption_reason: str) -> None:
     rec.evicting = True
     if rec.admission is not None:
         touch_tree(state, rec.admission.cluster_queue)  # evicted candidates come first
-    rec.set_condition(cond.evicted(reason, message, now))
-    if preemption_reason:
-        rec.set_condition(cond.preempted(preemption_reason, message, now))
+    for c in cond.eviction(reason, message, preemption_reason, state.now):
+        rec.set_condition(c)
 
 
-def pending_condition(state: State, message: str, kueue_reason: str) -> Condition:
-    if kueue_reason == "Inadmissible":
-        return cond.inadmissible(message, state.now)
-    return cond.pending(message, state.now)
-
-
-def mark_pending(state: State, rec: WorkloadRecord, message: str, reason: str, kueue_reason: str) -> bool:
+def mark_pending(state: State, rec: WorkloadRecord, message: str, reason: str,
+                 kueue_reason: PendingConditionReason) -> bool:
     """Set the pending condition; False when it says nothing new (no decision is recorded then)."""
-    old = rec.conditions.get("QuotaReserved")
-    c_reason = "Inadmissible" if kueue_reason == "Inadmissible" else "Pending"  # as pending_condition
-    if (old is not None and old.status == "False" and old.reason == c_reason and old.message == message
+    old = rec.conditions.get(ConditionType.QUOTA_RESERVED)
+    if (old is not None and not cond.is_true(old) and old.reason == kueue_reason and old.message == message
             and rec.pending_reason == reason):
         return False  # checked before building the condition: most parked heads say the same again
-    rec.set_condition(pending_condition(state, message, kueue_reason))
+    rec.set_condition(cond.pending_as(kueue_reason, message, state.now))
     rec.pending_reason = reason
     return True
 
@@ -67,7 +55,7 @@ def requeue(state: State, rec: WorkloadRecord, h: HeadOutcome) -> None:
         rec.last_tried = {(ps, group): idx for ps, group, idx in h.last_tried}
         rec.last_generation = generation(state, h.cluster_queue)
     rec.sticky = h.sticky
-    queue = state.queues.setdefault(h.cluster_queue, ClusterQueueQueue())
+    queue = state.index.queues.setdefault(h.cluster_queue, ClusterQueueQueue())
     if h.parked:
         rec.inadmissible = True
         queue.inadmissible[rec.key] = None

@@ -21,18 +21,19 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from events import objects as o
+from events.cluster import PreemptionReason
 from services.core.preemption import (
-    IN_CLUSTER_QUEUE,
-    IN_COHORT_FAIR_SHARING,
+    PreemptionVerdict,
     Preemptor,
     Simulation,
     Target,
+    Variant,
     _Candidate,
     _uses,
     candidate_order,
     satisfies,
 )
-from services.core.quota import FR, Node
+from services.core.quota import FR, Node, NodeKey
 from services.core.state import State, WorkloadRecord
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ class _FairPreemptor:
                 if found:
                     out[name] = found
         for found in out.values():
-            found.sort(key=lambda w: order(_Candidate(w, 0, None)))  # type: ignore[arg-type]
+            found.sort(key=lambda w: order(_Candidate(w, Variant.WITHIN_CQ, None)))  # the variant is not in the key
         return out
 
     def fits(self) -> bool:
@@ -210,23 +211,23 @@ class _FairPreemptor:
             for fr, v in sorted(self.usage.items()):
                 node.add_usage(fr, v)
 
-    def _next_target(self, cands: dict[str, list[WorkloadRecord]], pruned: set[str]) -> str | None:
+    def _next_target(self, cands: dict[str, list[WorkloadRecord]], pruned: set[NodeKey]) -> str | None:
         root = self.node.root()
         on_path = {id(n) for n in _path_to_root(self.node)}
         if self.node.parent is None:
             return self.cq.name if cands.get(self.cq.name) else None
-        while ("cohort/" + root.name) not in pruned:
+        while root.key not in pruned:
             found = self._descend(root, cands, pruned, on_path)
             if found is not None:
                 return found
         return None
 
-    def _descend(self, cohort: Node, cands: dict[str, list[WorkloadRecord]], pruned: set[str],
+    def _descend(self, cohort: Node, cands: dict[str, list[WorkloadRecord]], pruned: set[NodeKey],
                  on_path: set[int]) -> str | None:
         best_cq: tuple[Share, str] | None = None
         best_cohort: tuple[Share, Node] | None = None
         for child in cohort.children:
-            tag = ("cq/" if child.is_cluster_queue else "cohort/") + child.name
+            tag = child.key
             if tag in pruned:
                 continue
             share = drs(self.state, child)
@@ -243,7 +244,7 @@ class _FairPreemptor:
                 if best_cohort is None or share >= best_cohort[0]:
                     best_cohort = (share, child)
         if best_cq is None and best_cohort is None:
-            pruned.add("cohort/" + cohort.name)
+            pruned.add(cohort.key)
             return None
         if best_cohort is not None and (best_cq is None or best_cohort[0] >= best_cq[0]):
             return self._descend(best_cohort[1], cands, pruned, on_path)
@@ -255,13 +256,13 @@ class _FairPreemptor:
         if not cands:
             return []
         sim = Simulation(self.state)
-        chosen: list[tuple[WorkloadRecord, str]] = []
+        chosen: list[tuple[WorkloadRecord, PreemptionReason]] = []
         for fr, v in sorted(self.usage.items()):
             self.node.add_usage(fr, v)
         done = False
         try:
             retry: dict[str, list[WorkloadRecord]] = {}
-            pruned: set[str] = set()
+            pruned: set[NodeKey] = set()
             while not done:
                 target_cq = self._next_target(cands, pruned)
                 if target_cq is None:
@@ -269,7 +270,7 @@ class _FairPreemptor:
                 if target_cq == self.cq.name:
                     w = cands[target_cq].pop(0)
                     sim.remove(w)
-                    chosen.append((w, IN_CLUSTER_QUEUE))
+                    chosen.append((w, PreemptionReason.IN_CLUSTER_QUEUE))
                     done = self.fits()
                     continue
                 target_node = self.state.cq_node(target_cq)
@@ -280,7 +281,7 @@ class _FairPreemptor:
                     sim.remove(w)
                     t_new = drs(self.state, t_side)
                     if _strategy(strategies[0], p_new, t_old, t_new):
-                        chosen.append((w, IN_COHORT_FAIR_SHARING))
+                        chosen.append((w, PreemptionReason.IN_COHORT_FAIR_SHARING))
                         done = self.fits()
                         break
                     sim.restore_last()
@@ -296,7 +297,7 @@ class _FairPreemptor:
                     if _strategy(strategies[1], drs(self.state, p_side), drs(self.state, t_side), ZERO):
                         w = retry[target_cq].pop(0)
                         sim.remove(w)
-                        chosen.append((w, IN_COHORT_FAIR_SHARING))
+                        chosen.append((w, PreemptionReason.IN_COHORT_FAIR_SHARING))
                         done = self.fits()
                     retry[target_cq] = []  # each ClusterQueue gets one try in the second round
         finally:
@@ -308,7 +309,9 @@ class _FairPreemptor:
             # Fill back: give back every target but the last that is not needed after all.
             for i in range(len(chosen) - 2, -1, -1):
                 w = chosen[i][0]
-                node = self.state.cq_node(w.admission.cluster_queue)  # type: ignore[union-attr]
+                adm = w.admission
+                assert adm is not None  # a target holds quota
+                node = self.state.cq_node(adm.cluster_queue)
                 for fr, v in sorted(w.usage.items()):
                     node.add_usage(fr, v)
                 if all(v <= max(0, self.node.available(fr)) for fr, v in self.usage.items()):
@@ -339,12 +342,13 @@ def targets(state: State, cq: o.ClusterQueue, rec: WorkloadRecord, frs: frozense
     return _FairPreemptor(state, cq, rec, frs, usage).run(state.config.fair_sharing_strategies)
 
 
-def simulate(state: State, cq: o.ClusterQueue, rec: WorkloadRecord, fr: FR, value: int) -> tuple[str, int]:
-    """The preemption oracle under fair sharing: ("none"|"preempt"|"reclaim", borrowing after)."""
+def simulate(state: State, cq: o.ClusterQueue, rec: WorkloadRecord, fr: FR, value: int
+             ) -> tuple[PreemptionVerdict, int]:
+    """The preemption oracle under fair sharing: (its verdict, borrowing after)."""
     node = state.cq_node(cq.name)
     found = targets(state, cq, rec, frozenset({fr}), {fr: value})
     if not found:
-        return "none", node.lowest_subtree_that_fits(fr, value)[0]
+        return PreemptionVerdict.NONE, node.lowest_subtree_that_fits(fr, value)[0]
     sim = Simulation(state)
     try:
         for t in found:
@@ -352,5 +356,5 @@ def simulate(state: State, cq: o.ClusterQueue, rec: WorkloadRecord, fr: FR, valu
         borrow = node.lowest_subtree_that_fits(fr, value)[0]
     finally:
         sim.restore_all()
-    same = any(t.reason == IN_CLUSTER_QUEUE for t in found)
-    return ("preempt" if same else "reclaim"), borrow
+    same = any(t.reason == PreemptionReason.IN_CLUSTER_QUEUE for t in found)
+    return (PreemptionVerdict.PREEMPT if same else PreemptionVerdict.RECLAIM), borrow

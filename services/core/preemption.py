@@ -15,24 +15,30 @@ returning; nothing here changes the state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 from events import objects as o
+from events.cluster import PreemptionReason
 from services.core.quota import FR, Node
 from services.core.state import State, WorkloadRecord
 
-IN_CLUSTER_QUEUE = "InClusterQueue"
-IN_COHORT_RECLAMATION = "InCohortReclamation"
-IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
-IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
-
-HUMAN_REASONS = {
-    IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
-    IN_COHORT_RECLAMATION: "reclamation within the cohort",
-    IN_COHORT_FAIR_SHARING: "Fair Sharing within the cohort",
-    IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
+HUMAN_REASONS: dict[PreemptionReason, str] = {
+    PreemptionReason.IN_CLUSTER_QUEUE: "prioritization in the ClusterQueue",
+    PreemptionReason.IN_COHORT_RECLAMATION: "reclamation within the cohort",
+    PreemptionReason.IN_COHORT_FAIR_SHARING: "Fair Sharing within the cohort",
+    PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING: "reclamation within the cohort while borrowing",
 }
+
+
+class PreemptionVerdict(StrEnum):
+    """The preemption oracle's answer for one resource: nothing to preempt, preemption within
+    the ClusterQueue, or reclamation from the cohort (Kueue's ``preemptionoracle``)."""
+
+    NONE = "none"
+    PREEMPT = "preempt"
+    RECLAIM = "reclaim"
 
 
 class Variant(IntEnum):
@@ -43,17 +49,17 @@ class Variant(IntEnum):
 
 
 _REASON = {
-    Variant.WITHIN_CQ: IN_CLUSTER_QUEUE,
-    Variant.HIERARCHICAL_RECLAIM: IN_COHORT_RECLAMATION,
-    Variant.RECLAIM_WITHOUT_BORROWING: IN_COHORT_RECLAMATION,
-    Variant.RECLAIM_WHILE_BORROWING: IN_COHORT_RECLAIM_WHILE_BORROWING,
+    Variant.WITHIN_CQ: PreemptionReason.IN_CLUSTER_QUEUE,
+    Variant.HIERARCHICAL_RECLAIM: PreemptionReason.IN_COHORT_RECLAMATION,
+    Variant.RECLAIM_WITHOUT_BORROWING: PreemptionReason.IN_COHORT_RECLAMATION,
+    Variant.RECLAIM_WHILE_BORROWING: PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING,
 }
 
 
 @dataclass(frozen=True, slots=True)
 class Target:
     key: str
-    reason: str
+    reason: PreemptionReason
 
 
 Searches = dict[tuple[object, ...], tuple[Target, ...]]
@@ -67,20 +73,25 @@ class _Candidate:
     lca: Node | None  # lowest common ancestor with the preemptor (None: same ClusterQueue)
 
 
-def satisfies(policy: str, preemptor: WorkloadRecord, candidate: WorkloadRecord) -> bool:
-    if policy == "LowerPriority":
+def satisfies(policy: o.WithinClusterQueue | o.ReclaimWithinCohort, preemptor: WorkloadRecord,
+              candidate: WorkloadRecord) -> bool:
+    """Whether ``policy`` (withinClusterQueue or reclaimWithinCohort) lets ``preemptor`` take ``candidate``'s place."""
+    if policy in (o.WithinClusterQueue.LOWER_PRIORITY, o.ReclaimWithinCohort.LOWER_PRIORITY):
         return preemptor.priority > candidate.priority
-    if policy == "LowerOrNewerEqualPriority":
+    if policy == o.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
         return preemptor.priority > candidate.priority or (
             preemptor.priority == candidate.priority and preemptor.queue_time < candidate.queue_time
         )
-    return policy == "Any"
+    return policy == o.ReclaimWithinCohort.ANY
 
 
-def candidate_order(preemptor_cq: str, now: int):  # type: ignore[no-untyped-def]
+CandidateKey = tuple[int, int, int, int, str, str]
+
+
+def candidate_order(preemptor_cq: str, now: int) -> Callable[[_Candidate], CandidateKey]:
     """Kueue's ``CandidatesOrdering`` as a sort key, with the key as final tie-break."""
 
-    def key(c: _Candidate) -> tuple[int, int, int, int, str, str]:
+    def key(c: _Candidate) -> CandidateKey:
         rec = c.rec
         evicted = 0 if rec.evicting else 1
         same_cq = 1 if rec.admission is not None and rec.admission.cluster_queue == preemptor_cq else 0
@@ -175,7 +186,7 @@ class Preemptor:
         return Variant.RECLAIM_WHILE_BORROWING
 
     def _workloads_of(self, cq_name: str) -> list[WorkloadRecord]:
-        return [self.state.workloads[k] for k in self.state.admitted.get(cq_name, {})]
+        return [self.state.workloads[k] for k in self.state.index.admitted.get(cq_name, {})]
 
     def _collect(self, node: Node, skip: Node | None, frs: frozenset[FR], advantage: bool,
                  lca: Node, out: list[_Candidate]) -> None:
@@ -298,7 +309,9 @@ class Preemptor:
         keep = list(chosen)
         for i in range(len(keep) - 2, -1, -1):
             c = keep[i]
-            node = self.state.cq_node(c.rec.admission.cluster_queue)  # type: ignore[union-attr]
+            adm = c.rec.admission
+            assert adm is not None  # a candidate holds quota
+            node = self.state.cq_node(adm.cluster_queue)
             for fr, v in sorted(c.rec.usage.items()):
                 node.add_usage(fr, v)
             if self._fits(usage, allow_borrowing):
@@ -309,12 +322,12 @@ class Preemptor:
                     node.remove_usage(fr, v)
         return keep
 
-    def simulate(self, fr: FR, value: int) -> tuple[str, int]:
-        """Kueue's preemption oracle for one resource: ("none"|"preempt"|"reclaim", borrowing after)."""
+    def simulate(self, fr: FR, value: int) -> tuple[PreemptionVerdict, int]:
+        """Kueue's preemption oracle for one resource: (its verdict, borrowing after)."""
         frs = frozenset({fr})
         targets = self.targets(frs, {fr: value})
         if not targets:
-            return "none", self.node.lowest_subtree_that_fits(fr, value)[0]
+            return PreemptionVerdict.NONE, self.node.lowest_subtree_that_fits(fr, value)[0]
         sim = Simulation(self.state)
         try:
             for t in targets:
@@ -326,10 +339,10 @@ class Preemptor:
             (w := self.state.workloads[t.key]).admission is not None and w.admission.cluster_queue == self.cq.name
             for t in targets
         )
-        return ("preempt" if same else "reclaim"), borrow
+        return (PreemptionVerdict.PREEMPT if same else PreemptionVerdict.RECLAIM), borrow
 
 
-def preemption_message(preemptor: WorkloadRecord, reason: str) -> str:
+def preemption_message(preemptor: WorkloadRecord, reason: PreemptionReason) -> str:
     job_uid = preemptor.obj.owner.uid if preemptor.obj.owner is not None and preemptor.obj.owner.uid else "UNKNOWN"
     uid = preemptor.obj.uid or "UNKNOWN"
     return f"Preempted to accommodate a workload (UID: {uid}, JobUID: {job_uid}) due to {HUMAN_REASONS[reason]}"

@@ -18,6 +18,8 @@ The formulas are those of Kueue's ``pkg/cache/scheduler/resource_node.go``
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from typing import NamedTuple
 
 from events.objects import Quota
 
@@ -25,12 +27,37 @@ FR = tuple[str, str]
 """A (flavor, resource) pair."""
 
 
+class NodeKind(StrEnum):
+    COHORT = "cohort"
+    CLUSTER_QUEUE = "cq"
+
+
+class NodeKey(NamedTuple):
+    """A node of the quota tree: a ClusterQueue and a Cohort may share a name, their keys never.
+    Keys sort as their old ``"kind/name"`` strings did (cohorts first, then by name)."""
+
+    kind: NodeKind
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+def cluster_queue_key(name: str) -> NodeKey:
+    return NodeKey(NodeKind.CLUSTER_QUEUE, name)
+
+
+def cohort_key(name: str) -> NodeKey:
+    return NodeKey(NodeKind.COHORT, name)
+
+
 class Node:
-    __slots__ = ("children", "height", "is_cluster_queue", "name", "parent", "quotas", "subtree", "usage")
+    __slots__ = ("children", "height", "is_cluster_queue", "key", "name", "parent", "quotas", "subtree", "usage")
 
     def __init__(self, name: str, *, is_cluster_queue: bool) -> None:
         self.name = name
         self.is_cluster_queue = is_cluster_queue
+        self.key = cluster_queue_key(name) if is_cluster_queue else cohort_key(name)
         self.parent: Node | None = None
         self.children: list[Node] = []
         self.quotas: dict[FR, Quota] = {}
@@ -39,8 +66,7 @@ class Node:
         self.height = 0
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        kind = "cq" if self.is_cluster_queue else "cohort"
-        return f"Node({kind} {self.name})"
+        return f"Node({self.key.kind} {self.name})"
 
     # --- Kueue's resource node formulas ------------------------------------------------
 
@@ -136,14 +162,26 @@ class Node:
             node = node.parent
 
 
-def recompute_subtree(node: Node) -> None:
-    """Bottom-up SubtreeQuota, cohort usage and height, as Kueue's ``updateCohortTreeResources``."""
+def recompute_subtree(root: Node) -> None:
+    """Bottom-up SubtreeQuota, cohort usage and height, as Kueue's ``updateCohortTreeResources``.
+
+    Children before parents, in an explicit order rather than by recursion: a tree's depth is
+    bounded where Cohorts come in, but this walk does not depend on it."""
+    order: list[Node] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(node.children)
+    for node in reversed(order):
+        _recompute_node(node)
+
+
+def _recompute_node(node: Node) -> None:
     if node.is_cluster_queue:
         node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
         node.height = 0
         return
-    for child in node.children:
-        recompute_subtree(child)
     node.height = max([min(len(node.children), 1)] + [c.height + 1 for c in node.children if not c.is_cluster_queue])
     subtree = {fr: q.nominal for fr, q in node.quotas.items()}
     usage: dict[FR, int] = {}

@@ -1,15 +1,25 @@
-"""Workloads rendered as Kubernetes objects, with status as Kueue writes it."""
+"""Workloads rendered as Kubernetes objects, with status as Kueue writes it.
+
+What is rendered is plain JSON data: closed-set members (condition types, reasons) are
+written as their strings, so that any serializer (JSON, YAML) takes the objects."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from events.cluster import (
+    KUEUE_API_VERSION,
+    PENDING_REASON_ANNOTATION,
+    ConditionReason,
+    ConditionStatus,
+    ConditionType,
+)
+from events.conditions import is_true
 from events.manifests import format_time
 from events.messages import PendingReason
+from events.objects import QueueingStrategy
 from events.quantity import format_amount
 from services.core.state import State, WorkloadRecord
-
-PENDING_REASON_ANNOTATION = "kueuelog.io/pending-reason"
 
 
 def _pod_set(ps: Any) -> dict[str, Any]:
@@ -40,9 +50,9 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
     annotations = dict(wl.annotations)
     waiting = _not_yet_considered(state, rec)
     if rec.pending and rec.pending_reason:
-        annotations[PENDING_REASON_ANNOTATION] = rec.pending_reason
+        annotations[PENDING_REASON_ANNOTATION] = str(rec.pending_reason)
     elif rec.pending and waiting is not None:
-        annotations[PENDING_REASON_ANNOTATION] = waiting[0]
+        annotations[PENDING_REASON_ANNOTATION] = str(waiting[0])
     if annotations:
         meta["annotations"] = annotations
     if wl.owner is not None:
@@ -73,7 +83,7 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
         }
     conds = [
         {
-            "type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+            "type": str(c.type), "status": str(c.status), "reason": str(c.reason), "message": c.message,
             "lastTransitionTime": format_time(c.last_transition_time),
         }
         for c in rec.conditions.values()
@@ -81,26 +91,27 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
     if waiting:
         # Never a head yet (behind a StrictFIFO head, or a cycle limit): Kueue writes nothing, but a
         # pending workload should say why it waits.
-        conds.append({"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": waiting[1],
+        conds.append({"type": str(ConditionType.QUOTA_RESERVED), "status": str(ConditionStatus.FALSE),
+                      "reason": str(ConditionReason.PENDING), "message": waiting[1],
                       "lastTransitionTime": format_time(state.now)})
     if conds:
         status["conditions"] = conds
-    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": meta, "spec": spec,
+    return {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": meta, "spec": spec,
             "status": status}
 
 
 def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[str, str] | None:
     """(reason, message) for a pending workload that no cycle has looked at yet."""
-    if not rec.pending or "QuotaReserved" in rec.conditions or not rec.queued_in:
+    if not rec.pending or ConditionType.QUOTA_RESERVED in rec.conditions or not rec.queued_in:
         return None
-    queue = state.queues.get(rec.queued_in)
+    queue = state.index.queues.get(rec.queued_in)
     cq = state.cluster_queues.get(rec.queued_in)
     if queue is None or cq is None:
         return None
     ahead = next((i for i, (_, key) in enumerate(queue.active) if key == rec.key), None)
     if ahead is None:
         return None
-    if cq.queueing_strategy == "StrictFIFO" and ahead > 0:
+    if cq.queueing_strategy == QueueingStrategy.STRICT_FIFO and ahead > 0:
         head = queue.active[0][1]
         return (PendingReason.BLOCKED_BY_STRICT_FIFO,
                 f"Waiting in StrictFIFO ClusterQueue {cq.name} behind {ahead} workload(s); "
@@ -119,12 +130,12 @@ def summary_row(state: State, rec: WorkloadRecord) -> tuple[str, str, str, str, 
     wl = rec.obj
     name = f"{wl.namespace}/{wl.owner.name if wl.owner else wl.name}"
     if rec.finished:
-        state_ = "Finished"
+        state_ = str(ConditionType.FINISHED)
     elif rec.evicting:
         state_ = "Evicting"
     elif rec.admission is not None:
-        admitted = rec.conditions.get("Admitted")
-        state_ = "Admitted" if admitted is not None and admitted.status == "True" else "QuotaReserved"
+        admitted = is_true(rec.conditions.get(ConditionType.ADMITTED))
+        state_ = str(ConditionType.ADMITTED if admitted else ConditionType.QUOTA_RESERVED)
     else:
         state_ = "Pending"
     flavors = ""
@@ -138,7 +149,7 @@ def summary_row(state: State, rec: WorkloadRecord) -> tuple[str, str, str, str, 
         flavors = " ".join(parts)
     reason = ""
     if state_ == "Pending":
-        qr = rec.conditions.get("QuotaReserved")
+        qr = rec.conditions.get(ConditionType.QUOTA_RESERVED)
         waiting = _not_yet_considered(state, rec)
         if qr is not None:
             reason = f"{rec.pending_reason}: {qr.message}"
@@ -147,6 +158,6 @@ def summary_row(state: State, rec: WorkloadRecord) -> tuple[str, str, str, str, 
         else:
             reason = rec.pending_reason
     elif state_ == "Evicting":
-        ev = rec.conditions.get("Evicted")
+        ev = rec.conditions.get(ConditionType.EVICTED)
         reason = ev.message if ev else ""
     return name, wl.queue_name, cq, state_, flavors, reason

@@ -1,139 +1,123 @@
-"""Canonical encoding of the scheduler state.
+"""Canonical encoding of the scheduler state, generic over its canonical fields.
 
-The canonical part of the state (objects, workload records, clock, counters)
-is encoded as JSON with every mapping in sorted order, so that two states are
-equal exactly when their encodings are byte-identical. The derived indices
-(quota tree, queues) are left out: they are rebuilt from the rest.
+What is encoded is decided in one place: the canonical fields of ``State`` and
+of ``WorkloadRecord`` (``records.canonical_fields``: every dataclass field not
+marked derived). The wire types are built from those fields and their
+annotations when this module is imported, so a new canonical field is encoded
+and restored without touching this module (``tests/unit/test_snapshot.py``
+sets every canonical field through a real history and checks each comes back,
+so a field of a type JSON cannot hold shows there). The derived parts
+(``index``, ``cache``, a record's usage, key and queue) are left out and
+rebuilt.
+
+Mappings are encoded in sorted key order, so that two states are equal exactly
+when their encodings are byte-identical. Two field types need a form JSON can
+hold, chosen by type, not by field name: a condition map (whose order is the
+order conditions were first set) is a list, and a map keyed by (podSet, group)
+pairs is a sorted list of triples.
+
+:data:`FORMAT` names this encoding. Snapshots written with another format
+(older ones carry none) are not decoded: the scheduler replays the log instead.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Final, Generic, TypeVar, get_type_hints
 
 import msgspec
 
-from events import objects as o
 from events.messages import Condition
-from services.core.state import State, WorkloadRecord, admission_usage
+from services.core import records, state
+from services.core.records import WorkloadRecord, canonical_fields
+from services.core.state import State
+
+FORMAT: Final = 2
+"""The snapshot format: 1 was the hand-listed encoding (snapshots without a format field), 2 this one."""
+
 
 _encoder = msgspec.json.Encoder(order="sorted")
+T = TypeVar("T")
 
 
-def _record(rec: WorkloadRecord) -> dict[str, Any]:
-    return {
-        "obj": rec.obj,
-        "seq": rec.seq,
-        "queue_time": rec.queue_time,
-        "priority": rec.priority,
-        "priority_error": rec.priority_error,
-        "admission": rec.admission,
-        "reserved_at": rec.reserved_at,
-        "evicting": rec.evicting,
-        "finished": rec.finished,
-        "inadmissible": rec.inadmissible,
-        "conditions": list(rec.conditions.values()),
-        "pending_reason": rec.pending_reason,
-        "last_tried": None if rec.last_tried is None else sorted([*k, v] for k, v in rec.last_tried.items()),
-        "last_generation": list(rec.last_generation),
-        "sticky": rec.sticky,
-    }
+# --- field types JSON cannot hold as they are -------------------------------------------------
+
+_Triples = list[tuple[int, int, int]]
 
 
-def canonical(state: State) -> dict[str, Any]:
-    return {
-        "now": state.now,
-        "seq": state.seq,
-        "cycles": state.cycles,
-        "flavors": state.flavors,
-        "cluster_queues": state.cluster_queues,
-        "cohorts": state.cohorts,
-        "local_queues": state.local_queues,
-        "namespaces": state.namespaces,
-        "workload_priority_classes": state.workload_priority_classes,
-        "priority_classes": state.priority_classes,
-        "admission_checks": state.admission_checks,
-        "provisioning_configs": state.provisioning_configs,
-        "config": state.config,
-        "workloads": {k: _record(r) for k, r in state.workloads.items()},
-        "anomalies": state.anomalies,
-        "anomaly_count": state.anomaly_count,
-        "held": list(state.held),
-        "epoch": state.epoch,
-        "generations": state.generations,
-    }
+def _conditions_out(value: dict[str, Condition]) -> list[Condition]:
+    return list(value.values())
 
 
-def encode_state(state: State) -> bytes:
-    return _encoder.encode(canonical(state))
+def _conditions_in(value: list[Condition]) -> dict[str, Condition]:
+    return {c.type: c for c in value}
 
 
-class _RecordWire(msgspec.Struct, kw_only=True):
-    obj: o.Workload
-    seq: int
-    queue_time: int
-    priority: int
-    priority_error: str
-    admission: o.Admission | None
-    reserved_at: int | None
-    evicting: bool
-    finished: bool
-    inadmissible: bool
-    conditions: list[Condition]
-    pending_reason: str
-    last_tried: list[list[int]] | None
-    last_generation: list[int]
-    sticky: bool
+def _pairs_out(value: dict[tuple[int, int], int] | None) -> _Triples | None:
+    return None if value is None else sorted((a, b, v) for (a, b), v in value.items())
 
 
-class _StateWire(msgspec.Struct, kw_only=True):
-    now: int
-    seq: int
-    cycles: int
-    flavors: dict[str, o.ResourceFlavor]
-    cluster_queues: dict[str, o.ClusterQueue]
-    cohorts: dict[str, o.Cohort]
-    local_queues: dict[str, o.LocalQueue]
-    namespaces: dict[str, o.Namespace]
-    workload_priority_classes: dict[str, o.WorkloadPriorityClass]
-    priority_classes: dict[str, o.PriorityClass]
-    admission_checks: dict[str, o.AdmissionCheck]
-    provisioning_configs: dict[str, o.ProvisioningRequestConfig]
-    config: o.Configuration
-    workloads: dict[str, _RecordWire]
-    anomalies: list[str]
-    anomaly_count: int
-    held: list[str]
-    epoch: int
-    generations: dict[str, int]
+def _pairs_in(value: _Triples | None) -> dict[tuple[int, int], int] | None:
+    return None if value is None else {(a, b): v for a, b, v in value}
 
 
-_decoder = msgspec.json.Decoder(_StateWire)
+_ADAPTERS: dict[object, tuple[object, Callable[..., object], Callable[..., object]]] = {
+    dict[str, Condition]: (list[Condition], _conditions_out, _conditions_in),
+    dict[tuple[int, int], int] | None: (_Triples | None, _pairs_out, _pairs_in),
+}
+"""In-memory type -> (wire type, to the wire, from the wire)."""
+
+
+class _Codec(Generic[T]):
+    """Encodes and decodes the canonical fields of one dataclass."""
+
+    def __init__(self, cls: type[T], namespace: dict[str, object], overrides: dict[str, object]) -> None:
+        hints = get_type_hints(cls, globalns=namespace)
+        self.make: Callable[..., T] = cls
+        self.names = canonical_fields(cls)
+        self.out: dict[str, Callable[..., object]] = {}
+        self.into: dict[str, Callable[..., object]] = {}
+        wire_fields: list[tuple[str, object]] = []
+        for name in self.names:
+            wire_type = overrides.get(name, hints[name])
+            adapter = _ADAPTERS.get(hints[name]) if name not in overrides else None
+            if adapter is not None:
+                wire_type, self.out[name], self.into[name] = adapter
+            wire_fields.append((name, wire_type))
+        self.wire: type[msgspec.Struct] = msgspec.defstruct(
+            f"{cls.__name__}Wire", wire_fields, kw_only=True, forbid_unknown_fields=True,
+        )
+
+    def to_wire(self, obj: T) -> dict[str, object]:
+        out = self.out
+        return {name: (out[name](getattr(obj, name)) if name in out else getattr(obj, name)) for name in self.names}
+
+    def build(self, wire: msgspec.Struct, **given: object) -> T:
+        """An instance from its wire form; ``given`` fields are taken as they are."""
+        into = self.into
+        values = {name: (into[name](getattr(wire, name)) if name in into else getattr(wire, name))
+                  for name in self.names if name not in given}
+        return self.make(**values, **given)
+
+
+_RECORD = _Codec(WorkloadRecord, vars(records), {})
+_STATE = _Codec(State, vars(state), {"workloads": dict[str, _RECORD.wire]})  # type: ignore[name-defined]
+_decoder = msgspec.json.Decoder(_STATE.wire)
+
+
+def canonical(s: State) -> dict[str, object]:
+    """The canonical part of ``s`` as plain data (what a snapshot holds)."""
+    data = _STATE.to_wire(s)
+    data["workloads"] = {k: _RECORD.to_wire(r) for k, r in s.workloads.items()}
+    return data
+
+
+def encode_state(s: State) -> bytes:
+    return _encoder.encode(canonical(s))
 
 
 def decode_state(data: bytes) -> State:
-    """The inverse of :func:`encode_state`; derived indices are rebuilt on first use."""
+    """The inverse of :func:`encode_state`; the derived parts are rebuilt (the indices on first use)."""
     wire = _decoder.decode(data)
-    state = State()
-    for name in ("now", "seq", "cycles", "flavors", "cluster_queues", "cohorts", "local_queues", "namespaces",
-                 "workload_priority_classes", "priority_classes", "admission_checks", "provisioning_configs",
-                 "config", "anomalies", "anomaly_count"):
-        setattr(state, name, getattr(wire, name))
-    for key, r in wire.workloads.items():
-        rec = WorkloadRecord(obj=r.obj, seq=r.seq, queue_time=r.queue_time, priority=r.priority,
-                             priority_error=r.priority_error, admission=r.admission, reserved_at=r.reserved_at,
-                             evicting=r.evicting, finished=r.finished, inadmissible=r.inadmissible,
-                             pending_reason=r.pending_reason)
-        rec.usage = admission_usage(r.admission) if r.admission is not None else {}
-        rec.last_tried = None if r.last_tried is None else {(a, b): c for a, b, c in r.last_tried}
-        rec.last_generation = (r.last_generation[0], r.last_generation[1])
-        rec.sticky = r.sticky
-        for c in r.conditions:
-            rec.conditions[c.type] = c
-        state.workloads[key] = rec
-    state.held = dict.fromkeys(wire.held)
-    state.generations = dict(wire.generations)
-    state.mark_dirty()
-    state.epoch = wire.epoch
-    for key, r in wire.workloads.items():
-        state.workloads[key].inadmissible = r.inadmissible  # mark_dirty reset them; the snapshot knows better
-    return state
+    wire_records: dict[str, msgspec.Struct] = getattr(wire, "workloads")  # noqa: B009 - a built type
+    return _STATE.build(wire, workloads={key: _RECORD.build(r) for key, r in wire_records.items()})

@@ -1,11 +1,28 @@
 """Scheduler state and ``fold``: what the log has said so far, ready for a cycle.
 
-The canonical state is plain data: the objects last applied, one record per
-Workload (its resolved priority, admission, conditions, whether it is parked as
-inadmissible), the simulated clock and the input counter. Two indices are
-derived from it and rebuilt whenever configuration changes: the quota tree
-(``quota.Node``) and one ordered queue per ClusterQueue. Workload events update
-both incrementally, which keeps a fold cheap.
+A :class:`State` has three parts, and who may change each is fixed:
+
+- the **canonical** state — the fields of :class:`State` itself: the objects
+  last applied, one :class:`~services.core.records.WorkloadRecord` per Workload,
+  the simulated clock, the input and cycle counters, anomalies, held workloads
+  and the generations a resumed flavor search is checked against. Snapshots
+  hold exactly these fields; equality of states is about them alone. Changed
+  by :func:`fold` and the functions below it (this module; ``finish_eviction``
+  is also called by ``kueuelog simulate``, where evictions complete at once),
+  and by a cycle's outcomes: ``effects`` (admissions, evictions, pending
+  conditions, requeues), called from ``cycle`` and ``apply``, which also count
+  the cycle and release held workloads (``cycle.restart_held``).
+- ``state.index`` — the **derived indices** (:class:`~services.core.derived.Index`):
+  the quota tree, the queues, the admitted workloads per ClusterQueue, and
+  each record's ``queued_in``. Built from the canonical state by
+  ``index.rebuild`` whenever configuration changes; in between kept current by
+  workload events here and by a cycle's outcomes (``effects``, ``cycle``,
+  ``apply``). Unparking a queue (``derived.ClusterQueueQueue.unpark_all``)
+  clears the records' canonical ``inadmissible`` with it.
+- ``state.cache`` — the cycle's **caches** (:class:`~services.core.derived.Cache`):
+  remembered nominations and the cohort-tree versions they are valid at. Only
+  ``cycle`` reads and fills them; :func:`touch_tree` (called here and by
+  ``effects``) invalidates.
 
 ``fold`` is total: a legal but odd history (a finish for an unknown workload)
 is recorded as an anomaly, never raised.
@@ -13,173 +30,74 @@ is recorded as an anomaly, never raised.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from events import conditions as cond
 from events import objects as o
+from events.cluster import WORKLOAD_PRIORITY_CLASS_SOURCE, ConditionType, EvictionReason
 from events.messages import (
     ActuationFailed,
     ClockTicked,
     ClusterEvent,
-    Condition,
     DecisionApplied,
     EvictionCompleted,
     ObjectApplied,
     ObjectDeleted,
+    PendingReason,
     PodsReady,
     WorkloadFinished,
 )
-from services.core import conditions as cond
-from services.core.quota import FR, Node
+from services.core.derived import Cache, ClusterQueueQueue, Index
+from services.core.quota import Node, NodeKey
+from services.core.records import DERIVED, WorkloadRecord, admission_usage
 
-QueueKey = tuple[int, int, int, int, str]
-"""Queue order: (not a sticky preemptor, -priority, queue timestamp, input order, namespace/name)."""
-
-
-@dataclass(slots=True)
-class WorkloadRecord:
-    obj: o.Workload
-    seq: int
-    queue_time: int
-    priority: int = 0
-    priority_error: str = ""
-    admission: o.Admission | None = None
-    usage: dict[FR, int] = field(default_factory=dict)
-    reserved_at: int | None = None
-    evicting: bool = False
-    finished: bool = False
-    inadmissible: bool = False
-    queued_in: str = ""  # the ClusterQueue whose queue holds it while pending
-    conditions: dict[str, Condition] = field(default_factory=dict)
-    pending_reason: str = ""
-    # Kueue's LastAssignment: where the flavor search resumes, valid while the ClusterQueue's
-    # generation is unchanged.
-    last_tried: dict[tuple[int, int], int] | None = None
-    last_generation: tuple[int, int] = (0, 0)
-    # Issued preemptions and waits for its victims: heads its BestEffortFIFO queue until admitted,
-    # so that a workload unparked meanwhile cannot take its place every time (as in Kueue's main).
-    sticky: bool = False
-    key: str = ""  # namespace/name, fixed for the record's life (an update keeps the name)
-
-    def __post_init__(self) -> None:
-        self.key = f"{self.obj.namespace}/{self.obj.name}"
-
-    def queue_key(self) -> QueueKey:
-        return (0 if self.sticky else 1, -self.priority, self.queue_time, self.seq, self.key)
-
-    @property
-    def pending(self) -> bool:
-        return self.admission is None and not self.finished
-
-    def set_condition(self, c: Condition) -> None:
-        old = self.conditions.get(c.type)
-        if old is not None and old.status == c.status:
-            # Kueue keeps lastTransitionTime when the status does not change.
-            c = Condition(type=c.type, status=c.status, reason=c.reason, message=c.message,
-                          last_transition_time=old.last_transition_time)
-        self.conditions[c.type] = c
+__all__ = ["ClusterQueueQueue", "State", "WorkloadRecord", "admission_usage", "fold"]
 
 
-class ClusterQueueQueue:
-    """One ClusterQueue's pending workloads: the ordered active queue and the parked ones."""
-
-    __slots__ = ("active", "inadmissible")
-
-    def __init__(self) -> None:
-        self.active: list[tuple[QueueKey, str]] = []
-        self.inadmissible: dict[str, None] = {}
-
-    def push(self, rec: WorkloadRecord) -> None:
-        bisect.insort(self.active, (rec.queue_key(), rec.key))
-
-    def remove(self, rec: WorkloadRecord) -> None:
-        if self.active and self.active[0][1] == rec.key:
-            del self.active[0]  # the head, as when a cycle's pops are replayed
-            return
-        entry = (rec.queue_key(), rec.key)
-        i = bisect.bisect_left(self.active, entry)
-        if i < len(self.active) and self.active[i] == entry:
-            del self.active[i]
-        self.inadmissible.pop(rec.key, None)
-
-    def unpark_all(self, workloads: dict[str, WorkloadRecord]) -> None:
-        """Every parked workload back into the ordered queue. Parked workloads were heads, taken
-        from the front in order, so they usually all go before what is still queued: then the
-        sorted batch is put in front, otherwise the two sorted runs are merged in one sort."""
-        if not self.inadmissible:
-            return
-        back = []
-        for key in self.inadmissible:
-            rec = workloads[key]
-            rec.inadmissible = False
-            back.append((rec.queue_key(), key))
-        self.inadmissible.clear()
-        back.sort()
-        active = self.active
-        if not active or back[-1] < active[0]:
-            active[:0] = back
-        else:
-            active.extend(back)
-            active.sort()
-
-    def __len__(self) -> int:
-        return len(self.active) + len(self.inadmissible)
-
-
+@dataclass(slots=True, eq=False, repr=False)  # a repr of every workload helps no one
 class State:
-    """Everything the scheduler knows. Mutated only by :func:`fold` and ``cycle.apply``."""
+    """Everything the scheduler knows: the canonical fields below, then ``index`` and ``cache``."""
 
-    def __init__(self) -> None:
-        self.now = 0
-        self.seq = 0
-        self.cycles = 0
-        self.flavors: dict[str, o.ResourceFlavor] = {}
-        self.cluster_queues: dict[str, o.ClusterQueue] = {}
-        self.cohorts: dict[str, o.Cohort] = {}
-        self.local_queues: dict[str, o.LocalQueue] = {}
-        self.namespaces: dict[str, o.Namespace] = {}
-        self.workload_priority_classes: dict[str, o.WorkloadPriorityClass] = {}
-        self.priority_classes: dict[str, o.PriorityClass] = {}
-        self.admission_checks: dict[str, o.AdmissionCheck] = {}
-        self.provisioning_configs: dict[str, o.ProvisioningRequestConfig] = {}
-        self.config = o.Configuration()
-        self.workloads: dict[str, WorkloadRecord] = {}
-        self.anomalies: list[str] = []  # the most recent MAX_ANOMALIES odd facts, for explain and metrics
-        self.anomaly_count = 0
-        self.held: dict[str, None] = {}  # drained by a stopped queue, waiting for it to restart
-        # Bumped when a ClusterQueue's quota or usage shape changes (configuration, a workload
-        # leaving it): a remembered flavor search is stale after that (Kueue's generation).
-        self.epoch = 0  # every ClusterQueue at once: configuration changed
-        self.generations: dict[str, int] = {}  # per ClusterQueue: a workload left it
-        # Derived indices, rebuilt lazily after configuration changes.
-        self._dirty = True
-        self.nodes: dict[str, Node] = {}
-        self.queues: dict[str, ClusterQueueQueue] = {}
-        self.admitted: dict[str, dict[str, None]] = {}  # cq -> workloads holding its quota
-        self.tree_members: dict[str, list[str]] = {}  # root node -> ClusterQueues under it (cache)
-        self.inactive: dict[str, tuple[str, str]] = {}  # cq -> (reason, message)
-        # Caches for the cycle, never saved: a version per cohort tree (root node), bumped whenever
-        # something a nomination reads changes under it (usage, the admitted set, an admitted
-        # workload's priority or eviction), and the nominations remembered at that version.
-        self.tree_versions: dict[str, int] = {}
-        self.nomination_memo: dict[str, tuple[tuple[int, int], dict[Any, Any]]] = {}
-
-    # --- derived indices -----------------------------------------------------------
+    now: int = 0
+    seq: int = 0
+    cycles: int = 0
+    flavors: dict[str, o.ResourceFlavor] = field(default_factory=dict)
+    cluster_queues: dict[str, o.ClusterQueue] = field(default_factory=dict)
+    cohorts: dict[str, o.Cohort] = field(default_factory=dict)
+    local_queues: dict[str, o.LocalQueue] = field(default_factory=dict)
+    namespaces: dict[str, o.Namespace] = field(default_factory=dict)
+    workload_priority_classes: dict[str, o.WorkloadPriorityClass] = field(default_factory=dict)
+    priority_classes: dict[str, o.PriorityClass] = field(default_factory=dict)
+    admission_checks: dict[str, o.AdmissionCheck] = field(default_factory=dict)
+    provisioning_configs: dict[str, o.ProvisioningRequestConfig] = field(default_factory=dict)
+    config: o.Configuration = field(default_factory=o.Configuration)
+    workloads: dict[str, WorkloadRecord] = field(default_factory=dict)
+    anomalies: list[str] = field(default_factory=list)  # the most recent MAX_ANOMALIES odd facts
+    anomaly_count: int = 0
+    held: dict[str, None] = field(default_factory=dict)  # drained by a stopped queue, waiting for it to restart
+    # Bumped when a ClusterQueue's quota or usage shape changes (configuration, a workload
+    # leaving it): a remembered flavor search is stale after that (Kueue's generation).
+    epoch: int = 0  # every ClusterQueue at once: configuration changed
+    generations: dict[str, int] = field(default_factory=dict)  # per ClusterQueue: a workload left it
+    # --- not canonical ---
+    index: Index = field(default_factory=Index, metadata=DERIVED)
+    cache: Cache = field(default_factory=Cache, metadata=DERIVED)
 
     def cq_node(self, name: str) -> Node:
-        return self.nodes["cq/" + name]
+        return self.index.cluster_queue_nodes[name]
 
     def ensure_indexed(self) -> None:
-        if self._dirty:
+        if self.index.dirty:
             from services.core.index import rebuild
 
             rebuild(self)
-            self._dirty = False
 
     def mark_dirty(self) -> None:
-        self._dirty = True
+        """Configuration changed: the indices are rebuilt before next use, and every remembered
+        flavor search and nomination is stale."""
+        self.index.dirty = True
         self.epoch += 1
         for rec in self.workloads.values():
             rec.inadmissible = False  # configuration changed: every parked workload gets another try
@@ -215,7 +133,7 @@ def resolve_priority(state: State, wl: o.Workload) -> tuple[int, str]:
         return wl.priority, ""
     ref = wl.priority_ref
     if ref is not None:
-        if ref.source == o.WORKLOAD_PRIORITY_CLASS_SOURCE:
+        if ref.source == WORKLOAD_PRIORITY_CLASS_SOURCE:
             wpc = state.workload_priority_classes.get(ref.name)
             if wpc is None:
                 return 0, f"WorkloadPriorityClass {ref.name} doesn't exist"
@@ -233,7 +151,7 @@ def fold(state: State, event: ClusterEvent) -> State:
     """Apply one event to the state (in place) and return it."""
     state.now = max(state.now, event.time)
     state.seq += 1
-    if state._dirty and not _is_configuration(event):
+    if state.index.dirty and not _is_configuration(event):
         # Workload events update the indices incrementally, so they must be current (after a
         # configuration change or a snapshot load they are rebuilt here, once).
         state.ensure_indexed()
@@ -327,7 +245,7 @@ def _resolve_waiting_priorities(state: State) -> None:
 
 
 def _requeue_with(state: State, rec: WorkloadRecord, priority: int) -> None:
-    queue = state.queues.get(rec.queued_in) if not state._dirty else None
+    queue = state.index.queues.get(rec.queued_in) if not state.index.dirty else None
     if queue is not None:
         queue.remove(rec)
     rec.priority = priority
@@ -364,19 +282,6 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
     _enqueue(state, rec)
 
 
-def admission_usage(adm: o.Admission) -> dict[FR, int]:
-    usage: dict[FR, int] = {}
-    for psa in adm.pod_set_assignments:
-        flavors = dict(psa.flavors)
-        for res, amount in psa.resource_usage:
-            flavor = flavors.get(res)
-            if flavor is None:
-                continue
-            fr = (flavor, res)
-            usage[fr] = usage.get(fr, 0) + amount
-    return usage
-
-
 def _take_admission(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) -> None:
     """A workload that arrives holding quota: its usage counts even above today's quota."""
     reserve_quota(state, rec, adm, at)
@@ -390,11 +295,11 @@ def reserve_quota(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) 
     rec.admission = adm
     rec.usage = admission_usage(adm)
     rec.reserved_at = at
-    if not state._dirty and adm.cluster_queue in state.cluster_queues:
+    if not state.index.dirty and adm.cluster_queue in state.cluster_queues:
         node = state.cq_node(adm.cluster_queue)
         for fr, v in sorted(rec.usage.items()):
             node.add_usage(fr, v)
-        state.admitted.setdefault(adm.cluster_queue, {})[rec.key] = None
+        state.index.admitted.setdefault(adm.cluster_queue, {})[rec.key] = None
         touch_tree(state, adm.cluster_queue)
 
 
@@ -402,16 +307,17 @@ def touch_tree(state: State, cq_name: str) -> None:
     """Something a nomination reads changed under ``cq_name``'s cohort tree: nominations
     remembered there are stale. (While the indices are dirty the configuration epoch, which
     moves with every rebuild, already says so.)"""
-    if state._dirty or cq_name not in state.cluster_queues:
+    if state.index.dirty or cq_name not in state.cluster_queues:
         return
-    root = state.cq_node(cq_name).root().name
-    state.tree_versions[root] = state.tree_versions.get(root, 0) + 1
+    root = state.cq_node(cq_name).root().key
+    versions = state.cache.tree_versions
+    versions[root] = versions.get(root, 0) + 1
 
 
-def tree_version(state: State, cq_name: str) -> tuple[str, tuple[int, int]]:
+def tree_version(state: State, cq_name: str) -> tuple[NodeKey, tuple[int, int]]:
     """(root of ``cq_name``'s tree, its version together with the configuration epoch)."""
-    root = state.cq_node(cq_name).root().name
-    return root, (state.epoch, state.tree_versions.get(root, 0))
+    root = state.cq_node(cq_name).root().key
+    return root, (state.epoch, state.cache.tree_versions.get(root, 0))
 
 
 def generation(state: State, cq: str) -> tuple[int, int]:
@@ -422,11 +328,11 @@ def release_usage(state: State, rec: WorkloadRecord) -> None:
     adm = rec.admission
     if adm is not None:
         state.generations[adm.cluster_queue] = state.generations.get(adm.cluster_queue, 0) + 1
-    if adm is not None and not state._dirty and adm.cluster_queue in state.cluster_queues:
+    if adm is not None and not state.index.dirty and adm.cluster_queue in state.cluster_queues:
         node = state.cq_node(adm.cluster_queue)
         for fr, v in sorted(rec.usage.items()):
             node.remove_usage(fr, v)
-        state.admitted.get(adm.cluster_queue, {}).pop(rec.key, None)
+        state.index.admitted.get(adm.cluster_queue, {}).pop(rec.key, None)
         touch_tree(state, adm.cluster_queue)
     rec.admission = None
     rec.usage = {}
@@ -436,14 +342,15 @@ def release_usage(state: State, rec: WorkloadRecord) -> None:
 def requeue_inadmissible(state: State, cq_name: str) -> None:
     """Quota was freed under ``cq_name``'s cohort tree: parked workloads there get another try
     (Kueue's ``QueueInadmissibleWorkloads`` for the whole cohort)."""
-    if state._dirty or cq_name not in state.cluster_queues:
+    if state.index.dirty or cq_name not in state.cluster_queues:
         return
     root = state.cq_node(cq_name).root()
-    names = state.tree_members.get(root.name)
+    members = state.index.tree_members
+    names = members.get(root.key)
     if names is None:
-        names = state.tree_members[root.name] = _cluster_queues_under(root)
+        names = members[root.key] = _cluster_queues_under(root)
     for name in names:
-        queue = state.queues.get(name)
+        queue = state.index.queues.get(name)
         if queue is not None:
             queue.unpark_all(state.workloads)
 
@@ -458,8 +365,8 @@ def _cluster_queues_under(node: Node) -> list[str]:
 
 
 def _unqueue(state: State, rec: WorkloadRecord) -> None:
-    if rec.queued_in and not state._dirty:
-        queue = state.queues.get(rec.queued_in)
+    if rec.queued_in and not state.index.dirty:
+        queue = state.index.queues.get(rec.queued_in)
         if queue is not None:
             queue.remove(rec)
     rec.queued_in = ""
@@ -472,17 +379,23 @@ def _enqueue(state: State, rec: WorkloadRecord) -> None:
     cq, problem = state.cluster_queue_for(rec.obj)
     if problem:
         rec.set_condition(cond.inadmissible(problem, state.now))
-        rec.pending_reason = "QueueNotFound"
+        rec.pending_reason = PendingReason.QUEUE_NOT_FOUND
         return
-    if state._dirty:
+    if state.index.dirty:
         rec.queued_in = cq
         return  # the rebuild will place it
     rec.queued_in = cq
-    queue = state.queues.setdefault(cq, ClusterQueueQueue())
+    queue = state.index.queues.setdefault(cq, ClusterQueueQueue())
     if rec.inadmissible:
         queue.inadmissible[rec.key] = None
     else:
         queue.push(rec)
+
+
+class _Table(Protocol):
+    """A table of configuration objects by key, as far as a delete needs it."""
+
+    def pop(self, key: str, default: None, /) -> object: ...
 
 
 def _delete(state: State, ev: ObjectDeleted) -> None:
@@ -498,16 +411,16 @@ def _delete(state: State, ev: ObjectDeleted) -> None:
         if cq:
             requeue_inadmissible(state, cq)
         return
-    tables: dict[str, dict[str, object]] = {
-        "ResourceFlavor": state.flavors,  # type: ignore[dict-item]
-        "ClusterQueue": state.cluster_queues,  # type: ignore[dict-item]
-        "Cohort": state.cohorts,  # type: ignore[dict-item]
-        "LocalQueue": state.local_queues,  # type: ignore[dict-item]
-        "Namespace": state.namespaces,  # type: ignore[dict-item]
-        "WorkloadPriorityClass": state.workload_priority_classes,  # type: ignore[dict-item]
-        "PriorityClass": state.priority_classes,  # type: ignore[dict-item]
-        "AdmissionCheck": state.admission_checks,  # type: ignore[dict-item]
-        "ProvisioningRequestConfig": state.provisioning_configs,  # type: ignore[dict-item]
+    tables: dict[str, _Table] = {
+        "ResourceFlavor": state.flavors,
+        "ClusterQueue": state.cluster_queues,
+        "Cohort": state.cohorts,
+        "LocalQueue": state.local_queues,
+        "Namespace": state.namespaces,
+        "WorkloadPriorityClass": state.workload_priority_classes,
+        "PriorityClass": state.priority_classes,
+        "AdmissionCheck": state.admission_checks,
+        "ProvisioningRequestConfig": state.provisioning_configs,
     }
     table = tables.get(ev.kind)
     key = f"{ev.namespace}/{ev.name}" if ev.kind == "LocalQueue" else ev.name
@@ -546,16 +459,12 @@ def finish_eviction(state: State, rec: WorkloadRecord) -> None:
     cq = rec.admission.cluster_queue if rec.admission else ""
     release_usage(state, rec)
     rec.evicting = False
-    now = state.now
-    evicted = rec.conditions.get("Evicted")
-    reason = evicted.reason if evicted else ""
-    message = evicted.message if evicted else ""
-    rec.set_condition(cond.pending(message or "The workload is pending after eviction", now))
-    rec.set_condition(cond.not_admitted(now))
-    # Only a preempted workload goes straight back to its queue; one drained by a stopped
-    # queue waits for the queue to restart (Kueue's Requeued=False).
-    rec.set_condition(cond.requeued(reason == "Preempted", reason, message, now))
-    if reason in ("ClusterQueueStopped", "LocalQueueStopped"):
+    evicted = rec.conditions.get(ConditionType.EVICTED)
+    for c in cond.eviction_completed(evicted, state.now):
+        rec.set_condition(c)
+    # A workload drained by a stopped queue waits for the queue to restart (Requeued=False).
+    if evicted is not None and evicted.reason in (EvictionReason.CLUSTER_QUEUE_STOPPED,
+                                                  EvictionReason.LOCAL_QUEUE_STOPPED):
         state.held[rec.key] = None
     rec.inadmissible = False
     _enqueue(state, rec)

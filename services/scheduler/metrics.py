@@ -21,6 +21,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
 
 from events import objects as o
+from events.cluster import ConditionType
+from events.conditions import is_true
 from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload
 from events.quantity import MILLI_RESOURCES
 from services.core.quota import FR
@@ -234,7 +236,7 @@ class SchedulerMetrics:
             self.pending.labels(name, PENDING_INADMISSIBLE).set(pending[name][1])
             self.reserving_active.labels(name).set(reserving[name])
             self.admitted_active.labels(name).set(admitted[name])
-            status = "pending" if name in state.inactive else "active"
+            status = "pending" if name in state.index.inactive else "active"
             for s in CQ_STATUSES:
                 self.cluster_queue_status.labels(name, s).set(1 if s == status else 0)
             quotas = _quotas(cq)
@@ -279,8 +281,7 @@ def _add(into: dict[FR, int], usage: dict[FR, int]) -> None:
 
 
 def _is_admitted(rec: WorkloadRecord) -> bool:
-    c = rec.conditions.get("Admitted")
-    return c is not None and c.status == "True"
+    return is_true(rec.conditions.get(ConditionType.ADMITTED))
 
 
 def _quotas(cq: o.ClusterQueue) -> dict[FR, int]:
@@ -290,7 +291,7 @@ def _quotas(cq: o.ClusterQueue) -> dict[FR, int]:
 def _queued_wait_seconds(rec: WorkloadRecord, at: int) -> float:
     """Kueue's QueuedWaitTime: from creation, or from the last requeue if later, until ``at``."""
     start = rec.obj.creation_time if rec.obj.creation_time is not None else rec.queue_time
-    requeued = rec.conditions.get("Requeued")
-    if requeued is not None and requeued.status == "True" and requeued.last_transition_time > start:
+    requeued = rec.conditions.get(ConditionType.REQUEUED)
+    if requeued is not None and is_true(requeued) and requeued.last_transition_time > start:
         start = requeued.last_transition_time
     return max(0, at - start) / 1000

@@ -8,9 +8,10 @@ run scheduling cycles until nothing changes, then commit — decisions, one
 and the new input position — in one transaction. A crash therefore never loses
 or doubles a decision.
 
-Start-up is replay: the newest snapshot, then the recorded cycles after it are
-re-run at their input offsets (they must reproduce the recorded decisions),
-then live processing continues. ``replay --verify`` uses the same machinery.
+Start-up is replay: the newest snapshot (one in this version's format; without
+one, the log from its start), then the recorded cycles after it are re-run at
+their input offsets (they must reproduce the recorded decisions), then live
+processing continues. ``replay --verify`` uses the same machinery.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ from events.messages import (
     EvictWorkload,
     PodsReady,
 )
+from events.validation import event_problem
 from services.core.apply import apply_cycle
 from services.core.cycle import run_cycle
+from services.core.snapshot import FORMAT as SNAPSHOT_FORMAT
 from services.core.snapshot import decode_state, encode_state
 from services.core.state import State, fold
 from services.runtime.log import Log, Record, read_backwards
@@ -70,6 +73,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     # replay skips recorded cycles numbered at or below ``cycles``)
     cycles: int
     state: msgspec.Raw
+    format: int = 1  # how ``state`` is encoded (``snapshot.FORMAT``); snapshots before the field are 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,14 +130,21 @@ class Scheduler:
         except UnknownEventType as e:
             raise SchedulerStopped(f"cluster-events offset {offset}: {e}") from e
         except MalformedRecord as e:
-            self.stats.dead_letters += 1
-            return key, encode({"topic": self.topics.cluster_events, "offset": offset, "reason": str(e),
-                                "value": value.decode("utf-8", "replace")})
+            return self._dead_letter(offset, value, key, str(e))
+        # Held to the limits a manifest is held to, before it can touch the state.
+        problem = event_problem(env.event, self.state.cohorts)
+        if problem is not None:
+            return self._dead_letter(offset, value, key, problem)
         fold(self.state, env.event)
         self.stats.events += 1
         if not isinstance(env.event, NO_SCHEDULING_EFFECT):
             self._needs_cycle = True
         return None
+
+    def _dead_letter(self, offset: int, value: bytes, key: str, reason: str) -> tuple[str, bytes]:
+        self.stats.dead_letters += 1
+        return key, encode({"topic": self.topics.cluster_events, "offset": offset, "reason": reason,
+                            "value": value.decode("utf-8", "replace")})
 
     def fold_until(self, offset: int) -> list[tuple[str, bytes]]:
         """Fold cluster events up to (not including) ``offset``; returns dead letters."""
@@ -240,7 +251,8 @@ class Scheduler:
 
     def _snapshot(self, decisions_offset: int) -> bytes:
         return encode(Snapshot(input_offset=self.next_input, decisions_offset=decisions_offset,
-                               cycles=self.state.cycles, state=msgspec.Raw(encode_state(self.state))))
+                               cycles=self.state.cycles, state=msgspec.Raw(encode_state(self.state)),
+                               format=SNAPSHOT_FORMAT))
 
     def write_snapshot(self) -> None:
         """A snapshot of the state at the committed position (e.g. on a clean shutdown)."""
@@ -251,10 +263,14 @@ class Scheduler:
     # --- recovery / replay -------------------------------------------------------------
 
     def load_newest_snapshot(self, *, until_input: int | None = None) -> int:
-        """Load the newest snapshot (at or before ``until_input``); returns the decisions offset to resume at."""
+        """Load the newest snapshot (at or before ``until_input``) in this version's format; returns
+        the decisions offset to resume at, 0 when there is none (the log is then replayed from its start).
+        A snapshot in another format is passed over: snapshots are only a cache of the log."""
         for rec in read_backwards(self.log, self.topics.snapshots, self.log.end_offset(self.topics.snapshots),
                                   chunk=4):
             snap = msgspec.json.decode(rec.value, type=Snapshot)
+            if snap.format != SNAPSHOT_FORMAT:
+                continue
             if until_input is None or snap.input_offset <= until_input:
                 self.state = decode_state(bytes(snap.state))
                 self.next_input = snap.input_offset

@@ -32,6 +32,7 @@ from events.envelope import Envelope, Topics, event_key
 from events.manifests import Document, load
 from events.messages import ObjectApplied
 from services.runtime.log import Log
+from services.runtime.manifestfiles import read_manifests
 
 SOURCE: Final = "watcher"
 ID_PREFIX: Final = "seed:"
@@ -39,7 +40,7 @@ ID_PREFIX: Final = "seed:"
 
 def read_files(paths: Iterable[str | Path]) -> dict[str, str]:
     """File name -> text, in the order given (the order objects are applied in)."""
-    return {str(p): Path(p).read_text(encoding="utf-8") for p in paths}
+    return read_manifests(paths)
 
 
 def seed_id(obj: o.AnyObject) -> str:

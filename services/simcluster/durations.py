@@ -20,23 +20,15 @@ from the next one.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from fractions import Fraction
-from typing import Final
 
+from events.cluster import SIM_DURATION_ANNOTATION
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope
 from events.envelope import Topics
 from events.messages import ObjectApplied, ObjectDeleted
 from events.objects import Workload
+from events.validation import Invalid, duration_ns
 from services.runtime.log import Log
-
-DURATION_ANNOTATION: Final = "kueuelog.io/sim-duration"
-
-_NS_PER: Final = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 1_000_000, "s": 1_000_000_000,
-                  "m": 60_000_000_000, "h": 3_600_000_000_000}
-_PART: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_INTEGER: Final = re.compile(r"\d+")
 
 
 class DurationError(ValueError):
@@ -46,22 +38,16 @@ class DurationError(ValueError):
 def parse_duration(text: str) -> int:
     """A duration in whole milliseconds (rounded down): Go syntax, or an integer of ms.
 
-    Exact arithmetic (``Fraction``), so ``1.1h`` is 3 960 000 ms, not a float's guess.
+    Exact arithmetic, so ``1.1h`` is 3 960 000 ms, not a float's guess; bounded like Go's
+    ``time.Duration`` (and by length), so no annotation can make the parse itself fail.
     """
     text = text.strip()
-    if _INTEGER.fullmatch(text):
-        return int(text)
     if not text:
         raise DurationError("empty duration")
-    pos, total = 0, Fraction(0)
-    for m in _PART.finditer(text):
-        if m.start() != pos:
-            break
-        total += Fraction(m.group(1)) * _NS_PER[m.group(2)]
-        pos = m.end()
-    if pos != len(text):
-        raise DurationError(f"invalid duration {text!r} (expected e.g. 90s, 5m, 1h30m or milliseconds)")
-    return int(total // 1_000_000)
+    try:
+        return duration_ns(text, bare_ms=True) // 1_000_000
+    except Invalid as e:
+        raise DurationError(f"{e.message} (expected e.g. 90s, 5m, 1h30m or milliseconds)") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +58,7 @@ class Duration:
 
 def duration_of(annotations: tuple[tuple[str, str], ...] | None, default_ms: int) -> Duration:
     """The run length for a workload with these annotations (``None``: workload unknown)."""
-    raw = dict(annotations or ()).get(DURATION_ANNOTATION)
+    raw = dict(annotations or ()).get(SIM_DURATION_ANNOTATION)
     if raw is None:
         return Duration(default_ms, "default")
     try:

@@ -39,9 +39,9 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events.cluster import KUEUE_GROUP
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
 from events.envelope import Topics, event_key
-from events.manifests import KUEUE_GROUP
 from services.runtime.log import Log, LogError
 from services.watcher.translate import (
     ID_PREFIX,

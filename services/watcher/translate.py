@@ -36,10 +36,19 @@ from typing import Any, Final, Literal, NamedTuple
 
 from events import jobs
 from events import objects as o
+from events.cluster import (
+    ACTUATION_ANNOTATIONS,
+    EVICTED_ANNOTATION,
+    KUEUE_GROUP,
+    ORIGINAL_POD_SCHEDULING_ANNOTATION,
+    REJECTED_LABEL,
+    ConditionStatus,
+    JobConditionType,
+)
 from events.codec import encode
 from events.envelope import Envelope
 from events.kueue_versions import STORAGE_VERSION, respell
-from events.manifests import KUEUE_GROUP, Document, ManifestError, normalize
+from events.manifests import Document, ManifestError, normalize
 from events.messages import (
     ClusterEvent,
     EvictionCompleted,
@@ -51,35 +60,22 @@ from events.messages import (
 
 SOURCE: Final = "watcher"
 ID_PREFIX: Final = "watcher:"
-EVICTED_ANNOTATION: Final = "kueuelog.io/evicted"
-"""Set by the actuator on a Job it suspended for an eviction; the value is the decision id."""
-REJECTED_LABEL: Final = "kueuelog.io/rejected"
-"""Set (to "true") by the job reconciler's ``reject`` policy on a queued Job created running: it
-runs outside quota and is not Kueue's (services/actuator/job_reconciler.py; the watcher may not import it)."""
-ORIGINAL_ANNOTATION: Final = "kueuelog.io/original-pod-scheduling"
-"""Set by the actuator while the Job's pod template carries the flavors' node selector and
-tolerations (removed when it restores the template after an eviction)."""
-ACTUATION_ANNOTATIONS: Final = frozenset({
-    EVICTED_ANNOTATION, ORIGINAL_ANNOTATION, "kueuelog.io/decision-id", "kueuelog.io/decision-cycle",
-})
-"""The actuator's bookkeeping on a Job (services/actuator/kube_port.py; the watcher may not import it):
-not the user's Job, so not part of its Workload."""
-
 KUEUE_VERSION: Final = STORAGE_VERSION
 """Kueue's kinds are listed and watched at the version our CRDs store (and current Kueue's): the
 API server returns objects as stored, whatever version they were written at, so each body is
 respelled for its version (:func:`events.kueue_versions.respell`) before it is parsed."""
+_KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 API_VERSIONS: Final[Mapping[str, str]] = {
-    "ResourceFlavor": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-    "Cohort": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-    "ClusterQueue": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-    "LocalQueue": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-    "WorkloadPriorityClass": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-    "AdmissionCheck": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-    "ProvisioningRequestConfig": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+    "ResourceFlavor": _KUEUE_API_VERSION,
+    "Cohort": _KUEUE_API_VERSION,
+    "ClusterQueue": _KUEUE_API_VERSION,
+    "LocalQueue": _KUEUE_API_VERSION,
+    "WorkloadPriorityClass": _KUEUE_API_VERSION,
+    "AdmissionCheck": _KUEUE_API_VERSION,
+    "ProvisioningRequestConfig": _KUEUE_API_VERSION,
     "Namespace": "v1",
     "PriorityClass": "scheduling.k8s.io/v1",
-    "Workload": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+    "Workload": _KUEUE_API_VERSION,
     "Job": "batch/v1",
 }
 """The kinds the watcher translates, configuration first, with the apiVersion an object of the
@@ -196,7 +192,7 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
     errors: list[str] = []
     if isinstance(normalized, o.Workload) and kind == "Job":
         running, status_events, errors = _job_status(located, body, meta, normalized, time_ms)
-        frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_ANNOTATION in annotations)
+        frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations)
         envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status_events)
     return Translation(source, envelopes, errors, resource_version=rv, frozen=frozen)
 
@@ -256,10 +252,11 @@ def _job_status(
     suspended = spec.get("suspend") is True
     running = not suspended or counts["active"] > 0
     for c in conditions:
-        if isinstance(c, Mapping) and c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
+        if (isinstance(c, Mapping) and c.get("type") in (JobConditionType.COMPLETE, JobConditionType.FAILED)
+                and c.get("status") == ConditionStatus.TRUE):
             message = c.get("message")
             finished = WorkloadFinished(time=time_ms, namespace=wl.namespace, name=wl.name,
-                                        succeeded=c.get("type") == "Complete",
+                                        succeeded=c.get("type") == JobConditionType.COMPLETE,
                                         message=message if isinstance(message, str) else "")
             return running, [("finished", finished, "")], []
     pods = wl.pod_sets[0].count if wl.pod_sets else 0

@@ -24,6 +24,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import jobs
 from events import objects as o
+from events.cluster import DECISION_ID_ANNOTATION as ANN_DECISION
+from events.cluster import EVICTED_ANNOTATION as ANN_EVICTED
+from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
+from events.cluster import QUEUE_NAME_LABEL
 from events.codec import decode_envelope, encode
 from events.envelope import Topics
 from events.messages import (
@@ -36,7 +40,6 @@ from events.messages import (
     PendingReason,
 )
 from services.actuator.kube_port import KUBE_TUNING, KubePort
-from services.actuator.kubeplan import ANN_DECISION, ANN_EVICTED, ANN_ORIGINAL
 from services.actuator.loop import GROUP, Actuator, Tuning
 from services.actuator.runner import run_actuator
 from services.runtime.sqlite import SqliteLog
@@ -146,7 +149,7 @@ class Cluster:
 
     async def job(self, name: str) -> dict[str, Any]:
         body = {"apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": name, "labels": {jobs.QUEUE_LABEL: "lq"}},
+                "metadata": {"name": name, "labels": {QUEUE_NAME_LABEL: "lq"}},
                 "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
                     "restartPolicy": "Never", "nodeSelector": {"team": "a"}, "tolerations": [OWN_TOLERATION],
                     "containers": [{"name": "main", "image": "busybox:1.36", "command": ["true"],

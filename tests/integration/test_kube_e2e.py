@@ -38,6 +38,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import jobs
+from events.cluster import QUEUE_NAME_LABEL
 from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
 from events.messages import AdmitWorkload, EvictWorkload, ObjectApplied, ObjectDeleted
@@ -216,7 +217,7 @@ class Cluster:
         """A queued Job as a user creates it (not suspended: there is no webhook to make it so).
         Returns its Workload's name."""
         ns = ns or self.ns_in
-        labels = {jobs.QUEUE_LABEL: queue}
+        labels = {QUEUE_NAME_LABEL: queue}
         if priority:
             labels["kueue.x-k8s.io/priority-class"] = priority
         created = await self.batch.create_namespaced_job(ns, {

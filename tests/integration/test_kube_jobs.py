@@ -23,14 +23,10 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events.cluster import DECISION_ID_ANNOTATION as DECISION_ANNOTATION
+from events.cluster import REJECTED_LABEL, REJECTION_ANNOTATION
 from events.jobs import workload_name_for_job
-from services.actuator.job_reconciler import (
-    DECISION_ANNOTATION,
-    REJECTED_LABEL,
-    REJECTION_ANNOTATION,
-    JobReconciler,
-    ReconcilerStats,
-)
+from services.actuator.job_reconciler import JobReconciler, ReconcilerStats
 from tests.infra.kube import LocalControlPlane
 from tests.infra.pytest_kube import open_api_client
 from tests.integration.kube_deploy import eventually

@@ -26,9 +26,10 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import objects as o
+from events.cluster import QUEUE_NAME_LABEL as QUEUE_LABEL
 from events.codec import decode_envelope
 from events.envelope import Envelope, Topics
-from events.jobs import QUEUE_LABEL, workload_name_for_job
+from events.jobs import workload_name_for_job
 from events.messages import ObjectApplied, ObjectDeleted, PodsReady, WorkloadFinished
 from services.runtime.sqlite import SqliteLog
 from services.watcher.kube import DEFAULT_KINDS, WatcherStats, run_kube_watcher

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from events import objects as o
+from events.cluster import SIM_DURATION_ANNOTATION as DURATION_ANNOTATION
 from events.codec import decode_decision, decode_envelope
 from events.envelope import Envelope, Topics
 from events.manifests import load
@@ -51,7 +52,6 @@ from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream, arrival_schedule, read_files, seed_all
 from services.simcluster.cluster import SimCluster, SimConfig
-from services.simcluster.durations import DURATION_ANNOTATION
 from services.simcluster.runner import advance_time
 from tests.builders import a_job
 from tests.crashing_log import CrashingLog

@@ -6,6 +6,7 @@ policies — and a random sequence of submissions, cycles, finishes and eviction
 completions. Whatever happens:
 
 - folding the same events twice gives byte-identical state;
+- a snapshot (encode, decode) restores the state byte for byte;
 - no node of the cohort tree ever uses more than its quota allows;
 - the incrementally maintained usage equals a recomputation from scratch;
 - a workload is admitted at most once per stay in its queue;
@@ -18,7 +19,6 @@ from __future__ import annotations
 from copy import deepcopy
 from dataclasses import dataclass
 from typing import TypeVar
-from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 from events import objects as o
 from events.codec import encode
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, ObjectApplied, WorkloadFinished
-from services.core import cycle as cycle_module
 from services.core.apply import apply_cycle
 from services.core.cycle import run_cycle
+from services.core.derived import Cache
 from services.core.index import rebuild
-from services.core.snapshot import encode_state
+from services.core.snapshot import decode_state, encode_state
 from services.core.state import State, finish_eviction, fold
 
 FLAVORS = ("f0", "f1")
@@ -103,7 +103,7 @@ actions = st.lists(
 
 
 def _queues(state: State) -> dict[str, tuple[list[str], list[str]]]:
-    return {name: ([k for _, k in q.active], sorted(q.inadmissible)) for name, q in sorted(state.queues.items())}
+    return {name: ([k for _, k in q.active], sorted(q.inadmissible)) for name, q in sorted(state.index.queues.items())}
 
 
 class Run:
@@ -156,7 +156,9 @@ class Run:
         record = CycleCompleted(cycle=s.cycles, input_offset=0, time=s.now, decisions=len(result.decisions),
                                 admitted_heads=tuple(result.admitted_heads), heads=tuple(result.heads))
         apply_cycle(self.shadow, result.decisions, record)
-        assert encode_state(self.shadow) == encode_state(s), "applying the recorded cycle differs from running it"
+        encoded = encode_state(s)
+        assert encode_state(self.shadow) == encoded, "applying the recorded cycle differs from running it"
+        assert encode_state(decode_state(encoded)) == encoded, "a snapshot does not restore the state"
         assert _queues(self.shadow) == _queues(s)
         for d in result.decisions:
             key = f"{d.namespace}/{d.name}"
@@ -182,17 +184,17 @@ class Run:
     def check(self) -> None:
         s = self.state
         s.ensure_indexed()
-        for node in s.nodes.values():
+        for node in s.index.nodes.values():
             for fr, used in node.usage.items():
                 if node.parent is None:
                     assert used <= node.subtree.get(fr, 0), f"{node} uses {used} of {fr} > its subtree"
                 q = node.quotas.get(fr)
                 if q is not None and q.borrowing_limit is not None:
                     assert used <= node.subtree.get(fr, 0) + q.borrowing_limit, f"{node} exceeds its borrowing limit"
-        live = {name: {fr: v for fr, v in node.usage.items() if v} for name, node in s.nodes.items()}
+        live = {key: {fr: v for fr, v in node.usage.items() if v} for key, node in s.index.nodes.items()}
         copy = deepcopy(s)
         rebuild(copy)
-        fresh = {name: {fr: v for fr, v in node.usage.items() if v} for name, node in copy.nodes.items()}
+        fresh = {key: {fr: v for fr, v in node.usage.items() if v} for key, node in copy.index.nodes.items()}
         assert live == fresh
         self.checks += 1
 
@@ -245,16 +247,15 @@ def test_histories_exercise_admission_and_preemption() -> None:
     assert seen["preempt"] > 0
 
 
-def _forgetful(state: State, e: object) -> tuple[None, tuple[()]]:
-    return None, ()
-
-
 class RecordingRun(Run):
-    """A run that keeps every cycle's decisions and head outcomes, encoded."""
+    """A run that keeps every cycle's decisions and head outcomes, encoded; ``remember=False``
+    switches the nomination memo off."""
 
-    def __init__(self, world: list[o.AnyObject]) -> None:
+    def __init__(self, world: list[o.AnyObject], *, remember: bool = True) -> None:
         self.cycles: list[bytes] = []
         super().__init__(world)
+        if not remember:
+            self.state.cache = Cache.disabled()
 
     def cycle(self) -> None:
         s = self.state
@@ -269,31 +270,22 @@ class RecordingRun(Run):
 def test_remembered_nominations_decide_as_a_fresh_search(world: list[o.AnyObject], history: list[object]) -> None:
     """Nominations remembered per cohort-tree version give exactly what searching again gives."""
     remembering = _play(RecordingRun(world), history)
-    with patch.object(cycle_module, "_memo_slot", _forgetful):
-        fresh = _play(RecordingRun(world), history)
+    fresh = _play(RecordingRun(world, remember=False), history)
+    assert fresh.state.cache.hits == 0
     assert fresh.cycles == remembering.cycles
     assert encode_state(fresh.state) == encode_state(remembering.state)
 
 
 def test_histories_reuse_remembered_nominations() -> None:
-    """Guard: the histories above do reach a remembered nomination, with and without preemption."""
-    hits = {"nomination": 0, "explanation": 0}
-    real = cycle_module._memo_slot
-
-    def counting(state: State, e: cycle_module.Entry) -> tuple[object, tuple[object, ...]]:
-        memo, key = real(state, e)
-        if memo is not None and key in memo:
-            hits["nomination"] += 1
-        if memo is not None and ("explain", *key) in memo:
-            hits["explanation"] += 1
-        return memo, key
+    """Guard: the histories above do reach a remembered nomination."""
+    hits = 0
 
     @settings(max_examples=150, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow])
     @given(worlds(), actions)
     def play(world: list[o.AnyObject], history: list[object]) -> None:
-        _play(Run(world), history)
+        nonlocal hits
+        hits += _play(Run(world), history).state.cache.hits
 
-    with patch.object(cycle_module, "_memo_slot", counting):
-        play()
-    assert hits["nomination"] > 20
+    play()
+    assert hits > 20

@@ -22,6 +22,7 @@ import yaml
 
 from events import manifests
 from events import objects as o
+from events.cluster import POD_PRIORITY_CLASS_SOURCE, WORKLOAD_PRIORITY_CLASS_SOURCE
 from events.envelope import Topics
 from events.quantity import QuantityError, parse_fraction
 from services.runtime.kafka import LEASES_SUFFIX
@@ -230,7 +231,7 @@ def test_schemas_are_structural_and_keep_no_unknown_fields(kind: str) -> None:
     ("ClusterQueue", "spec.namespaceSelector.matchExpressions[].operator", ["In", "NotIn", "Exists", "DoesNotExist"]),
     ("ResourceFlavor", "spec.nodeTaints[].effect", ["NoSchedule", "PreferNoSchedule", "NoExecute"]),
     ("Workload", "spec.priorityClassSource",
-     [o.WORKLOAD_PRIORITY_CLASS_SOURCE, o.POD_PRIORITY_CLASS_SOURCE, ""]),
+     [WORKLOAD_PRIORITY_CLASS_SOURCE, POD_PRIORITY_CLASS_SOURCE, ""]),
 ])
 def test_enums_are_the_parsers(kind: str, path: str, enum: list[str]) -> None:
     assert at(schema(kind), path)["enum"] == enum

@@ -17,12 +17,12 @@ import pytest
 from kubernetes_asyncio import client
 
 from events import objects as o
+from events.cluster import DECISION_ID_ANNOTATION as DECISION_ANNOTATION
+from events.cluster import REJECTED_LABEL
 from events.jobs import workload_name_for_job
 from events.manifests import Document, normalize
 from services.actuator import job_reconciler as shell
 from services.actuator.job_reconciler import (
-    DECISION_ANNOTATION,
-    REJECTED_LABEL,
     Finished,
     JobError,
     JobPlan,

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from events import objects as o
+from events.cluster import POD_PRIORITY_CLASS_SOURCE, WORKLOAD_PRIORITY_CLASS_SOURCE
 from events.jobs import workload_name_for_job
 from events.manifests import Document, ManifestError, normalize
 from tests.builders import a_job
@@ -225,13 +226,13 @@ def test_invalid_min_parallelism_annotation(parallelism, completions, annotation
 @pytest.mark.parametrize(
     ("label", "template_class", "want"),
     [
-        pytest.param("high", None, o.PriorityRef(source=o.WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
+        pytest.param("high", None, o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
                      id="priority-class label: a WorkloadPriorityClass"),
-        pytest.param(None, "batch-low", o.PriorityRef(source=o.POD_PRIORITY_CLASS_SOURCE, name="batch-low"),
+        pytest.param(None, "batch-low", o.PriorityRef(source=POD_PRIORITY_CLASS_SOURCE, name="batch-low"),
                      id="template priorityClassName: a PriorityClass"),
-        pytest.param("high", "batch-low", o.PriorityRef(source=o.WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
+        pytest.param("high", "batch-low", o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
                      id="the label wins over the template"),
-        pytest.param("", "batch-low", o.PriorityRef(source=o.POD_PRIORITY_CLASS_SOURCE, name="batch-low"),
+        pytest.param("", "batch-low", o.PriorityRef(source=POD_PRIORITY_CLASS_SOURCE, name="batch-low"),
                      id="an empty label falls through to the template"),
         pytest.param(None, None, None, id="neither: no priority reference"),
     ],

@@ -11,14 +11,15 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events import conditions as cond
 from events import objects as o
+from events.cluster import DECISION_CYCLE_ANNOTATION as ANN_CYCLE
+from events.cluster import DECISION_ID_ANNOTATION as ANN_DECISION
+from events.cluster import EVICTED_ANNOTATION as ANN_EVICTED
+from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
 from events.messages import AdmitWorkload, EvictWorkload, MarkPending, PendingReason
 from services.actuator.kubeapi import InvalidObject, KubeApiError, TokenBucket, classify
 from services.actuator.kubeplan import (
-    ANN_CYCLE,
-    ANN_DECISION,
-    ANN_EVICTED,
-    ANN_ORIGINAL,
     FlavorScheduling,
     QueueCounts,
     admitted_status,
@@ -37,7 +38,6 @@ from services.actuator.kubeplan import (
     set_condition,
     status_patch,
 )
-from services.core import conditions as cond
 
 T = 1_700_000_000_000
 SPOT = FlavorScheduling("spot", (("pool", "spot"),), ({"key": "spot", "operator": "Exists"},))

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from events import objects as o
+from events.cluster import POD_PRIORITY_CLASS_SOURCE, WORKLOAD_PRIORITY_CLASS_SOURCE
 from events.manifests import Document, ManifestError, load, normalize, read_documents
 from tests.builders import (
     V1,
@@ -964,19 +965,19 @@ def test_cohort_parent_by_version(manifest, want_parent):
     ("manifest", "want"),
     [
         pytest.param(a_workload("team-a", "w").request(cpu=1).priority_class("high"),
-                     o.PriorityRef(source=o.WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
+                     o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
                      id="v1beta1 priorityClassName from a WorkloadPriorityClass"),
         pytest.param(edit(a_workload("team-a", "w").request(cpu=1), "spec.priorityClassName", "high"),
-                     o.PriorityRef(source=o.POD_PRIORITY_CLASS_SOURCE, name="high"),
+                     o.PriorityRef(source=POD_PRIORITY_CLASS_SOURCE, name="high"),
                      id="v1beta1 priorityClassName defaults to a pod PriorityClass"),
         pytest.param(versioned(edit(a_workload("team-a", "w").request(cpu=1), "spec.priorityClassRef",
                                     {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "high"}),
                                V1BETA2),
-                     o.PriorityRef(source=o.WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
+                     o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name="high"),
                      id="v1beta2 priorityClassRef to a WorkloadPriorityClass"),
         pytest.param(versioned(edit(a_workload("team-a", "w").request(cpu=1), "spec.priorityClassRef",
                                     {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": "high"}), V1BETA2),
-                     o.PriorityRef(source=o.POD_PRIORITY_CLASS_SOURCE, name="high"),
+                     o.PriorityRef(source=POD_PRIORITY_CLASS_SOURCE, name="high"),
                      id="v1beta2 priorityClassRef to a PriorityClass"),
         pytest.param(a_workload("team-a", "w").request(cpu=1), None, id="no priority class"),
     ],

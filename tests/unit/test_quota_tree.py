@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.core.quota import Node, recompute_subtree
+from services.core.quota import Node, NodeKind, cluster_queue_key, cohort_key, recompute_subtree
 from tests.builders import Builder, a_cluster_queue, a_cohort, a_flavor, a_workload, build_state
 
 C = 1000
@@ -42,7 +42,7 @@ def _usage(cq: str, cores: int) -> Builder:
 def _nodes(*objects: Builder) -> dict[str, Node]:
     state = build_state(a_flavor("f"), *objects)
     state.ensure_indexed()
-    return {key.split("/", 1)[1]: node for key, node in state.nodes.items()}
+    return {key.name: node for key, node in state.index.nodes.items()}
 
 
 # --- shapes --------------------------------------------------------------------------------------
@@ -242,3 +242,17 @@ def test_add_and_remove_usage_propagate_like_a_rebuild(ops, want_usage):
     incremental = {n: node.usage.get(FR, 0) for n, node in nodes.items()}
     recompute_subtree(nodes["root"])
     assert {n: node.usage.get(FR, 0) for n, node in nodes.items()} == incremental
+
+
+# --- node keys -------------------------------------------------------------------------------------
+
+
+def test_node_keys_sort_as_the_kind_slash_name_strings_they_replace():
+    state = build_state(a_flavor("f"), *TREE, _cq("co", "co", 1), _cq("a-b", None, 1), _cq("a.c", "left", 1))
+    state.ensure_indexed()
+    keys = list(state.index.nodes)
+    assert {key.kind for key in keys} == {NodeKind.COHORT, NodeKind.CLUSTER_QUEUE}
+    assert [str(key) for key in sorted(keys)] == sorted(str(key) for key in keys)
+    assert str(cluster_queue_key("co")) == "cq/co" and str(cohort_key("co")) == "cohort/co"
+    assert cluster_queue_key("co") != cohort_key("co")  # a ClusterQueue and a Cohort may share a name
+    assert state.index.nodes[cluster_queue_key("co")].parent is state.index.nodes[cohort_key("co")]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from services.core.render import PENDING_REASON_ANNOTATION, workload_list
+from events.cluster import PENDING_REASON_ANNOTATION
+from services.core.render import workload_list
 from tests.builders import a_cluster_queue, a_flavor, a_local_queue, a_workload, simulate
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from events import objects as o
+from events.cluster import SIM_DURATION_ANNOTATION as DURATION_ANNOTATION
 from events.codec import decode_envelope, encode
 from events.envelope import Envelope, Topics
 from events.manifests import Document, normalize
@@ -20,7 +21,7 @@ from events.simcluster import Reported, RunStarted, StartWorkload, StopWorkload,
 from services.runtime.log import LogError, Record
 from services.runtime.sqlite import SqliteLog
 from services.simcluster.cluster import GROUP, SimCluster, SimConfig
-from services.simcluster.durations import DURATION_ANNOTATION, DurationError, duration_of, parse_duration
+from services.simcluster.durations import DurationError, duration_of, parse_duration
 from tests.builders import a_job
 from tests.crashing_log import CrashingLog
 

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from events import objects as o
+from events.cluster import EVICTED_ANNOTATION, REJECTED_LABEL
+from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ORIGINAL_ANNOTATION
 from events.envelope import Envelope
 from events.messages import (
     ClusterEvent,
@@ -24,9 +26,6 @@ from events.messages import (
 )
 from services.core.state import State, fold
 from services.watcher.translate import (
-    EVICTED_ANNOTATION,
-    ORIGINAL_ANNOTATION,
-    REJECTED_LABEL,
     EventType,
     Published,
     Ref,

@@ -1,0 +1,151 @@
+"""The on-cluster contract: every name kueuelog reads or writes on a Kubernetes object.
+
+This module owns, once each:
+
+- the API group and version of Kueue's kinds as we address them on a cluster;
+- the label and annotation keys, Kueue's (``kueue.x-k8s.io/...``, which users write and
+  Kueue's own controllers would read) and ours (``kueuelog.io/...``, the actuator's and the
+  job reconciler's bookkeeping on a Job, the simulated cluster's run time, the pending
+  reason rendered on a Workload);
+- the Workload condition types and the reasons Kueue writes with them, the eviction and
+  preemption reasons, and the ``batch/v1`` Job condition types we read, as ``StrEnum``
+  closed sets (a member is its string, so what reaches a cluster or the log is unchanged).
+
+The conditions themselves are built in :mod:`events.conditions`. This module imports
+nothing of ours, so every other module of the contract may import it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+# --- API groups and versions ----------------------------------------------------------------------
+
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_CONFIG_GROUP: Final = "config.kueue.x-k8s.io"
+KUEUE_VERSION: Final = "v1beta1"
+"""The version of Kueue's kinds the job reconciler writes (a queued Job's Workload) and ``simulate``
+renders. The watcher reads and the actuator writes at our CRDs' storage version instead,
+:data:`events.kueue_versions.STORAGE_VERSION` (docs/crds.md)."""
+KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+
+WORKLOAD_PRIORITY_CLASS_SOURCE: Final = f"{KUEUE_GROUP}/workloadpriorityclass"
+"""A Workload's ``spec.priorityClassSource`` when its priority comes from a WorkloadPriorityClass."""
+POD_PRIORITY_CLASS_SOURCE: Final = "scheduling.k8s.io/priorityclass"
+"""... and when it comes from a (pod) PriorityClass."""
+
+# --- Kueue's labels and annotations ---------------------------------------------------------------
+
+QUEUE_NAME_LABEL: Final = f"{KUEUE_GROUP}/queue-name"
+"""On a Job (or Workload): the LocalQueue it is submitted to; a Job without it is not Kueue's."""
+PRIORITY_CLASS_LABEL: Final = f"{KUEUE_GROUP}/priority-class"
+"""On a Job: the WorkloadPriorityClass its Workload takes its priority from."""
+MIN_PARALLELISM_ANNOTATION: Final = f"{KUEUE_GROUP}/job-min-parallelism"
+"""On a Job: the least parallelism it accepts (partial admission)."""
+JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
+"""On a Workload the job reconciler creates: the uid of the Job that owns it."""
+PROVISIONING_ANNOTATION_PREFIX: Final = f"provreq.{KUEUE_GROUP}/"
+"""Annotations of a Job with this prefix are copied to its Workload (ProvisioningRequest parameters)."""
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
+"""The label every Namespace carries with its own name (what a namespaceSelector sees at least)."""
+
+# --- kueuelog's labels and annotations ------------------------------------------------------------
+
+KUEUELOG_PREFIX: Final = "kueuelog.io/"
+
+DECISION_ID_ANNOTATION: Final = f"{KUEUELOG_PREFIX}decision-id"
+"""On a Job: the id of the actuator's last decision applied to it (admission or eviction)."""
+DECISION_CYCLE_ANNOTATION: Final = f"{KUEUELOG_PREFIX}decision-cycle"
+"""On a Job: the cycle of that decision, so that an older decision never undoes a newer one."""
+EVICTED_ANNOTATION: Final = f"{KUEUELOG_PREFIX}evicted"
+"""On a Job the actuator suspended for an eviction: the eviction's decision id."""
+ORIGINAL_POD_SCHEDULING_ANNOTATION: Final = f"{KUEUELOG_PREFIX}original-pod-scheduling"
+"""On a Job while its pod template carries the flavors' nodeSelector and tolerations: the
+template's own ones (JSON), restored after an eviction."""
+ACTUATION_ANNOTATIONS: Final = frozenset({
+    DECISION_ID_ANNOTATION, DECISION_CYCLE_ANNOTATION, EVICTED_ANNOTATION, ORIGINAL_POD_SCHEDULING_ANNOTATION,
+})
+"""The actuator's bookkeeping on a Job: not the user's Job, so not part of its Workload."""
+REJECTED_LABEL: Final = f"{KUEUELOG_PREFIX}rejected"
+"""On a queued Job created running that the job reconciler's ``reject`` policy refused ("true"):
+it runs outside quota and is not queued."""
+REJECTION_ANNOTATION: Final = f"{KUEUELOG_PREFIX}rejection"
+"""... and why it was refused."""
+PENDING_REASON_ANNOTATION: Final = f"{KUEUELOG_PREFIX}pending-reason"
+"""On a pending Workload: our closed-set reason (``events.messages.PendingReason``)."""
+SIM_DURATION_ANNOTATION: Final = f"{KUEUELOG_PREFIX}sim-duration"
+"""On a Workload (or its Job) in the simulated cluster: how long it runs once admitted."""
+
+
+# --- conditions -----------------------------------------------------------------------------------
+
+
+class ConditionType(StrEnum):
+    """The Workload condition types Kueue writes (``apis/kueue/v1beta1/workload_types.go``)."""
+
+    QUOTA_RESERVED = "QuotaReserved"
+    ADMITTED = "Admitted"
+    EVICTED = "Evicted"
+    PREEMPTED = "Preempted"
+    REQUEUED = "Requeued"
+    FINISHED = "Finished"
+    PODS_READY = "PodsReady"
+
+
+class ConditionReason(StrEnum):
+    """The fixed reasons written with those conditions (eviction and preemption reasons are
+    :class:`EvictionReason` and :class:`PreemptionReason`)."""
+
+    QUOTA_RESERVED = "QuotaReserved"
+    ADMITTED = "Admitted"
+    PENDING = "Pending"
+    INADMISSIBLE = "Inadmissible"
+    NO_RESERVATION = "NoReservation"
+    UNSATISFIED_CHECKS = "UnsatisfiedChecks"
+    REQUEUED = "Requeued"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    PODS_READY = "PodsReady"
+
+
+class PendingConditionReason(StrEnum):
+    """The reason of ``QuotaReserved=False``: Kueue's ``Pending``, or ``Inadmissible`` when the
+    workload cannot queue at all (no queue, an inactive ClusterQueue)."""
+
+    PENDING = ConditionReason.PENDING.value
+    INADMISSIBLE = ConditionReason.INADMISSIBLE.value
+
+
+class ConditionStatus(StrEnum):
+    """A condition's status (Kubernetes' ``metav1.ConditionStatus``; we never write ``Unknown``)."""
+
+    TRUE = "True"
+    FALSE = "False"
+
+
+class EvictionReason(StrEnum):
+    """Why a workload is evicted: the reason of its ``Evicted`` condition, as Kueue names it."""
+
+    PREEMPTED = "Preempted"
+    PODS_READY_TIMEOUT = "PodsReadyTimeout"
+    ADMISSION_CHECK = "AdmissionCheck"
+    CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
+    LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
+    DEACTIVATED = "InactiveWorkload"
+
+
+class PreemptionReason(StrEnum):
+    """The reason of a victim's ``Preempted`` condition (Kueue's ``pkg/scheduler/preemption``)."""
+
+    IN_CLUSTER_QUEUE = "InClusterQueue"
+    IN_COHORT_RECLAMATION = "InCohortReclamation"
+    IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
+    IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+
+
+class JobConditionType(StrEnum):
+    """The ``batch/v1`` Job conditions that say it ended."""
+
+    COMPLETE = "Complete"
+    FAILED = "Failed"
