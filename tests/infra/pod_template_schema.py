@@ -64,7 +64,7 @@ def _convert(node: Mapping[str, Any], schemas: Mapping[str, Any], path: tuple[st
     name = _resolve(node)
     if name is not None:
         if name in _SPECIAL:
-            return json.loads(json.dumps(_SPECIAL[name]))
+            return copy.deepcopy(_SPECIAL[name])
         if name in path:
             raise ValueError(f"recursive schema {' -> '.join((*path, name))}")
         return _convert(schemas[name], schemas, (*path, name))

@@ -259,8 +259,8 @@ async def test_installs_over_crds_that_stored_every_kueue_version(
                 # for the objects stored earlier, so the create itself is retried until served).
                 await created_when_served(ext, objects, name, body)
                 created.append(body)
-            got = await ext.read_custom_resource_definition(name)
-            assert got.status.stored_versions == steps, kind
+            stored_crd = await ext.read_custom_resource_definition(name)
+            assert stored_crd.status.stored_versions == steps, kind
 
             # What we shipped before: v1beta1 only. Refused, as the issue says.
             old = kueue_era_crd(ours, [v for v in steps if v != "v1beta2"], "v1beta1", webhook=False)
@@ -281,8 +281,8 @@ async def test_installs_over_crds_that_stored_every_kueue_version(
                     got = await objects.read(body, version)
                     assert missing({k: v for k, v in body.items() if k != "apiVersion"}, got) == [], (kind, version)
                     assert what_it_means(without_server_fields(got)) == want, (kind, body["apiVersion"], version)
-            got = await ext.read_custom_resource_definition(name)
-            assert got.status.stored_versions == steps, kind
+            stored_crd = await ext.read_custom_resource_definition(name)
+            assert stored_crd.status.stored_versions == steps, kind
     finally:
         await apply_crds(kube_api_client)
         for body in reversed(created):

@@ -27,6 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import objects as o
 from events.cluster import QUEUE_NAME_LABEL as QUEUE_LABEL
+from events.cluster import WORKLOAD_PRIORITY_CLASS_SOURCE
 from events.codec import decode_envelope
 from events.envelope import Envelope, Topics
 from events.jobs import workload_name_for_job
@@ -414,7 +415,7 @@ async def test_watcher_reads_objects_written_at_any_version_in_their_meaning(
     assert (first.flavor_fungibility.when_can_borrow, first.flavor_fungibility.when_can_preempt) == (
         o.WhenCanBorrow.MAY_STOP_SEARCH, o.WhenCanPreempt.MAY_STOP_SEARCH)
     assert applied[("ClusterQueue", cq2)].cohort == root  # type: ignore[union-attr]
-    want = o.PriorityRef(source=o.WORKLOAD_PRIORITY_CLASS_SOURCE, name=wpc)
+    want = o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name=wpc)
     assert applied[("Workload", "wl-b1")].priority_ref == want  # type: ignore[union-attr]
     assert applied[("Workload", "wl-b2")].priority_ref == want  # type: ignore[union-attr]
     refused = [r.value for r in log.read(Topics().dead_letters, 0, 1000)]
