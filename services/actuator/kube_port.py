@@ -2,7 +2,7 @@
 
 What each decision does (mirroring Kueue's job reconciler and Workload API):
 
-- ``AdmitWorkload``: find the ``kueue.x-k8s.io/v1beta1`` Workload and, through its ownerReference,
+- ``AdmitWorkload``: find the ``kueue.x-k8s.io/v1beta2`` Workload and, through its ownerReference,
   the ``batch/v1`` Job. Inject the assigned ResourceFlavors' ``nodeLabels`` (as ``nodeSelector``)
   and ``tolerations`` into the Job's pod template, keeping the template's own in annotation
   ``kueuelog.io/original-pod-scheduling`` (Kueue keeps "podset info" for the same purpose), set

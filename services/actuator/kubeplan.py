@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from events import conditions as cond
 from events import objects as o
@@ -19,11 +19,11 @@ from events.cluster import (
     DECISION_ID_ANNOTATION,
     EVICTED_ANNOTATION,
     KUEUE_GROUP,
-    KUEUE_VERSION,
     ORIGINAL_POD_SCHEDULING_ANNOTATION,
     ConditionStatus,
     ConditionType,
 )
+from events.kueue_versions import STORAGE_VERSION
 from events.manifests import format_time, parse_time
 from events.messages import (
     AdmitWorkload,
@@ -33,6 +33,12 @@ from events.messages import (
 )
 from events.quantity import QuantityError, format_amount, to_amount
 from services.actuator.kubeapi import InvalidObject, Ref
+
+KUEUE_VERSION: Final = STORAGE_VERSION
+"""Kueue objects are read and written at the storage version of our CRDs (conversion None: a
+status written here is stored as written, whatever version the object was created at). The
+Workload status we write (admission, conditions) is spelled alike in v1beta1 and v1beta2; a
+LocalQueue's usage is v1beta2's ``flavorsUsage`` (v1beta1 ``flavorUsage`` is cleared)."""
 
 Json = dict[str, Any]
 Decision = AdmitWorkload | EvictWorkload | MarkPending
@@ -486,7 +492,7 @@ class QueueCounts:
         pending, admitted, usage = self._tally(keys)
         flavors = self._flavors(usage, quotas, borrowed=False)
         return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
-                "flavorsReservation": flavors, "flavorUsage": flavors}
+                "flavorsReservation": flavors, "flavorsUsage": flavors, "flavorUsage": None}
 
 
 def queue_status_patch(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Json | None:

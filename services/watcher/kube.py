@@ -38,13 +38,14 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from events.cluster import KUEUE_GROUP, KUEUE_VERSION
+from events.cluster import KUEUE_GROUP
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
 from events.envelope import Topics, event_key
 from services.runtime.clock import wall_clock_ms
 from services.runtime.log import Log, LogError
 from services.watcher.translate import (
     ID_PREFIX,
+    KUEUE_VERSION,
     NAMESPACED,
     SOURCE,
     Change,

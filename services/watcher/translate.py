@@ -39,7 +39,7 @@ from events import objects as o
 from events.cluster import (
     ACTUATION_ANNOTATIONS,
     EVICTED_ANNOTATION,
-    KUEUE_API_VERSION,
+    KUEUE_GROUP,
     ORIGINAL_POD_SCHEDULING_ANNOTATION,
     REJECTED_LABEL,
     ConditionStatus,
@@ -47,6 +47,7 @@ from events.cluster import (
 )
 from events.codec import encode
 from events.envelope import Envelope
+from events.kueue_versions import STORAGE_VERSION, respell
 from events.manifests import Document, ManifestError, normalize
 from events.messages import (
     ClusterEvent,
@@ -59,17 +60,22 @@ from events.messages import (
 
 SOURCE: Final = "watcher"
 ID_PREFIX: Final = "watcher:"
+KUEUE_VERSION: Final = STORAGE_VERSION
+"""Kueue's kinds are listed and watched at the version our CRDs store (and current Kueue's): the
+API server returns objects as stored, whatever version they were written at, so each body is
+respelled for its version (:func:`events.kueue_versions.respell`) before it is parsed."""
+_KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 API_VERSIONS: Final[Mapping[str, str]] = {
-    "ResourceFlavor": KUEUE_API_VERSION,
-    "Cohort": KUEUE_API_VERSION,
-    "ClusterQueue": KUEUE_API_VERSION,
-    "LocalQueue": KUEUE_API_VERSION,
-    "WorkloadPriorityClass": KUEUE_API_VERSION,
-    "AdmissionCheck": KUEUE_API_VERSION,
-    "ProvisioningRequestConfig": KUEUE_API_VERSION,
+    "ResourceFlavor": _KUEUE_API_VERSION,
+    "Cohort": _KUEUE_API_VERSION,
+    "ClusterQueue": _KUEUE_API_VERSION,
+    "LocalQueue": _KUEUE_API_VERSION,
+    "WorkloadPriorityClass": _KUEUE_API_VERSION,
+    "AdmissionCheck": _KUEUE_API_VERSION,
+    "ProvisioningRequestConfig": _KUEUE_API_VERSION,
     "Namespace": "v1",
     "PriorityClass": "scheduling.k8s.io/v1",
-    "Workload": KUEUE_API_VERSION,
+    "Workload": _KUEUE_API_VERSION,
     "Job": "batch/v1",
 }
 """The kinds the watcher translates, configuration first, with the apiVersion an object of the
@@ -165,6 +171,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
     if kind == "Job" and isinstance(annotations, Mapping) and not ACTUATION_ANNOTATIONS.isdisjoint(annotations):
         body["metadata"] = {**meta, "annotations": {k: v for k, v in annotations.items()
                                                     if k not in ACTUATION_ANNOTATIONS}}
+    if str(body.get("apiVersion", "")).startswith(f"{KUEUE_GROUP}/"):
+        body = respell(body)
     try:
         normalized = normalize(Document(where, 0, body))
     except ManifestError as e:

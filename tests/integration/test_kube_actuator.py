@@ -278,7 +278,9 @@ async def test_pending_admit_duplicate_evict(kueue_crds: None, kube_namespace: s
             {"name": k.flavor, "resources": [{"name": "cpu", "total": "1", "borrowed": "0"}]}]
         lq = await k.read("localqueues", "lq")
         assert (lq["status"]["pendingWorkloads"], lq["status"]["admittedWorkloads"]) == (0, 1)
-        assert lq["status"]["flavorUsage"] == [{"name": k.flavor, "resources": [{"name": "cpu", "total": "1"}]}]
+        # v1beta2's spelling, the storage version's, whatever version the object is read at (conversion None).
+        assert lq["status"]["flavorsUsage"] == [{"name": k.flavor, "resources": [{"name": "cpu", "total": "1"}]}]
+        assert "flavorUsage" not in lq["status"]
 
         # 3. the same decision delivered again changes nothing.
         job_rv, wl_rv = admitted_job["metadata"]["resourceVersion"], wl["metadata"]["resourceVersion"]

@@ -118,6 +118,14 @@ def with_quota(body: dict[str, Any], **quota: Any) -> dict[str, Any]:
 
 
 Q0 = "spec.resourceGroups[0].flavors[0].resources[0]"
+B2 = "kueue.x-k8s.io/v1beta2"
+
+
+def workload(**spec: Any) -> dict[str, Any]:
+    """A v1beta2 Workload with one valid podSet, ``spec`` added."""
+    template = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
+    return {"apiVersion": B2, "kind": "Workload", "metadata": {"name": "wl", "namespace": "default"},
+            "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": template}], **spec}}
 
 INVALID = [
     pytest.param(cq("bad-strategy", queueingStrategy="FIFO"), "spec.queueingStrategy", "Unsupported value",
@@ -170,6 +178,24 @@ INVALID = [
                   "spec": {"retryDelayMinutes": 3}},
                  "spec.controllerName", "Required value", "spec.controllerName",
                  id="AdmissionCheck without controller"),
+    # v1beta2, and the union schema's rules: two spellings of one field must agree. The server takes
+    # either spelling at either version (conversion None); the parser, strict per version, names the
+    # spelling its version does not have.
+    pytest.param({**cq("two-cohorts", cohort="a", cohortName="b"), "apiVersion": B2}, "spec.cohortName",
+                 "cohort and cohortName conflict", "spec.cohort", id="v1beta2 cohort and cohortName disagree"),
+    pytest.param(workload(priorityClassRef={"group": "kueue.x-k8s.io", "kind": "PriorityClass", "name": "p"}),
+                 "spec.priorityClassRef.kind", "kind must be WorkloadPriorityClass", "spec.priorityClassRef.kind",
+                 id="v1beta2 priorityClassRef kind of another group"),
+    pytest.param(workload(priorityClassRef={"group": "example.com", "kind": "PriorityClass", "name": "p"}),
+                 "spec.priorityClassRef.group", "Unsupported value", "spec.priorityClassRef.group",
+                 id="v1beta2 priorityClassRef of an unknown group"),
+    pytest.param(workload(priorityClassRef={"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "p"},
+                          priorityClassName="p"),
+                 "spec.priorityClassRef", "conflict: set only one", "spec.priorityClassName",
+                 id="v1beta2 priorityClassRef next to v1beta1 priorityClassName"),
+    pytest.param(workload(podSets=[{"name": "main", "count": 1, "template": {"spec": {"containers": {"name": "c"}}}}]),
+                 "spec.podSets[0].template.spec.containers", "must be of type array",
+                 "spec.podSets[0].template.spec.containers", id="pod template that is not a pod spec"),
 ]
 
 

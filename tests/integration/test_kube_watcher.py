@@ -27,6 +27,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import objects as o
 from events.cluster import QUEUE_NAME_LABEL as QUEUE_LABEL
+from events.cluster import WORKLOAD_PRIORITY_CLASS_SOURCE
 from events.codec import decode_envelope
 from events.envelope import Envelope, Topics
 from events.jobs import workload_name_for_job
@@ -344,3 +345,78 @@ async def test_restarted_watcher_repeats_nothing_and_publishes_deletes_it_missed
     # Nothing the first run published is published again unchanged (the whole cluster, not just ours).
     published = {(what(e), e.event.object) for e in before if isinstance(e.event, ObjectApplied)}
     assert [what(e) for e in new if isinstance(e.event, ObjectApplied) and (what(e), e.event.object) in published] == []
+
+
+async def test_watcher_reads_objects_written_at_any_version_in_their_meaning(
+    kube_api_client: client.ApiClient, kube_namespace: str, tmp_path: Path,
+) -> None:
+    """Our CRDs convert nothing (strategy None): an object read at v1beta2 keeps the spelling it was
+    written with. The watcher respells it, so v1alpha1 ``parent``, v1beta1 ``cohort``,
+    ``admissionChecks``, ``Borrow`` and ``priorityClassName`` mean what they meant."""
+    ns = kube_namespace
+    await ensure_kueue_crds(kube_api_client)
+    co = client.CustomObjectsApi(kube_api_client)
+    root, child, cq1, cq2, wpc = (f"{what}-{ns}" for what in ("root", "child", "cq-b1", "cq-b2", "wpc"))
+
+    def at(version: str, kind: str, name: str, spec: dict[str, Any] | None = None, **rest: Any) -> dict[str, Any]:
+        return {"apiVersion": f"{GROUP}/{version}", "kind": kind, "metadata": {"name": name},
+                **({"spec": spec} if spec is not None else {}), **rest}
+
+    quota = {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+        {"name": "default", "resources": [{"name": "cpu", "nominalQuota": 4}]}]}]}
+    cluster_scoped = [
+        ("v1alpha1", "cohorts", at("v1alpha1", "Cohort", root)),
+        ("v1alpha1", "cohorts", at("v1alpha1", "Cohort", child, {"parent": root})),
+        ("v1beta1", "clusterqueues", at("v1beta1", "ClusterQueue", cq1, {
+            **quota, "cohort": child, "admissionChecks": ["prov"],
+            "flavorFungibility": {"whenCanBorrow": "Borrow", "whenCanPreempt": "Preempt"}})),
+        ("v1beta2", "clusterqueues", at("v1beta2", "ClusterQueue", cq2, {**quota, "cohortName": root})),
+        ("v1beta1", "workloadpriorityclasses", at("v1beta1", "WorkloadPriorityClass", wpc, value=7)),
+    ]
+    template = {"spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}
+    workloads = [
+        at("v1beta1", "Workload", "wl-b1", {"queueName": "lq", "priorityClassName": wpc, "priority": 7,
+                                            "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
+                                            "podSets": [{"name": "main", "count": 1, "template": template}]}),
+        at("v1beta2", "Workload", "wl-b2", {"queueName": "lq", "priority": 7, "priorityClassRef": {
+            "group": GROUP, "kind": "WorkloadPriorityClass", "name": wpc},
+            "podSets": [{"name": "main", "count": 1, "template": template}]}),
+    ]
+    for version, plural, body in cluster_scoped:
+        await retrying(lambda v=version, p=plural, b=body: co.create_cluster_custom_object(  # type: ignore[misc]
+            GROUP, v, p, b), what=f"{body['kind']} {body['metadata']['name']}")
+    for body in workloads:
+        version = body["apiVersion"].split("/")[1]
+        await retrying(lambda v=version, b=body: co.create_namespaced_custom_object(  # type: ignore[misc]
+            GROUP, v, ns, "workloads", b), what=f"Workload {body['metadata']['name']}")
+
+    log = SqliteLog(tmp_path / "log")
+    stop = asyncio.Event()
+    stats = WatcherStats()
+    watcher = asyncio.create_task(run_kube_watcher(log, kube_api_client, stop, cluster=CLUSTER, stats=stats,
+                                                   backoff=(0.1, 1.0)))
+    try:
+        await eventually(lambda: seen(log, ("applied", "Cohort", f"/{root}"), ("applied", "Cohort", f"/{child}"),
+                                      ("applied", "ClusterQueue", f"/{cq1}"), ("applied", "ClusterQueue", f"/{cq2}"),
+                                      ("applied", "Workload", f"{ns}/wl-b1"), ("applied", "Workload", f"{ns}/wl-b2")),
+                         what="every object, whatever version it was written at")
+    finally:
+        stop.set()
+        await asyncio.wait_for(watcher, timeout=30)
+        for version, plural, body in cluster_scoped:
+            await co.delete_cluster_custom_object(GROUP, version, plural, body["metadata"]["name"])
+
+    applied = {(type(e.event.object).__name__, e.event.object.name): e.event.object
+               for e in envelopes(log) if isinstance(e.event, ObjectApplied)}
+    assert applied[("Cohort", child)].parent == root  # type: ignore[union-attr]
+    first = applied[("ClusterQueue", cq1)]
+    assert isinstance(first, o.ClusterQueue)
+    assert (first.cohort, first.admission_checks) == (child, ("prov",))
+    assert (first.flavor_fungibility.when_can_borrow, first.flavor_fungibility.when_can_preempt) == (
+        o.WhenCanBorrow.MAY_STOP_SEARCH, o.WhenCanPreempt.MAY_STOP_SEARCH)
+    assert applied[("ClusterQueue", cq2)].cohort == root  # type: ignore[union-attr]
+    want = o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name=wpc)
+    assert applied[("Workload", "wl-b1")].priority_ref == want  # type: ignore[union-attr]
+    assert applied[("Workload", "wl-b2")].priority_ref == want  # type: ignore[union-attr]
+    refused = [r.value for r in log.read(Topics().dead_letters, 0, 1000)]
+    assert not [r for r in refused if any(n.encode() in r for n in (root, child, cq1, cq2, ns))], refused

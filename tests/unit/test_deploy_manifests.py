@@ -47,15 +47,9 @@ KUEUE_KINDS = {
     "ProvisioningRequestConfig": ("provisioningrequestconfigs", "Cluster"),
 }
 WITH_STATUS = {"ClusterQueue", "LocalQueue", "Workload", "Cohort", "AdmissionCheck"}
-# Kinds whose v1beta2 differs from v1beta1 in what our parser accepts: served as v1beta1 only.
-V1BETA1_ONLY = {"ClusterQueue", "Cohort", "Workload"}
-# The only places a schema keeps unknown fields: embedded objects too large to spell out.
-PRESERVE_UNKNOWN = {
-    "Workload": {
-        "spec.podSets[].template", "spec.podSets[].topologyRequest",
-        "status.admission.podSetAssignments[].topologyAssignment", "status.admissionChecks[].podSetUpdates[]",
-    },
-}
+# Served versions of each kind (Kueue's, plus v1alpha1 Cohort, which our parser accepts); v1beta2 stores.
+VERSIONS = {kind: ["v1alpha1", "v1beta1", "v1beta2"] if kind == "Cohort" else ["v1beta1", "v1beta2"]
+            for kind in KUEUE_KINDS}
 
 
 @functools.cache
@@ -150,19 +144,37 @@ def test_one_crd_per_kueue_kind_with_kueues_names_and_scope() -> None:
     assert got["ResourceFlavor"]["spec"]["names"]["shortNames"] == ["flavor", "flavors", "rf"]
 
 
-def test_versions_v1beta1_stored_and_v1beta2_only_where_the_schemas_are_identical() -> None:
+def test_every_kind_served_at_each_version_stored_as_v1beta2_with_one_schema() -> None:
+    """Conversion None: the API server stores what was written and only rewrites apiVersion on read,
+    so every version has the same schema (the union of the spellings) or a read would prune."""
     for kind, crd in crds().items():
         versions = crd["spec"]["versions"]
-        assert [v["name"] for v in versions if v["storage"]] == ["v1beta1"], kind
+        assert [v["name"] for v in versions] == VERSIONS[kind], kind
+        assert [v["name"] for v in versions if v["storage"]] == ["v1beta2"], kind
         assert all(v["served"] for v in versions)
-        names = [v["name"] for v in versions]
-        if kind in V1BETA1_ONLY:
-            assert names == ["v1beta1"], kind
-        else:
-            assert names == ["v1beta1", "v1beta2"], kind
-            assert crd["spec"]["conversion"] == {"strategy": "None"}
-            assert versions[0]["schema"] == versions[1]["schema"], kind
-            assert versions[0].get("subresources") == versions[1].get("subresources")
+        assert crd["spec"]["conversion"] == {"strategy": "None"}
+        for v in versions[1:]:
+            assert v["schema"] == versions[0]["schema"], (kind, v["name"])
+            assert v.get("subresources") == versions[0].get("subresources"), (kind, v["name"])
+
+
+def test_both_spellings_are_in_the_schema_of_every_version() -> None:
+    for kind, paths in [
+        ("ClusterQueue", ["spec.cohort", "spec.cohortName", "spec.admissionChecks", "spec.admissionChecksStrategy"]),
+        ("Cohort", ["spec.parent", "spec.parentName"]),
+        ("Workload", ["spec.priorityClassName", "spec.priorityClassSource", "spec.priorityClassRef",
+                      "status.accumulatedPastExexcutionTimeSeconds", "status.accumulatedPastExecutionTimeSeconds"]),
+        ("LocalQueue", ["status.flavorUsage", "status.flavorsUsage"]),
+    ]:
+        for version in VERSIONS[kind]:
+            for path in paths:
+                assert at(schema(kind, version), path), (kind, version, path)
+
+
+def test_no_yaml_anchors_in_the_crds() -> None:
+    """kubectl and kustomize read these files: every node is spelled out."""
+    for p in sorted((DEPLOY / "crds").glob("*.yaml")):
+        assert not re.search(r"[&*]id\d+", p.read_text()), p
 
 
 def test_status_subresources() -> None:
@@ -189,7 +201,8 @@ def test_printer_columns_like_kueue(kind: str, columns: list[tuple[str, int]]) -
 
 
 @pytest.mark.parametrize("kind", sorted(KUEUE_KINDS))
-def test_schemas_are_structural_and_keep_unknown_fields_only_where_said(kind: str) -> None:
+def test_schemas_are_structural_and_keep_no_unknown_fields(kind: str) -> None:
+    """As in Kueue's CRDs: no x-kubernetes-preserve-unknown-fields, the pod templates included."""
     preserved = set()
     for path, node in walk(schema(kind)):
         if node.get("x-kubernetes-int-or-string"):
@@ -202,7 +215,7 @@ def test_schemas_are_structural_and_keep_unknown_fields_only_where_said(kind: st
         if node.get("type") == "object" and path and path != "metadata" and not node.get(
                 "x-kubernetes-preserve-unknown-fields"):
             assert "properties" in node or "additionalProperties" in node, f"{kind} {path}: an empty object"
-    assert preserved == PRESERVE_UNKNOWN.get(kind, set())
+    assert preserved == set()
 
 
 @pytest.mark.parametrize(("kind", "path", "enum"), [

@@ -329,8 +329,9 @@ def test_queue_counts_follow_the_decisions() -> None:
     ]
     lq = counts.local_queue_status("ns/lq")
     assert (lq["pendingWorkloads"], lq["admittedWorkloads"]) == (0, 1)
-    assert lq["flavorUsage"] == [{"name": "spot", "resources": [{"name": "cpu", "total": "1"},
-                                                                {"name": "memory", "total": "1Gi"}]}]
+    assert lq["flavorsUsage"] == [{"name": "spot", "resources": [{"name": "cpu", "total": "1"},
+                                                                 {"name": "memory", "total": "1Gi"}]}]
+    assert lq["flavorUsage"] is None  # v1beta1's spelling, cleared by the merge patch
     counts.fold(evict(name="a"))
     after = counts.cluster_queue_status("cq")
     assert (after["pendingWorkloads"], after["reservingWorkloads"]) == (2, 1)
