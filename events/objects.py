@@ -209,6 +209,14 @@ class NodeSelectorTerm(_Obj, frozen=True):
     match_expressions: tuple[Requirement, ...] = ()
 
 
+class OverLimits(_Obj, frozen=True):
+    """A container whose requests exceed its limits: Kueue keeps such a workload pending
+    (``ValidateResources`` in ``pkg/workload/resources.go``), so the scheduler needs to know."""
+
+    container: str  # within the pod spec: "initContainers[0]", "containers[1]"
+    resources: tuple[str, ...]  # sorted
+
+
 class PodSet(_Obj, frozen=True):
     name: str
     count: int
@@ -217,6 +225,7 @@ class PodSet(_Obj, frozen=True):
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity_terms: tuple[NodeSelectorTerm, ...] = ()  # required node affinity, ORed
     tolerations: tuple[Toleration, ...] = ()
+    over_limits: tuple[OverLimits, ...] = ()  # init containers first, then containers, in order
 
 
 class PodSetAssignment(_Obj, frozen=True):

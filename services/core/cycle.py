@@ -187,6 +187,11 @@ def _nominate(state: State, e: Entry) -> None:
         e.requeue_reason = RequeueReason.NAMESPACE_MISMATCH
         e.pending_reason = PendingReason.NAMESPACE_MISMATCH
         return
+    invalid = resources_validation_error(rec.obj)
+    if invalid:
+        e.message = invalid
+        e.pending_reason = PendingReason.MISCONFIGURED
+        return
     if rec.priority_error:
         e.message = rec.priority_error
         e.pending_reason = PendingReason.MISCONFIGURED
@@ -204,6 +209,26 @@ def _nominate(state: State, e: Entry) -> None:
     e.message = e.assignment.message()
     if memo is not None:
         memo[key] = (e.assignment, tuple(e.targets), e.pending_reason, e.message)
+
+
+def resources_validation_error(wl: o.Workload) -> str:
+    """Kueue's ``ValidateResources`` as ``ValidateAdmissibility`` reports it: a container whose
+    requests exceed its limits keeps the workload pending (``pkg/workload/resources.go``). The
+    message is Kueue's: field errors as Go's ``field.Invalid``, aggregated as ``utilerrors`` does."""
+    errors = [
+        f"spec.podSets[{i}].template.spec.{c.container}: Invalid value: "
+        f"[{','.join(_quoted(r) for r in c.resources)}]: requests must not exceed its limits"
+        for i, ps in enumerate(wl.pod_sets)
+        for c in ps.over_limits
+    ]
+    if not errors:
+        return ""
+    joined = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+    return f"resources validation failed: {joined}"
+
+
+def _quoted(name: str) -> str:
+    return f'"{name}"'
 
 
 def _memo_slot(state: State, e: Entry) -> tuple[Memo | None, tuple[object, ...]]:
