@@ -255,6 +255,15 @@ class PriorityRef(_Obj, frozen=True):
 
 
 
+class Eviction(_Obj, frozen=True):
+    """An arriving Workload's ``Evicted=True`` condition while it still holds quota: its eviction
+    is under way, so it is a preemption already in progress (Kueue's ``workloadevict.IsEvicted``)."""
+
+    reason: str
+    message: str = ""
+    time: int | None = None  # Millis: the condition's lastTransitionTime
+
+
 class Workload(_Kind, frozen=True, tag="Workload"):
     namespace: str
     name: str
@@ -268,6 +277,7 @@ class Workload(_Kind, frozen=True, tag="Workload"):
     active: bool = True
     admission: Admission | None = None  # arrived already holding quota
     reserved_at: int | None = None  # when that quota was reserved (QuotaReserved lastTransitionTime)
+    eviction: Eviction | None = None  # holding that quota, but already being evicted
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
 

@@ -246,6 +246,16 @@ class WorkloadBuilder(Builder):
         return self
 
 
+    def evicted(self, reason: str = "Preempted", at_seconds: int = 0) -> WorkloadBuilder:
+        """Being evicted (Evicted=True) while still holding the quota ``admitted`` gave it."""
+        h, rem = divmod(at_seconds, 3600)
+        m, s = divmod(rem, 60)
+        self.body["status"]["conditions"].append(
+            {"type": "Evicted", "status": "True", "reason": reason, "message": f"evicted: {reason}",
+             "lastTransitionTime": f"2025-01-01T{h:02d}:{m:02d}:{s:02d}Z"})
+        return self
+
+
 def _res(requests: dict[str, Any]) -> dict[str, Any]:
     return {k.replace("__", "/").replace("_", "."): v for k, v in requests.items()}
 

@@ -376,6 +376,50 @@ def test_most_recently_admitted_means_quota_reservation_time_not_creation_time()
     assert out.preempted() == ["ns/x"]
 
 
+# --- candidates already being evicted -------------------------------------------------------------
+
+
+def _evicting(name: str, cq: str, cpu: int, priority: int = 0, at: int = 0) -> WorkloadBuilder:
+    """Evicted=True but still holding its quota: the eviction is under way."""
+    return _running(name, cq, cpu, priority, at).evicted(at_seconds=at + 1)
+
+
+@pytest.mark.parametrize(
+    ("running", "preemptor_cpu", "want_new_victims", "want_pending_count"),
+    [
+        pytest.param(
+            [_evicting("old", "cq", 2, at=10), _running("recent", "cq", 2, at=20)], 2, [], 1,
+            id="an evicted candidate comes first and counts as the preemption: nothing new is evicted",
+        ),
+        pytest.param(
+            [_evicting("old", "cq", 1, at=10), _running("early", "cq", 2, at=15), _running("recent", "cq", 1, at=20)],
+            2, ["ns/recent"], 2,
+            id="not enough on its own: it still comes first, then the usual order; one new eviction",
+        ),
+        pytest.param(
+            [_evicting("old", "cq", 2, priority=20, at=10), _running("recent", "cq", 2, at=20)], 2, ["ns/recent"], 1,
+            id="an evicted workload the policy protects is no candidate: its quota is still in use",
+        ),
+    ],
+)
+def test_candidates_being_evicted_come_first_and_count_as_preemption_in_progress(
+        running, preemptor_cpu, want_new_victims, want_pending_count):
+    """Kueue's CandidatesOrdering puts workloads with Evicted=True first (candidate_generator's
+    splitEvicted, preemption/common/ordering.go), and IssuePreemptions counts a target already
+    evicted as preempted without evicting it again (preemption.go): the preemptor waits."""
+    cq = _cq("cq", 4, cohort=None).preemption(within="LowerPriority")
+    objs = [*_world(cq), *running, _pending("preemptor", "cq", preemptor_cpu, priority=10)]
+    out = simulate(*objs, cycles=1)
+    assert out.preempted() == want_new_victims
+    assert out.wl("ns/old").evicting  # arrived being evicted; still holding quota in this cycle
+    assert out.condition("ns/old", "Evicted") == ("True", "Preempted")
+    assert out.message("ns/preemptor").endswith(f". Pending the preemption of {want_pending_count} workload(s)")
+    final = simulate(*objs)
+    assert "ns/preemptor" in final.admitted()
+    assert not final.wl("ns/old").evicting  # its eviction completed after the first cycle
+    assert final.condition("ns/old", "Requeued") is not None
+
+
 # --- the preemptor waits for its victims ----------------------------------------------------------
 
 SCENARIOS = {
