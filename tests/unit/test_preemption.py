@@ -703,3 +703,46 @@ def test_a_recomputed_head_keeps_its_nominated_flavor():
         "needed, skipping flavor on-demand as it is not found in the nomination mapping for resource cpu")
     assert out.wl("default/wl-pending-high-prio-1").pending_reason == "WaitingForQuota"
     assert out.wl("default/wl-pending-high-prio-1").inadmissible
+
+
+def _eng(name: str, lq: str, cpu: str, created: int = 0, priority: int = 0) -> WorkloadBuilder:
+    return a_workload("eng-alpha", name).queue(lq).request(cpu=cpu).created(created).priority(priority)
+
+
+def _eng_running(name: str, cq: str, cpu: str) -> WorkloadBuilder:
+    return a_workload("eng-alpha", name).queue(cq.replace("cq-", "lq-")).request(cpu=cpu).admitted(
+        cq, {"cpu": "default"})
+
+
+def _short(more: int) -> str:
+    return ("couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default, "
+            f"{more} more needed")
+
+
+@pytest.mark.parametrize(
+    ("workloads", "want_preempted", "want_messages"),
+    [
+        pytest.param(
+            [_eng_running("wl-noisy-admitted", "cq-noisy", "3000"), _eng_running("wl-tiny-admitted", "cq-tiny", "60"),
+             _eng_running("wl-rest-admitted", "cq-rest", "2995"),
+             _eng("wl-hero", "lq-hero", "2990", created=1), _eng("wl-tiny-pending", "lq-tiny", "10")],
+            {"wl-rest-admitted": "InCohortFairSharing", "wl-noisy-admitted": "InCohortReclamation"},
+            {"wl-hero": _short(5) + ". Pending the preemption of 1 workload(s)",
+             "wl-tiny-pending": _short(10) + ". Pending the preemption of 1 workload(s)"},
+            id="hierarchical: wl-hero, recomputed without wl-rest-admitted, reclaims wl-noisy-admitted instead",
+        ),
+        pytest.param(
+            [_eng_running("wl-rest-admitted", "cq-rest", "6055"), _eng("wl-hero", "lq-hero", "2950", created=1),
+             _eng("wl-tiny-pending", "lq-tiny", "50"), _eng("wl-rest-pending", "lq-rest", "4000", 2, priority=10)],
+            {"wl-rest-admitted": "InCohortReclamation"},
+            {"wl-hero": OVERLAP_DEFERRED, "wl-tiny-pending": _short(50) + ". Pending the preemption of 1 workload(s)",
+             "wl-rest-pending": _short(945)},
+            id="two workloads reclaim nominal quota: wl-hero fits once wl-rest-admitted is gone (DeferredFit)",
+        ),
+    ],
+)
+def test_recomputation_upon_overlap_with_fair_sharing(workloads, want_preempted, want_messages):
+    """Kueue's scheduler_recompute_preemption_test, fair sharing cases, in the same cohort tree."""
+    out = simulate(FAIR_SHARING, *_recompute_tree(), *workloads, cycles=1)
+    assert {k.split("/")[1]: out.condition(k, "Preempted")[1] for k in out.preempted()} == want_preempted
+    assert {name: out.message(f"eng-alpha/{name}") for name in want_messages} == want_messages
