@@ -626,6 +626,23 @@ def test_a_preemptor_keeps_the_head_of_its_queue_until_admitted():
     assert out.wl("ns/a-borrower").pending and out.wl("ns/b-big").pending
 
 
+def test_a_recomputed_head_with_nothing_left_to_preempt_waits_with_the_new_message():
+    """c1 (borrowing, borrowWithinCohort) had nominated a1's victim; recomputed without it (and with
+    a1's share counted) nothing is left to preempt: it waits with the recomputed assignment's message,
+    not the overlap skip."""
+    objs = [
+        *_world(_cq("cq-a", 4).preemption(reclaim="Any"),
+                _cq("cq-c", 2).preemption(reclaim="Any", borrow="LowerPriority"), _cq("cq-b", 0)),
+        _running("b1", "cq-b", 8, at=10),
+        _pending("a1", "cq-a", 4, created=100),
+        _pending("c1", "cq-c", 4, priority=10, created=200),
+    ]
+    out = simulate(*objs, cycles=1)
+    assert out.preempted() == ["ns/b1"]
+    assert out.message("ns/c1") == _insufficient(2)
+    assert out.wl("ns/c1").pending_reason == "WaitingForQuota"
+
+
 # --- recomputation upon overlapping targets (Kueue's scheduler_recompute_preemption_test) ---------
 
 
