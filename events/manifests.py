@@ -696,6 +696,22 @@ def _reserved_at(ctx: _Ctx, status: api.WorkloadStatus | None) -> int | None:
     return None
 
 
+def _eviction(ctx: _Ctx, status: api.WorkloadStatus | None) -> o.Eviction | None:
+    """An arriving Workload that holds quota with ``Evicted=True`` is being evicted: Kueue orders it
+    first among preemption candidates and counts it as a preemption in progress."""
+    for i, c in enumerate((status.conditions or []) if status is not None else []):
+        if c.type == ConditionType.EVICTED and c.status == ConditionStatus.TRUE:
+            at = None
+            if c.last_transition_time:
+                try:
+                    at = parse_time(c.last_transition_time)
+                except ValueError:
+                    raise ctx.error(f"status.conditions[{i}].lastTransitionTime",
+                                    f"invalid RFC 3339 time {c.last_transition_time!r}") from None
+            return o.Eviction(reason=c.reason or "", message=c.message or "", time=at)
+    return None
+
+
 def _priority_ref(ctx: _Ctx, spec: api.WorkloadSpec, version: str) -> o.PriorityRef | None:
     """Where the priority comes from: v1beta1 ``priorityClassName`` + ``priorityClassSource``,
     v1beta2 ``priorityClassRef`` {group, kind, name}."""
@@ -774,6 +790,7 @@ def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespac
         if ref.controller or owner is None:
             owner = o.OwnerReference(api_version=ref.api_version, kind=ref.kind, name=ref.name, uid=ref.uid)
     pod_sets_t = tuple(pod_sets)
+    admission = _admission(ctx, status, pod_sets_t)
     return o.Workload(
         namespace=namespace,
         name=ctx.name,
@@ -785,8 +802,9 @@ def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespac
         priority_ref=priority_ref,
         owner=owner,
         active=spec.active is not False,
-        admission=_admission(ctx, status, pod_sets_t),
+        admission=admission,
         reserved_at=_reserved_at(ctx, status),
+        eviction=_eviction(ctx, status) if admission is not None else None,
         labels=_sorted_pairs(meta.labels),
         annotations=_sorted_pairs(meta.annotations),
     )

@@ -212,6 +212,14 @@ class NodeSelectorTerm(_Obj, frozen=True):
     match_expressions: tuple[Requirement, ...] = ()
 
 
+class OverLimits(_Obj, frozen=True):
+    """A container whose requests exceed its limits: Kueue keeps such a workload pending
+    (``ValidateResources`` in ``pkg/workload/resources.go``), so the scheduler needs to know."""
+
+    container: str  # within the pod spec: "initContainers[0]", "containers[1]"
+    resources: tuple[str, ...]  # sorted
+
+
 class PodSet(_Obj, frozen=True):
     name: str
     count: int
@@ -220,6 +228,7 @@ class PodSet(_Obj, frozen=True):
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity_terms: tuple[NodeSelectorTerm, ...] = ()  # required node affinity, ORed
     tolerations: tuple[Toleration, ...] = ()
+    over_limits: tuple[OverLimits, ...] = ()  # init containers first, then containers, in order
 
 
 class PodSetAssignment(_Obj, frozen=True):
@@ -249,6 +258,15 @@ class PriorityRef(_Obj, frozen=True):
 
 
 
+class Eviction(_Obj, frozen=True):
+    """An arriving Workload's ``Evicted=True`` condition while it still holds quota: its eviction
+    is under way, so it is a preemption already in progress (Kueue's ``workloadevict.IsEvicted``)."""
+
+    reason: str
+    message: str = ""
+    time: int | None = None  # Millis: the condition's lastTransitionTime
+
+
 class Workload(_Kind, frozen=True, tag="Workload"):
     namespace: str
     name: str
@@ -262,6 +280,7 @@ class Workload(_Kind, frozen=True, tag="Workload"):
     active: bool = True
     admission: Admission | None = None  # arrived already holding quota
     reserved_at: int | None = None  # when that quota was reserved (QuotaReserved lastTransitionTime)
+    eviction: Eviction | None = None  # holding that quota, but already being evicted
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
 

@@ -49,6 +49,27 @@ def _container_requests(where: Where, c: api.Container, path: str) -> dict[str, 
     return out
 
 
+def over_limits(where: Where, spec: api.PodSpec, path: str) -> tuple[o.OverLimits, ...]:
+    """The containers whose explicit requests exceed their limits, as Kueue's ``ValidateResources``
+    finds them (``pkg/workload/resources.go``): init containers first, then containers; only
+    resources that have both a request and a limit are compared."""
+    out: list[o.OverLimits] = []
+    groups = (("initContainers", spec.init_containers or []), ("containers", spec.containers))
+    for kind, containers in groups:
+        for i, c in enumerate(containers):
+            res = c.resources or api.ResourceRequirements()
+            requests, limits = res.requests or {}, res.limits or {}
+            over = sorted(
+                name for name in requests
+                if name in limits
+                and where.amount(name, requests[name], f"{path}.{kind}[{i}].resources.requests.{name}")
+                > where.amount(name, limits[name], f"{path}.{kind}[{i}].resources.limits.{name}")
+            )
+            if over:
+                out.append(o.OverLimits(container=f"{kind}[{i}]", resources=tuple(over)))
+    return tuple(out)
+
+
 def pod_requests(where: Where, spec: api.PodSpec, path: str) -> dict[str, int]:
     total: dict[str, int] = {}
     for i, c in enumerate(spec.containers):
@@ -129,4 +150,5 @@ def pod_set_from_template(
             o.Toleration(key=t.key or "", operator=t.operator or "Equal", value=t.value or "", effect=t.effect or "")
             for t in spec.tolerations or []
         ),
+        over_limits=over_limits(where, spec, f"{path}.spec"),
     )

@@ -233,6 +233,23 @@ class WorkloadBuilder(Builder):
     def request(self, count: int = 1, **requests: Any) -> WorkloadBuilder:
         return self.pod_set("main", count, **requests)
 
+    def limits(self, **limits: Any) -> WorkloadBuilder:
+        """Limits for the first container of the last podSet."""
+        container = self.body["spec"]["podSets"][-1]["template"]["spec"]["containers"][0]
+        container["resources"]["limits"] = _res(limits)
+        return self
+
+    def container(self, requests: dict[str, Any], limits: dict[str, Any] | None = None, *,
+                  init: bool = False) -> WorkloadBuilder:
+        """One more container (or init container) in the last podSet."""
+        resources: dict[str, Any] = {"requests": _res(requests)}
+        if limits is not None:
+            resources["limits"] = _res(limits)
+        spec = self.body["spec"]["podSets"][-1]["template"]["spec"]
+        key = "initContainers" if init else "containers"
+        spec.setdefault(key, []).append({"name": f"c{len(spec.get(key, []))}", "resources": resources})
+        return self
+
     def admitted(self, cluster_queue: str, flavors: dict[str, str], at_seconds: int = 0) -> WorkloadBuilder:
         """Arrives already holding quota (status.admission + QuotaReserved=True)."""
         ps = self.body["spec"]["podSets"]
@@ -245,6 +262,16 @@ class WorkloadBuilder(Builder):
             "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
                             "message": "", "lastTransitionTime": t}],
         }
+        return self
+
+
+    def evicted(self, reason: str = "Preempted", at_seconds: int = 0) -> WorkloadBuilder:
+        """Being evicted (Evicted=True) while still holding the quota ``admitted`` gave it."""
+        h, rem = divmod(at_seconds, 3600)
+        m, s = divmod(rem, 60)
+        self.body["status"]["conditions"].append(
+            {"type": "Evicted", "status": "True", "reason": reason, "message": f"evicted: {reason}",
+             "lastTransitionTime": f"2025-01-01T{h:02d}:{m:02d}:{s:02d}Z"})
         return self
 
 
@@ -266,6 +293,10 @@ class JobBuilder(Builder):
 
     def request(self, **requests: Any) -> JobBuilder:
         self.body["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": _res(requests)}
+        return self
+
+    def limits(self, **limits: Any) -> JobBuilder:
+        self.body["spec"]["template"]["spec"]["containers"][0].setdefault("resources", {})["limits"] = _res(limits)
         return self
 
     def label(self, key: str, value: str) -> JobBuilder:

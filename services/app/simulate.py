@@ -2,7 +2,8 @@
 
 The shell around the pure core: it reads the files, folds every object as an
 ``ObjectApplied`` event in input order, runs scheduling cycles (exactly N, or
-until nothing changes, completing evictions at once between cycles) and hands
+until nothing changes, completing evictions at once between cycles, those of
+workloads that arrived being evicted included) and hands
 the state to a renderer.
 """
 
@@ -41,6 +42,8 @@ def fold_files(files: dict[str, str]) -> State:
 def run(state: State, cycles: int | None, max_cycles: int | None = None) -> SimulationResult:
     limit = cycles if cycles is not None else (max_cycles or 20 * (len(state.workloads) + 10))
     decisions = 0
+    # Workloads that arrived already being evicted finish like those evicted in a cycle: after it.
+    arrived_evicting = sorted(k for k, r in state.workloads.items() if r.evicting)
     pending_evictions: list[str] = []
     ran = 0
     converged = cycles is None
@@ -54,6 +57,8 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None) -> Simu
         ran += 1
         decisions += len(result.decisions)
         pending_evictions = [f"{d.namespace}/{d.name}" for d in result.decisions if isinstance(d, EvictWorkload)]
+        if ran == 1:
+            pending_evictions += arrived_evicting
         if cycles is None and not result.changed and not pending_evictions:
             break
     else:

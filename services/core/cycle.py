@@ -27,7 +27,7 @@ from events.cluster import NAMESPACE_NAME_LABEL, ConditionType, EvictionReason, 
 from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, HeadOutcome, MarkPending, PendingReason
 from services.core import effects, fairsharing
 from services.core.derived import Memo
-from services.core.flavors import Assignment, Mode, Oracle, Policy, assign, selector_matches
+from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
 from services.core.quota import FR, Node
 from services.core.state import State, WorkloadRecord, generation, tree_version
@@ -70,6 +70,7 @@ class Entry:
     pending_reason: PendingReason = PendingReason.WAITING_FOR_QUOTA
     forget_flavors: bool = False  # the next attempt tries every flavor again (preempting; skipped, gate off)
     nominated_at: tuple[int, int] | None = None  # the tree's version when nominated (if remembered)
+    deferred: bool = False  # fits once the victims of earlier preemptors in the cycle are gone (DeferredFit)
 
     @property
     def mode(self) -> Mode:
@@ -151,15 +152,17 @@ def scan_resume(state: State, cq_name: str, rec: WorkloadRecord) -> dict[tuple[i
     return rec.last_tried if rec.last_generation == generation(state, cq_name) else None
 
 
-def _get_assignments(state: State, e: Entry) -> None:
+def _get_assignments(state: State, e: Entry, nomination: Nomination | None = None) -> None:
     """Kueue's ``getAssignments``: full assignment, preemption, then partial admission.
     Nothing changes the state meanwhile, so the preemption searches of the flavor oracle and of
-    the targets are shared: for a single resource the oracle's search is the targets' search."""
+    the targets are shared: for a single resource the oracle's search is the targets' search.
+    A recomputation (``nomination`` given) starts from the first flavor and keeps the nominated ones."""
     cq, rec = e.cq, e.rec
     searches: Searches = {}
     policy, oracle = _policy(state, cq), _oracle_for(state, cq, rec, searches)
-    resume = scan_resume(state, cq.name, rec)
-    full = assign(state, cq, rec, policy, oracle, resume=resume)
+    resume = scan_resume(state, cq.name, rec) if nomination is None else None
+    full = assign(state, cq, rec, policy, oracle, resume=resume, nomination=nomination)
+    e.targets = []
     e.assignment, e.pending_reason = full, full.pending_reason
     if full.mode == Mode.FIT:
         return
@@ -178,7 +181,7 @@ def _get_assignments(state: State, e: Entry) -> None:
     while lo < hi:
         k = (lo + hi) // 2
         counts = [counts_full[i] - (deltas[i] * k) // total for i in range(len(counts_full))]
-        a = assign(state, cq, rec, policy, oracle, counts, resume=resume)
+        a = assign(state, cq, rec, policy, oracle, counts, resume=resume, nomination=nomination)
         if a.mode == Mode.FIT:
             results[k] = (a, [])
             hi = k
@@ -200,6 +203,11 @@ def _nominate(state: State, e: Entry) -> None:
         e.requeue_reason = RequeueReason.NAMESPACE_MISMATCH
         e.pending_reason = PendingReason.NAMESPACE_MISMATCH
         return
+    invalid = resources_validation_error(rec.obj)
+    if invalid:
+        e.message = invalid
+        e.pending_reason = PendingReason.MISCONFIGURED
+        return
     if rec.priority_error:
         e.message = rec.priority_error
         e.pending_reason = PendingReason.MISCONFIGURED
@@ -217,6 +225,26 @@ def _nominate(state: State, e: Entry) -> None:
     e.message = e.assignment.message()
     if memo is not None:
         memo[key] = (e.assignment, tuple(e.targets), e.pending_reason, e.message)
+
+
+def resources_validation_error(wl: o.Workload) -> str:
+    """Kueue's ``ValidateResources`` as ``ValidateAdmissibility`` reports it: a container whose
+    requests exceed its limits keeps the workload pending (``pkg/workload/resources.go``). The
+    message is Kueue's: field errors as Go's ``field.Invalid``, aggregated as ``utilerrors`` does."""
+    errors = [
+        f"spec.podSets[{i}].template.spec.{c.container}: Invalid value: "
+        f"[{','.join(_quoted(r) for r in c.resources)}]: requests must not exceed its limits"
+        for i, ps in enumerate(wl.pod_sets)
+        for c in ps.over_limits
+    ]
+    if not errors:
+        return ""
+    joined = errors[0] if len(errors) == 1 else f"[{', '.join(errors)}]"
+    return f"resources validation failed: {joined}"
+
+
+def _quoted(name: str) -> str:
+    return f'"{name}"'
 
 
 def _memo_slot(state: State, e: Entry) -> tuple[Memo | None, tuple[object, ...]]:
@@ -446,15 +474,26 @@ def run_cycle(state: State) -> CycleResult:
 
 
 def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempted: dict[str, WorkloadRecord]) -> None:
+    recomputed = any(t.key in preempted for t in e.targets)
+    if recomputed:
+        _recompute_after_overlap(state, e, preempted)
     mode = e.mode
     if e.assignment is None or mode == Mode.NO_FIT:
         return
     node = state.cq_node(e.cq.name)
     if mode != Mode.FIT and not e.targets:
         # Explained before its own reservation is added, which would otherwise stand in its way.
-        _explain_no_targets(state, e, remembered=not overlay.added)
+        _explain_no_targets(state, e, remembered=not overlay.added and not recomputed)
         if e.cq.preemption.reclaim_within_cohort != o.ReclaimWithinCohort.ANY:
             overlay.add(node, _resources_to_reserve(e, node))
+        return
+    if e.deferred:
+        e.message = ("Workload has overlapping preemption targets with another workload, "
+                     "but will fit after these preemptions complete")
+        e.forget_flavors = True
+        e.requeue_reason = RequeueReason.PENDING_PREEMPTION
+        e.pending_reason = PendingReason.PREEMPTION_PENDING
+        overlay.add(node, e.assignment.usage)
         return
     if any(t.key in preempted for t in e.targets):
         _skip(state, e, "Workload has overlapping preemption targets with another workload")
@@ -484,6 +523,36 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
     e.status = EntryStatus.NOMINATED
     _admit(state, out, e)
     e.status = EntryStatus.ASSUMED
+
+
+def _recompute_after_overlap(state: State, e: Entry, preempted: dict[str, WorkloadRecord]) -> None:
+    """Kueue's ``updateAssignmentIfNeeded`` (gate RecomputeAssignmentUponPreemptionTargetsOverlap,
+    beta and on by default; ``pkg/scheduler/scheduler.go``): a head whose targets overlap those of
+    an earlier head is assigned again as if the earlier victims were gone (their usage and their
+    place among the candidates), from the first flavor but keeping the nominated flavors. If it
+    then fits, it waits for those preemptions (DeferredFit); else it may preempt other workloads."""
+    assert e.assignment is not None
+    nomination = {(i, res): flavor for i, ps in enumerate(e.assignment.pod_sets) for res, flavor in ps.flavors.items()}
+    victims = [w for w in preempted.values() if w.admission is not None]
+    admitted = state.index.admitted
+    kept: dict[str, dict[str, None]] = {}
+    sim = Simulation(state)
+    try:
+        for w in victims:
+            assert w.admission is not None
+            cq_name = w.admission.cluster_queue
+            if cq_name not in kept:
+                kept[cq_name] = admitted[cq_name]
+                admitted[cq_name] = dict(kept[cq_name])
+            admitted[cq_name].pop(w.key, None)
+            sim.remove(w)
+        _get_assignments(state, e, nomination)
+    finally:
+        sim.restore_all()
+        admitted.update(kept)
+    assert e.assignment is not None
+    e.message, e.pending_reason = e.assignment.message(), e.assignment.pending_reason
+    e.deferred = e.assignment.mode == Mode.FIT
 
 
 def _explain_no_targets(state: State, e: Entry, *, remembered: bool) -> None:

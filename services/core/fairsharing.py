@@ -11,7 +11,8 @@ comparisons are exact (a weight of 0 makes any borrowing infinitely unfair).
   then higher priority, then older (Kueue's ``fair_sharing_iterator.go``).
 - ``targets``: preemption guided by shares, with the configured strategies
   ``LessThanOrEqualToFinalShare`` and ``LessThanInitialShare``
-  (Kueue's ``preemption/fairsharing``).
+  (Kueue's ``preemption/fairsharing``); a preemptor that stays within its
+  nominal quota reclaims without comparing shares (``FairSharingPreemptWithinNominal``).
 """
 
 from __future__ import annotations
@@ -211,6 +212,19 @@ class _FairPreemptor:
             for fr, v in sorted(self.usage.items()):
                 node.add_usage(fr, v)
 
+    def within_nominal(self) -> bool:
+        """Whether the preemptor's ClusterQueue, with the incoming workload's usage already added,
+        borrows none of the resources that need preemption. It then reclaims its nominal quota from
+        borrowers without comparing shares (Kueue's ``FairSharingPreemptWithinNominal``, beta and on
+        by default: ``queueWithinNominalInResourcesNeedingPreemption`` in ``runFirstFsStrategy``,
+        ``pkg/scheduler/preemption/preemption.go``); such targets are ``InCohortReclamation``."""
+        node = self.node
+        for fr in sorted(self.frs):
+            q = node.quotas.get(fr)
+            if node.usage.get(fr, 0) > (q.nominal if q is not None else 0):
+                return False
+        return True
+
     def _next_target(self, cands: dict[str, list[WorkloadRecord]], pruned: set[NodeKey]) -> str | None:
         root = self.node.root()
         on_path = {id(n) for n in _path_to_root(self.node)}
@@ -263,14 +277,16 @@ class _FairPreemptor:
         try:
             retry: dict[str, list[WorkloadRecord]] = {}
             pruned: set[NodeKey] = set()
+            within_nominal = self.within_nominal()
             while not done:
                 target_cq = self._next_target(cands, pruned)
                 if target_cq is None:
                     break
-                if target_cq == self.cq.name:
+                if target_cq == self.cq.name or within_nominal:
                     w = cands[target_cq].pop(0)
                     sim.remove(w)
-                    chosen.append((w, PreemptionReason.IN_CLUSTER_QUEUE))
+                    chosen.append((w, PreemptionReason.IN_CLUSTER_QUEUE if target_cq == self.cq.name
+                                   else PreemptionReason.IN_COHORT_RECLAMATION))
                     done = self.fits()
                     continue
                 target_node = self.state.cq_node(target_cq)

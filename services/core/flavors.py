@@ -346,15 +346,21 @@ def _find_flavor(
     oracle: Oracle,
     reasons: list[str],
     start: int = 0,
+    pinned: tuple[str, str] | None = None,
 ) -> _FlavorTry:
     """Try the group's flavors from index ``start``; the result records the last index tried
-    (-1 once the search reached the last flavor), which the next attempt resumes after."""
+    (-1 once the search reached the last flavor), which the next attempt resumes after.
+    ``pinned`` (resource, flavor): only that flavor may be taken (Kueue's NominationMapping)."""
     ff = cq.flavor_fungibility
     best: _FlavorTry | None = None
     group_blocker: PendingReason | None = None  # Kueue's resolveNoFitReason: the least severe NoFit flavor
     attempted = start
     for attempted in range(start, len(group.flavors)):
         fq = group.flavors[attempted]
+        if pinned is not None and fq.name != pinned[1]:
+            reasons.append(f"skipping flavor {fq.name} as it is not found in the nomination mapping "
+                           f"for resource {pinned[0]}")
+            continue
         flavor = state.flavors.get(fq.name)
         mismatch = ""
         if flavor is None:
@@ -400,11 +406,18 @@ def pod_set_requests(state: State, cq: o.ClusterQueue, ps: o.PodSet, count: int)
     return out
 
 
+Nomination = dict[tuple[int, str], str]
+"""(podSet index, resource) -> flavor of an earlier assignment: Kueue's NominationMapping."""
+
+
 def assign(
     state: State, cq: o.ClusterQueue, rec: WorkloadRecord, policy: Policy, oracle: Oracle,
     counts: list[int] | None = None, resume: dict[tuple[int, int], int] | None = None,
+    nomination: Nomination | None = None,
 ) -> Assignment:
-    """Kueue's ``FlavorAssigner.Assign`` for one workload in one ClusterQueue."""
+    """Kueue's ``FlavorAssigner.Assign`` for one workload in one ClusterQueue. With a
+    ``nomination``, each resource group keeps the flavor it was nominated with (Kueue's
+    ``shouldSkipBasedOnNominationMapping``, used when an assignment is recomputed in a cycle)."""
     node = state.cq_node(cq.name)
     usage: dict[FR, int] = {}
     result: list[PodSetAssignment] = []
@@ -431,7 +444,12 @@ def assign(
                 continue
             before = len(psa.reasons)
             start = (resume or {}).get((i, gi), -1) + 1
-            found = _find_flavor(state, cq, node, group, ps, wanted, usage, policy, oracle, psa.reasons, start)
+            pinned = None
+            if nomination:
+                first = min(wanted)
+                pinned = (first, nomination.get((i, first), ""))
+            found = _find_flavor(state, cq, node, group, ps, wanted, usage, policy, oracle, psa.reasons, start,
+                                 pinned)
             tried[(i, gi)] = found.tried
             blocker = _most_severe(blocker, found.group_blocker)
             psa.mode = min(psa.mode, found.mode)

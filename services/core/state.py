@@ -291,10 +291,15 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
 
 
 def _take_admission(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) -> None:
-    """A workload that arrives holding quota: its usage counts even above today's quota."""
+    """A workload that arrives holding quota: its usage counts even above today's quota. If it
+    arrives already being evicted, it keeps that quota until its eviction completes."""
     reserve_quota(state, rec, adm, at)
     rec.set_condition(cond.quota_reserved(adm.cluster_queue, at))
     rec.set_condition(cond.admitted(at))
+    ev = rec.obj.eviction
+    if ev is not None:
+        rec.evicting = True
+        rec.set_condition(cond.evicted(ev.reason, ev.message, ev.time if ev.time is not None else at))
 
 
 def reserve_quota(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) -> None:

@@ -112,3 +112,43 @@ def test_fair_preemption_strategies(strategies, want_preempted):
     )
     assert out.preempted() == want_preempted
     assert ("a/small" in out.admitted()) is bool(want_preempted)
+
+
+def _premium_and_cheap(incoming_cpu: int):
+    """Kueue's preemption_fair_test "nominal first": cq-a holds 2 of its 3 premium CPUs and borrows
+    5 cheap ones (a high share); cq-b borrows 1 premium CPU (a low share)."""
+    running = [a_workload("a", f"prem{i}").queue("lq").request(cpu=1).admitted("cq-a", {"cpu": "premium"}, i)
+               for i in range(2)]
+    running += [a_workload("a", f"cheap{i}").queue("lq").request(cpu=1).admitted("cq-a", {"cpu": "cheap"}, 10 + i)
+                for i in range(5)]
+    running.append(a_workload("b", "prem").queue("lq").request(cpu=1).admitted("cq-b", {"cpu": "premium"}, 20))
+    return [
+        FAIR, a_flavor("premium"), a_flavor("cheap"),
+        a_cluster_queue("cq-a").cohort("all").group(("premium", {"cpu": 3}), ("cheap", {"cpu": 0}))
+        .preemption(reclaim="Any").fungibility(when_can_borrow="MayStopSearch", when_can_preempt="MayStopSearch"),
+        a_cluster_queue("cq-b").cohort("all").group(("premium", {"cpu": 0}), ("cheap", {"cpu": 6})),
+        a_local_queue("a", "lq", "cq-a"), a_local_queue("b", "lq", "cq-b"),
+        *running,
+        a_workload("a", "incoming").queue("lq").request(cpu=incoming_cpu).created(100),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("incoming_cpu", "want_preempted"),
+    [
+        pytest.param(1, ["b/prem"], id="within nominal after admission: reclaims from the borrower "
+                                       "whatever the shares (InCohortReclamation)"),
+        pytest.param(2, [], id="borrowing after admission: shares decide, and cq-a's high share protects cq-b"),
+    ],
+)
+def test_a_preemptor_within_its_nominal_quota_reclaims_without_comparing_shares(incoming_cpu, want_preempted):
+    """Kueue's FairSharingPreemptWithinNominal (beta, on by default): runFirstFsStrategy skips the
+    strategies when the preemptor's ClusterQueue, with the incoming workload, borrows none of the
+    resources needing preemption (pkg/scheduler/preemption/preemption.go)."""
+    out = simulate(*_premium_and_cheap(incoming_cpu), cycles=1)
+    assert out.preempted() == want_preempted
+    assert out.wl("a/incoming").pending  # never admitted on the cheap flavor by borrowing
+    for key in want_preempted:
+        assert out.condition(key, "Preempted") == ("True", "InCohortReclamation")
+    if want_preempted:
+        assert out.message("a/incoming").endswith("Pending the preemption of 1 workload(s)")

@@ -821,6 +821,35 @@ def test_bad_creation_timestamp(timestamp):
                    f"invalid RFC 3339 time {timestamp!r}")
 
 
+@pytest.mark.parametrize(
+    ("workload", "want"),
+    [
+        pytest.param(a_workload("team-a", "w").request(cpu=1).admitted("cq", {"cpu": "f"}).evicted("Preempted", 90),
+                     o.Eviction(reason="Preempted", message="evicted: Preempted", time=1_735_689_690_000),
+                     id="holding quota with Evicted=True: its eviction is under way"),
+        pytest.param(a_workload("team-a", "w").request(cpu=1).admitted("cq", {"cpu": "f"}), None,
+                     id="holding quota, not evicted"),
+    ],
+)
+def test_an_evicted_condition_is_kept(workload, want):
+    """Kueue treats a workload with Evicted=True that still holds quota as a preemption in progress;
+    the loader used to drop the condition."""
+    assert accept(workload.obj()).eviction == want
+
+
+def test_an_evicted_condition_without_quota_is_just_pending():
+    manifest = a_workload("team-a", "w").request(cpu=1).obj()
+    manifest["status"] = {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted"}]}
+    assert accept(manifest).eviction is None
+
+
+def test_bad_evicted_condition_time():
+    manifest = edit(a_workload("team-a", "w").request(cpu=1).admitted("cq", {"cpu": "f"}).evicted(),
+                    "status.conditions.1.lastTransitionTime", "yesterday")
+    assert_located(refuse(manifest), "Workload team-a/w", "status.conditions[1].lastTransitionTime",
+                   "invalid RFC 3339 time 'yesterday'")
+
+
 def test_unquoted_yaml_timestamp_stays_a_string_and_is_parsed_by_us():
     text = ("apiVersion: kueue.x-k8s.io/v1beta1\nkind: Workload\nmetadata:\n  name: w\n"
             "  namespace: team-a\n  creationTimestamp: 2025-01-01T00:00:01Z\n"

@@ -38,6 +38,9 @@ HUMAN = {
 }
 
 
+FAIR_SHARING = {"apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration", "fairSharing": {"enable": True}}
+
+
 def _cq(name: str, cpu: int, cohort: str | None = "co") -> ClusterQueueBuilder:
     cq = a_cluster_queue(name).flavor("f", cpu=cpu)
     return cq.cohort(cohort) if cohort else cq
@@ -376,6 +379,50 @@ def test_most_recently_admitted_means_quota_reservation_time_not_creation_time()
     assert out.preempted() == ["ns/x"]
 
 
+# --- candidates already being evicted -------------------------------------------------------------
+
+
+def _evicting(name: str, cq: str, cpu: int, priority: int = 0, at: int = 0) -> WorkloadBuilder:
+    """Evicted=True but still holding its quota: the eviction is under way."""
+    return _running(name, cq, cpu, priority, at).evicted(at_seconds=at + 1)
+
+
+@pytest.mark.parametrize(
+    ("running", "preemptor_cpu", "want_new_victims", "want_pending_count"),
+    [
+        pytest.param(
+            [_evicting("old", "cq", 2, at=10), _running("recent", "cq", 2, at=20)], 2, [], 1,
+            id="an evicted candidate comes first and counts as the preemption: nothing new is evicted",
+        ),
+        pytest.param(
+            [_evicting("old", "cq", 1, at=10), _running("early", "cq", 2, at=15), _running("recent", "cq", 1, at=20)],
+            2, ["ns/recent"], 2,
+            id="not enough on its own: it still comes first, then the usual order; one new eviction",
+        ),
+        pytest.param(
+            [_evicting("old", "cq", 2, priority=20, at=10), _running("recent", "cq", 2, at=20)], 2, ["ns/recent"], 1,
+            id="an evicted workload the policy protects is no candidate: its quota is still in use",
+        ),
+    ],
+)
+def test_candidates_being_evicted_come_first_and_count_as_preemption_in_progress(
+        running, preemptor_cpu, want_new_victims, want_pending_count):
+    """Kueue's CandidatesOrdering puts workloads with Evicted=True first (candidate_generator's
+    splitEvicted, preemption/common/ordering.go), and IssuePreemptions counts a target already
+    evicted as preempted without evicting it again (preemption.go): the preemptor waits."""
+    cq = _cq("cq", 4, cohort=None).preemption(within="LowerPriority")
+    objs = [*_world(cq), *running, _pending("preemptor", "cq", preemptor_cpu, priority=10)]
+    out = simulate(*objs, cycles=1)
+    assert out.preempted() == want_new_victims
+    assert out.wl("ns/old").evicting  # arrived being evicted; still holding quota in this cycle
+    assert out.condition("ns/old", "Evicted") == ("True", "Preempted")
+    assert out.message("ns/preemptor").endswith(f". Pending the preemption of {want_pending_count} workload(s)")
+    final = simulate(*objs)
+    assert "ns/preemptor" in final.admitted()
+    assert not final.wl("ns/old").evicting  # its eviction completed after the first cycle
+    assert final.condition("ns/old", "Requeued") is not None
+
+
 # --- the preemptor waits for its victims ----------------------------------------------------------
 
 SCENARIOS = {
@@ -492,18 +539,28 @@ def test_partial_admission_only_when_the_full_count_cannot_preempt(within, want_
 # --- two preemptors in one cycle ------------------------------------------------------------------
 
 
+OVERLAP_DEFERRED = ("Workload has overlapping preemption targets with another workload, "
+                    "but will fit after these preemptions complete")
+
+
 @pytest.mark.parametrize(
-    ("borrowers", "want_first_cycle_victims"),
+    ("borrowers", "want_first_cycle_victims", "want_c1_message", "want_c1_reason"),
     [
-        pytest.param([("b1", 8, 10)], ["ns/b1"], id="one borrower for two reclaimers: evicted once"),
+        pytest.param([("b1", 8, 10)], ["ns/b1"], OVERLAP_DEFERRED, "PreemptionPending",
+                     id="one borrower for two reclaimers: evicted once; the second fits once it is gone "
+                        "and waits for it (DeferredFit)"),
         pytest.param(
-            [("b1", 4, 10), ("b2", 4, 20)],
-            ["ns/b2"],
-            id="two borrowers: both reclaimers pick the most recent; only the first gets it this cycle",
+            [("b1", 4, 10), ("b2", 4, 20)], ["ns/b1", "ns/b2"],
+            _insufficient(4) + ". Pending the preemption of 1 workload(s)", "PreemptionPending",
+            id="two borrowers: both pick the most recent; the second, recomputed without it, takes the other",
         ),
     ],
 )
-def test_two_preemptors_never_count_on_the_same_victim(borrowers, want_first_cycle_victims):
+def test_two_preemptors_never_count_on_the_same_victim(borrowers, want_first_cycle_victims, want_c1_message,
+                                                       want_c1_reason):
+    """Kueue's updateAssignmentIfNeeded (RecomputeAssignmentUponPreemptionTargetsOverlap, beta, on by
+    default): a head whose targets overlap an earlier head's is assigned again as if the earlier
+    victims were gone, and may preempt others in the same cycle (pkg/scheduler/scheduler.go)."""
     objs = [
         *_world(_cq("cq-a", 4).preemption(reclaim="Any"), _cq("cq-c", 4).preemption(reclaim="Any"), _cq("cq-b", 0)),
         *[_running(n, "cq-b", cpu, at=at) for n, cpu, at in borrowers],
@@ -513,7 +570,9 @@ def test_two_preemptors_never_count_on_the_same_victim(borrowers, want_first_cyc
     out = simulate(*objs, cycles=1)
     assert out.preempted() == want_first_cycle_victims
     assert out.message("ns/a1").endswith(". Pending the preemption of 1 workload(s)")
-    assert out.message("ns/c1") == "Workload has overlapping preemption targets with another workload"
+    assert out.message("ns/c1") == want_c1_message
+    assert out.wl("ns/c1").pending_reason == want_c1_reason
+    assert out.condition("ns/c1", "QuotaReserved") == ("False", "Pending")
     final = simulate(*objs)
     assert final.admitted() == {"ns/a1": "cq-a", "ns/c1": "cq-c"}
 
@@ -565,3 +624,142 @@ def test_a_preemptor_keeps_the_head_of_its_queue_until_admitted():
     assert out.admitted() == {"ns/b-small": "cq-b"}
     assert out.preempted() == ["ns/a-borrower"]
     assert out.wl("ns/a-borrower").pending and out.wl("ns/b-big").pending
+
+
+def test_a_recomputed_head_with_nothing_left_to_preempt_waits_with_the_new_message():
+    """c1 (borrowing, borrowWithinCohort) had nominated a1's victim; recomputed without it (and with
+    a1's share counted) nothing is left to preempt: it waits with the recomputed assignment's message,
+    not the overlap skip."""
+    objs = [
+        *_world(_cq("cq-a", 4).preemption(reclaim="Any"),
+                _cq("cq-c", 2).preemption(reclaim="Any", borrow="LowerPriority"), _cq("cq-b", 0)),
+        _running("b1", "cq-b", 8, at=10),
+        _pending("a1", "cq-a", 4, created=100),
+        _pending("c1", "cq-c", 4, priority=10, created=200),
+    ]
+    out = simulate(*objs, cycles=1)
+    assert out.preempted() == ["ns/b1"]
+    assert out.message("ns/c1") == _insufficient(2)
+    assert out.wl("ns/c1").pending_reason == "WaitingForQuota"
+
+
+# --- recomputation upon overlapping targets (Kueue's scheduler_recompute_preemption_test) ---------
+
+
+def _recompute_tree() -> list[Builder]:
+    """root-cohort (3005) -> parent-cohort-a (0) -> cq-hero (3000), cq-noisy (0);
+    parent-cohort-b -> cq-tiny (50); parent-cohort-c -> cq-rest (0)."""
+    out: list[Builder] = [
+        a_flavor("default"), a_namespace("eng-alpha"),
+        a_cohort("root-cohort").flavor("default", cpu="3005"),
+        a_cohort("parent-cohort-a").parent("root-cohort").flavor("default", cpu="0"),
+        a_cohort("parent-cohort-b").parent("root-cohort"),
+        a_cohort("parent-cohort-c").parent("root-cohort"),
+    ]
+    for cq, cohort, cpu in (("cq-hero", "a", 3000), ("cq-noisy", "a", 0), ("cq-tiny", "b", 50), ("cq-rest", "c", 0)):
+        out += [a_cluster_queue(cq).cohort(f"parent-cohort-{cohort}").flavor("default", cpu=cpu)
+                .preemption(within="LowerPriority", reclaim="Any"),
+                a_local_queue("eng-alpha", cq.replace("cq-", "lq-"), cq)]
+    return out
+
+
+def test_a_head_whose_targets_overlap_fits_once_the_earlier_victims_are_gone():
+    """Kueue's "two workloads reclaim nominal quota; RecomputePreemptionTargetsUponOverlap enabled":
+    wl-tiny-pending (older) reclaims wl-rest-admitted; wl-hero had nominated the same victim,
+    is assigned again without it, fits its nominal quota and waits for that preemption (DeferredFit)."""
+    objs = [
+        *_recompute_tree(),
+        a_workload("eng-alpha", "wl-rest-admitted").queue("lq-rest").request(cpu="6055")
+        .admitted("cq-rest", {"cpu": "default"}),
+        a_workload("eng-alpha", "wl-hero").queue("lq-hero").request(cpu="2950").created(1),
+        a_workload("eng-alpha", "wl-tiny-pending").queue("lq-tiny").request(cpu="50").created(0),
+    ]
+    out = simulate(*objs, cycles=1)
+    assert out.preempted() == ["eng-alpha/wl-rest-admitted"]
+    assert out.condition("eng-alpha/wl-rest-admitted", "Preempted") == ("True", "InCohortReclamation")
+    assert out.message("eng-alpha/wl-tiny-pending") == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default, "
+        "50 more needed. Pending the preemption of 1 workload(s)")
+    assert out.message("eng-alpha/wl-hero") == OVERLAP_DEFERRED
+    assert out.wl("eng-alpha/wl-hero").pending_reason == "PreemptionPending"
+    assert not out.wl("eng-alpha/wl-hero").inadmissible  # requeued as pending preemption, not parked
+    final = simulate(*objs)
+    assert {k: v for k, v in final.admitted().items() if k != "eng-alpha/wl-rest-admitted"} == {
+        "eng-alpha/wl-hero": "cq-hero", "eng-alpha/wl-tiny-pending": "cq-tiny"}
+
+
+def test_a_recomputed_head_keeps_its_nominated_flavor():
+    """Kueue's "flavor stickiness with RecomputePreemptionTargetsUponOverlap" (fair sharing): cq-2's
+    head goes first (lower share) and takes wl-admitted-default on flavor default; cq-1's head had
+    nominated the same victim, is assigned again on default only (NominationMapping), finds nothing
+    to preempt there and waits, rather than switching to on-demand."""
+    cq = {"within": "LowerPriority", "reclaim": "Any"}
+    objs = [
+        FAIR_SHARING, a_flavor("default"), a_flavor("on-demand"), a_namespace("default"), a_cohort("root"),
+        a_cluster_queue("cq-1").cohort("root").group(("default", {"cpu": 5}), ("on-demand", {"cpu": 5}))
+        .preemption(**cq),
+        a_cluster_queue("cq-2").cohort("root").group(("default", {"cpu": 5}), ("on-demand", {"cpu": 5}))
+        .preemption(**cq),
+        a_local_queue("default", "lq-1", "cq-1"), a_local_queue("default", "lq-2", "cq-2"),
+        a_workload("default", "wl-admitted-default").queue("lq-1").request(cpu="10")
+        .admitted("cq-1", {"cpu": "default"}),
+        a_workload("default", "wl-admitted-on-demand").queue("lq-1").request(cpu="10")
+        .admitted("cq-1", {"cpu": "on-demand"}),
+        a_workload("default", "wl-pending-high-prio-1").queue("lq-1").request(cpu="10").priority(11).created(0),
+        a_workload("default", "wl-pending-high-prio-2").queue("lq-2").request(cpu="10").priority(10).created(1),
+    ]
+    out = simulate(*objs, cycles=1)
+    assert out.preempted() == ["default/wl-admitted-default"]
+    assert out.condition("default/wl-admitted-default", "Preempted") == ("True", "InCohortFairSharing")
+    assert out.message("default/wl-pending-high-prio-2") == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default, 10 more "
+        "needed, insufficient unused quota for cpu in flavor on-demand, 10 more needed. "
+        "Pending the preemption of 1 workload(s)")
+    assert out.message("default/wl-pending-high-prio-1") == (
+        "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default, 10 more "
+        "needed, skipping flavor on-demand as it is not found in the nomination mapping for resource cpu")
+    assert out.wl("default/wl-pending-high-prio-1").pending_reason == "WaitingForQuota"
+    assert out.wl("default/wl-pending-high-prio-1").inadmissible
+
+
+def _eng(name: str, lq: str, cpu: str, created: int = 0, priority: int = 0) -> WorkloadBuilder:
+    return a_workload("eng-alpha", name).queue(lq).request(cpu=cpu).created(created).priority(priority)
+
+
+def _eng_running(name: str, cq: str, cpu: str) -> WorkloadBuilder:
+    return a_workload("eng-alpha", name).queue(cq.replace("cq-", "lq-")).request(cpu=cpu).admitted(
+        cq, {"cpu": "default"})
+
+
+def _short(more: int) -> str:
+    return ("couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default, "
+            f"{more} more needed")
+
+
+@pytest.mark.parametrize(
+    ("workloads", "want_preempted", "want_messages"),
+    [
+        pytest.param(
+            [_eng_running("wl-noisy-admitted", "cq-noisy", "3000"), _eng_running("wl-tiny-admitted", "cq-tiny", "60"),
+             _eng_running("wl-rest-admitted", "cq-rest", "2995"),
+             _eng("wl-hero", "lq-hero", "2990", created=1), _eng("wl-tiny-pending", "lq-tiny", "10")],
+            {"wl-rest-admitted": "InCohortFairSharing", "wl-noisy-admitted": "InCohortReclamation"},
+            {"wl-hero": _short(5) + ". Pending the preemption of 1 workload(s)",
+             "wl-tiny-pending": _short(10) + ". Pending the preemption of 1 workload(s)"},
+            id="hierarchical: wl-hero, recomputed without wl-rest-admitted, reclaims wl-noisy-admitted instead",
+        ),
+        pytest.param(
+            [_eng_running("wl-rest-admitted", "cq-rest", "6055"), _eng("wl-hero", "lq-hero", "2950", created=1),
+             _eng("wl-tiny-pending", "lq-tiny", "50"), _eng("wl-rest-pending", "lq-rest", "4000", 2, priority=10)],
+            {"wl-rest-admitted": "InCohortReclamation"},
+            {"wl-hero": OVERLAP_DEFERRED, "wl-tiny-pending": _short(50) + ". Pending the preemption of 1 workload(s)",
+             "wl-rest-pending": _short(945)},
+            id="two workloads reclaim nominal quota: wl-hero fits once wl-rest-admitted is gone (DeferredFit)",
+        ),
+    ],
+)
+def test_recomputation_upon_overlap_with_fair_sharing(workloads, want_preempted, want_messages):
+    """Kueue's scheduler_recompute_preemption_test, fair sharing cases, in the same cohort tree."""
+    out = simulate(FAIR_SHARING, *_recompute_tree(), *workloads, cycles=1)
+    assert {k.split("/")[1]: out.condition(k, "Preempted")[1] for k in out.preempted()} == want_preempted
+    assert {name: out.message(f"eng-alpha/{name}") for name in want_messages} == want_messages

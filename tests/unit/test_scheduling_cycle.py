@@ -620,3 +620,53 @@ def test_freed_quota_requeues_parked_best_effort_fifo_workloads(quotas, running_
     assert out.admitted() == {"ns/waiting": pending_in}
     if isinstance(event, WorkloadFinished):
         assert out.condition("ns/running", "Finished") == ("True", "Succeeded")
+
+
+# --- requests above limits ------------------------------------------------------------------------
+
+
+def _over(path: str, *resources: str) -> str:
+    names = ",".join(f'"{r}"' for r in resources)
+    return f"{path}: Invalid value: [{names}]: requests must not exceed its limits"
+
+
+_C0 = "spec.podSets[0].template.spec.containers[0]"
+
+
+@pytest.mark.parametrize(
+    ("workload", "want_message"),
+    [
+        pytest.param(_wl("w", "cq-a", cpu="200m").limits(cpu="100m"),
+                     f"resources validation failed: {_over(_C0, 'cpu')}",
+                     id="a request above its limit: Kueue's scheduler_test case, pending and Misconfigured"),
+        pytest.param(a_workload("ns", "w").queue("lq-cq-a").request(cpu="2", memory="2Gi")
+                     .limits(cpu="1", memory="1Gi"),
+                     f"resources validation failed: {_over(_C0, 'cpu', 'memory')}",
+                     id="every resource above its limit is named, sorted"),
+        pytest.param(_wl("w", "cq-a", cpu="1").container({"cpu": "1"}, {"cpu": "500m"})
+                     .container({"memory": "2Gi"}, {"memory": "1Gi"}, init=True),
+                     "resources validation failed: ["
+                     f"{_over('spec.podSets[0].template.spec.initContainers[0]', 'memory')}, "
+                     f"{_over('spec.podSets[0].template.spec.containers[1]', 'cpu')}]",
+                     id="init containers first, then containers; several errors are aggregated in brackets"),
+        pytest.param(a_job("ns", "job", "lq-cq-a").request(cpu="2").limits(cpu="1"),
+                     f"resources validation failed: {_over(_C0, 'cpu')}",
+                     id="a Job's container is named by its place in the Workload"),
+        pytest.param(_wl("w", "cq-a", cpu="1").limits(cpu="1"), "", id="requests equal to limits are admitted"),
+        pytest.param(_wl("w", "cq-a", cpu="1").limits(cpu="2"), "", id="requests below limits are admitted"),
+    ],
+)
+def test_requests_above_limits_keep_the_workload_pending(workload, want_message):
+    """Kueue's nominate runs ValidateAdmissibility, whose ValidateResources refuses a container
+    whose requests exceed its limits: the workload stays pending, QuotaReserved=False with the
+    field error as message (pkg/scheduler/scheduler.go, pkg/workload/resources.go)."""
+    out = simulate(*_cohort(cq_a=8), workload, cycles=1)
+    key = "ns/w" if workload.body["kind"] == "Workload" else "ns/job"
+    if not want_message:
+        assert out.wl(key).admission is not None
+        return
+    rec = out.wl(key)
+    assert rec.pending
+    assert rec.pending_reason == "Misconfigured"
+    assert out.condition(key, "QuotaReserved") == ("False", "Pending")
+    assert out.message(key) == want_message
