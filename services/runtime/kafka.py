@@ -64,7 +64,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from events.envelope import SCHEMA_VERSION
 from services.runtime.clock import wall_clock_ns
-from services.runtime.log import Leadership, LeadershipLost, LogError, Record, RecordWaiter
+from services.runtime.log import Leadership, LeadershipLost, LogError, Record, RecordWaiter, Refused
 
 T = TypeVar("T")
 _log = structlog.get_logger(__name__)
@@ -92,7 +92,7 @@ CONCURRENT_TXN_BACKOFF_S: Final = 0.002
 HEADERS: Final = [("schema", str(SCHEMA_VERSION).encode()), ("content-type", b"application/json")]
 
 
-class Fenced(LogError):
+class Fenced(Refused):
     """Another instance took over this writer's transactional id: this one must stop."""
 
     def __init__(self, message: str) -> None:
