@@ -45,7 +45,7 @@ async def run_loop(actuator: Actuator[P], stop: asyncio.Event, *, bell: Bell | N
             await ride_out("actuator", e, backoff, stop, status)
             continue
         backoff.reset()
-        mark_up(status)
+        mark_up(status, "actuator")
         if role is not None:
             still_leading(log, role, stop)
         if actuator.retry_after is not None:

@@ -23,14 +23,15 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal, assert_never
 
 from events.envelope import Topics
-from events.manifests import ManifestError
+from services.app.exits import ConfigurationError, UsageError
 from services.runtime.clock import ClockMode
-from services.runtime.log import LeadershipLost, Log, LogError
+from services.runtime.log import Log, LogError, Refused
 from services.runtime.supervise import ServiceStatus, lead, release
 
 if TYPE_CHECKING:
@@ -48,8 +49,12 @@ _POLICIES: tuple[Policy, ...] = ("suspend", "reject")
 _TRUE, _FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
 
 
-class SettingsError(Exception):
-    """A bad flag, setting or log: the command prints ``error: <message>`` and exits 2."""
+class SettingsError(UsageError):
+    """Flags that do not go together: the command prints ``error: <message>`` and exits 2."""
+
+
+class BadSetting(SettingsError, ConfigurationError):
+    """A setting that cannot work (from the environment, a kubeconfig, a port): exit 3."""
 
 
 # --- the log ---------------------------------------------------------------------------------------
@@ -88,22 +93,19 @@ def log_settings(args: argparse.Namespace, *, path: str | None = None, create: b
 
 def open_log(settings: LogSettings, *, role: str | None = None, environ: Mapping[str, str] = os.environ) -> Log:
     """The embedded log, or Kafka as the writer ``role`` (None: no transactional writer). A log
-    that cannot be opened is a SettingsError with the reason."""
-    try:
-        if settings.bootstrap_servers:
-            from services.runtime.kafka import KafkaLog, KafkaSettings
+    that cannot be opened raises the backend's LogError (exit 4), bad Kafka settings BadSetting."""
+    if settings.bootstrap_servers:
+        from services.runtime.kafka import KafkaLog, KafkaSettings
 
-            try:
-                kafka = KafkaSettings.from_env(environ, bootstrap_servers=settings.bootstrap_servers)
-                return KafkaLog(kafka, prefix=settings.topic_prefix, shard=settings.shard, role=role)
-            except ValueError as e:
-                raise SettingsError(str(e)) from None
-        from services.runtime.sqlite import SqliteLog
+        try:
+            kafka = KafkaSettings.from_env(environ, bootstrap_servers=settings.bootstrap_servers)
+        except ValueError as e:
+            raise BadSetting(str(e)) from None
+        return KafkaLog(kafka, prefix=settings.topic_prefix, shard=settings.shard, role=role)
+    from services.runtime.sqlite import SqliteLog
 
-        assert settings.path is not None  # log_settings gives one or the other
-        return SqliteLog(settings.path, create=settings.create)
-    except LogError as e:
-        raise SettingsError(str(e)) from None
+    assert settings.path is not None  # log_settings gives one or the other
+    return SqliteLog(settings.path, create=settings.create)
 
 
 # --- what each service is given --------------------------------------------------------------------
@@ -220,7 +222,7 @@ def http_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     try:
         port = int(raw)
     except ValueError:
-        raise SettingsError(f"KUEUELOG_HTTP_PORT: expected a port number, got {raw!r}") from None
+        raise BadSetting(f"KUEUELOG_HTTP_PORT: expected a port number, got {raw!r}") from None
     if not 0 <= port <= 65535:
         raise SettingsError(f"--http-port: {port} is not a port number (0 turns the HTTP endpoints off)")
     return HttpSettings(host=str(args.http_host), port=port, explicit=explicit)
@@ -237,7 +239,7 @@ def _kube_wanted(service: ServiceName, flag: bool | None, environ: Mapping[str, 
         return flag
     raw = environ.get("KUEUELOG_KUBE", "").strip().lower()
     if raw not in _TRUE + _FALSE:
-        raise SettingsError(f"KUEUELOG_KUBE: expected true or false, got {raw!r}")
+        raise BadSetting(f"KUEUELOG_KUBE: expected true or false, got {raw!r}")
     return raw in _TRUE
 
 
@@ -245,7 +247,7 @@ def _policy(raw: str) -> Policy:
     for policy in _POLICIES:
         if raw == policy:
             return policy
-    raise SettingsError(f"KUEUELOG_JOB_POLICY: expected suspend or reject, got {raw!r}")
+    raise BadSetting(f"KUEUELOG_JOB_POLICY: expected suspend or reject, got {raw!r}")
 
 
 def run_options(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> RunOptions:
@@ -302,16 +304,41 @@ class _Context:
 
 def run(settings: RunSettings, environ: Mapping[str, str] = os.environ) -> int:
     """Build the service of ``settings`` and run it until SIGINT or SIGTERM (or, for ``all`` in
-    simulated time, until nothing is left). Exit status: 0; 2 for bad settings or input; 1 when
-    the log fails for good or the leadership is lost."""
-    log = open_log(settings.log, role=settings.writer, environ=environ)
+    simulated time, until nothing is left); 0 then. A log that cannot be reached yet (a broker
+    not up) is waited for with back-off, as at run time; anything that ends the service for good
+    is raised for the command line to turn into its exit code (:mod:`services.app.exits`)."""
+    log = _open_patiently(settings, environ)
+    if log is None:
+        return 0  # stopped while waiting for the log
     try:
         return asyncio.run(_serve(settings, log))
-    except (LogError, LeadershipLost) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
     finally:
         log.close()
+
+
+def _open_patiently(settings: RunSettings, environ: Mapping[str, str]) -> Log | None:
+    """``open_log`` until it succeeds, fails for good, or SIGINT/SIGTERM (None)."""
+    from services.runtime.supervise import Backoff, report_unavailable
+
+    stopped = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stopped.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    backoff = Backoff(first=0.5, cap=30.0)
+    try:
+        while True:
+            try:
+                return open_log(settings.log, role=settings.writer, environ=environ)
+            except Refused:
+                raise
+            except LogError as e:
+                if not e.retriable:
+                    raise
+                wait = backoff.next()
+                report_unavailable(settings.name, e, wait)
+                if stopped.wait(wait):
+                    return None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 async def _serve(settings: RunSettings, log: Log) -> int:
@@ -328,23 +355,15 @@ async def _serve(settings: RunSettings, log: Log) -> int:
         try:
             cfg = await client_configuration(kube.kubeconfig, context=kube.context)
         except KubeConfigError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+            raise BadSetting(str(e)) from None
     context = _Context(log, stop, ServiceStatus(settings.name, leading=settings.leads is None),
                        CollectorRegistry(auto_describe=True))
     if isinstance(settings, SchedulerSettings | AllSettings):
         context.on_step = _scheduler_hook(context.registry)
     ProcessCollector(registry=context.registry)
-    try:
-        server = await _health_server(settings.http, context)
-    except SettingsError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    server = await _health_server(settings.http, context)
     try:
         await _run_service(settings, context, cfg)
-    except ManifestError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     finally:
         if server is not None:
             await server.stop()
@@ -376,7 +395,7 @@ async def _health_server(http: HttpSettings, context: _Context) -> HealthServer 
         await server.start()
     except OSError as e:
         if http.explicit:
-            raise SettingsError(f"--http-port: cannot serve /healthz, /readyz and /metrics on {http.host}:"
+            raise BadSetting(f"--http-port: cannot serve /healthz, /readyz and /metrics on {http.host}:"
                                 f"{http.port}: {e.strerror or e}") from None
         print(f"warning: not serving /healthz, /readyz and /metrics: {http.host}:{http.port}: {e.strerror or e} "
               f"(choose a port with --http-port or KUEUELOG_HTTP_PORT, 0 for none)", file=sys.stderr)

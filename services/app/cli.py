@@ -1,8 +1,8 @@
 """The ``kueuelog`` command line.
 
 Subcommands are thin: each parses its flags, calls into the core or a service
-shell, and renders the result. Exit codes: 0 success, 1 a check failed
-(e.g. ``replay --verify``), 2 bad input or usage.
+shell, and renders the result. :func:`main` turns whatever ends a subcommand
+into one line and an exit code (the table is in :mod:`services.app.exits`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import yaml
 
 from events.envelope import Topics
 from events.manifests import ManifestError
-from services.app.assembly import SettingsError, log_settings, open_log, run, run_settings
+from services.app.assembly import log_settings, open_log, run, run_settings
+from services.app.exits import classify
 
 if TYPE_CHECKING:
     from services.runtime.log import Log
@@ -93,7 +94,7 @@ def _topics(args: argparse.Namespace) -> Topics:
 
 def _open_log(args: argparse.Namespace, *, path: str | None = None) -> Log:
     """The embedded log at ``path``/--log, or Kafka when bootstrap servers are given (a
-    SettingsError says why neither is usable)."""
+    LogError or a BadSetting says why it is not usable)."""
     log = open_log(log_settings(args, path=path))
     _OPENED.append(log)
     return log
@@ -208,6 +209,9 @@ def _demo(args: argparse.Namespace) -> int:
                           default_duration_ms=args.default_duration * 1000)
     except ManifestError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot read {e.filename}: {e.strerror}", file=sys.stderr)
         return 2
     console.print()
     for line in summary(result):
@@ -357,6 +361,35 @@ def _add_simulated_options(run: argparse.ArgumentParser) -> None:
                            help="'all': stop once nothing is left to do (default: in simulated time only)")
 
 
+def _log_parser(sub: Subcommands) -> None:
+    lg = sub.add_parser("log", help="look after an embedded log (check)")
+    what = lg.add_subparsers(dest="log_command", required=True)
+    check = what.add_parser("check", help="is an embedded log sound? names each damaged record and where",
+                            description="Check an embedded log directory: that it is a kueuelog log, SQLite's own "
+                                        "integrity check, contiguous offsets, that every record decodes as its "
+                                        "topic's type, and that no committed position is past its topic's end. "
+                                        "Exit 0 when sound, 1 when damaged, 4 when it is not a log at all.")
+    check.add_argument("dir", metavar="DIR", help="the embedded log directory")
+    check.add_argument("--topic-prefix", default=os.environ.get("KUEUELOG_TOPIC_PREFIX", "kueuelog"),
+                       metavar="PREFIX", help="the topics' prefix (default: kueuelog, or KUEUELOG_TOPIC_PREFIX)")
+    check.set_defaults(func=_log_check)
+
+
+def _log_check(args: argparse.Namespace) -> int:
+    from services.app.logcheck import check_log
+    from services.runtime.sqlite import SqliteLog
+
+    log = SqliteLog(args.dir, create=False)
+    _OPENED.append(log)
+    report = check_log(log, Topics(prefix=args.topic_prefix))
+    for line in report.lines:
+        print(line)
+    for problem in report.problems:
+        print(f"PROBLEM {problem}")
+    print("log check: sound" if report.sound else f"log check: {len(report.problems)} problem(s)")
+    return 0 if report.sound else 1
+
+
 def _schema_parser(sub: Subcommands) -> None:
     sch = sub.add_parser("schema", help="JSON Schema of every message and an AsyncAPI document")
     sch.add_argument("--out", metavar="DIR", help="write one file per document into DIR")
@@ -370,22 +403,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_simulate_parser, _replay_parser, _explain_parser, _tail_parser, _demo_parser, _run_parser,
-                _schema_parser):
+                _log_parser, _schema_parser):
         add(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; whatever ends it becomes one line on stderr and an exit code
+    (:mod:`services.app.exits` lists them)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
-    except SettingsError as e:
-        print(f"error: {e}", file=sys.stderr)
-        code = 2
+    except KeyboardInterrupt:
+        code = 130
+    except (BrokenPipeError, SystemExit):
+        raise
+    except Exception as e:  # the one place every error is turned into an exit code
+        code, line = classify(e)
+        print(line, file=sys.stderr)
     finally:
         while _OPENED:
-            _OPENED.pop().close()
+            with contextlib.suppress(Exception):
+                _OPENED.pop().close()
     return code
 
 

@@ -143,8 +143,9 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
                   on_step: StepHook | None = None) -> RunResult:
     """Scheduler, actuator, simulated cluster (and in real mode ticker and arrivals) in one process,
     as the leader of ``scheduler`` (every service here writes as it), until ``stop`` — or, by
-    default in simulated mode, until nothing is left to do. ``status`` and ``on_step`` are the
-    scheduler's (see :func:`run_scheduler`)."""
+    default in simulated mode, until nothing is left to do. Every part reports to ``status`` (one
+    part down or stuck makes the process unready); ``on_step`` is the scheduler's (see
+    :func:`run_scheduler`). One part failing for good stops them all and raises its error."""
     topics = topics or Topics()
     config = config or SimConfig()
     stop = stop or asyncio.Event()
@@ -160,9 +161,9 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
     common: dict[str, Any] = {"topics": topics, "bell": bell, "poll_seconds": poll_seconds}
     coros: list[Coroutine[Any, Any, object]] = [
         run_scheduler(log, stop, status=status, on_step=on_step, **common),
-        run_actuator(log, stop, port=SimClusterPort(topics, config.cluster), **common),
+        run_actuator(log, stop, port=SimClusterPort(topics, config.cluster), status=status, **common),
         run_simcluster(log, stop, clock=clock, config=config, arrivals=arrivals, done=done if until_done else None,
-                       wall_clock=wall_clock, **common),
+                       wall_clock=wall_clock, status=status, **common),
         run_ticker(log, stop, interval_ms=tick_interval_ms, topics=topics, cluster=config.cluster,
                    wall_clock=wall_clock, bell=bell),
     ]
@@ -198,7 +199,7 @@ async def _run_loop(log: Log, stop: asyncio.Event, *, topics: Topics, config: Si
             try:
                 if loop is None:
                     loop = Loop.recovered(log, topics=topics, config=config, arrivals=arrivals)
-                    mark_up(status)
+                    mark_up(status, "all")
                     if on_step is not None:
                         on_step(loop.scheduler, None)  # nothing written yet: gauges of the recovered state
                 happened, by_scheduler = loop.round()
@@ -207,7 +208,7 @@ async def _run_loop(log: Log, stop: asyncio.Event, *, topics: Topics, config: Si
                 await ride_out("all", e, backoff, stop, status)
                 continue
             backoff.reset()
-            mark_up(status)
+            mark_up(status, "all")
             if by_scheduler and on_step is not None:
                 on_step(loop.scheduler, loop.scheduler.last_events)
             still_leading(log, "scheduler")

@@ -64,7 +64,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from events.envelope import SCHEMA_VERSION
 from services.runtime.clock import wall_clock_ns
-from services.runtime.log import Leadership, LeadershipLost, LogError, Record, RecordWaiter
+from services.runtime.log import Leadership, LeadershipLost, LogError, Record, RecordWaiter, Refused
 
 T = TypeVar("T")
 _log = structlog.get_logger(__name__)
@@ -92,7 +92,7 @@ CONCURRENT_TXN_BACKOFF_S: Final = 0.002
 HEADERS: Final = [("schema", str(SCHEMA_VERSION).encode()), ("content-type", b"application/json")]
 
 
-class Fenced(LogError):
+class Fenced(Refused):
     """Another instance took over this writer's transactional id: this one must stop."""
 
     def __init__(self, message: str) -> None:
@@ -223,6 +223,15 @@ def _prompt_transactions(producer: AIOKafkaProducer) -> AIOKafkaProducer:
     return producer
 
 
+def _quiet_when_fenced(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A fenced producer's pending sends all fail with the same error, which the caller has seen
+    already (as :class:`Fenced`); asyncio would print each as 'Future exception was never
+    retrieved' with its traceback around the one line that matters. Anything else is reported."""
+    if isinstance(context.get("exception"), ProducerFenced | InvalidProducerEpoch):
+        return
+    loop.default_exception_handler(context)
+
+
 class _LoopThread:
     """An event loop in a daemon thread; ``run`` waits for a coroutine there, and cancels it if
     the wait fails: work the caller gave up on (a transaction above all) must not go on behind
@@ -230,6 +239,7 @@ class _LoopThread:
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(_quiet_when_fenced)
         self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self._thread.start()
 

@@ -41,13 +41,17 @@ class LogError(RuntimeError):
         self.retriable = retriable
 
 
-class WriterLockHeld(LogError):
+class Refused(LogError):
+    """This instance may not write its role: another holds it, took it over, or fenced this one."""
+
+
+class WriterLockHeld(Refused):
     def __init__(self, name: str, path: Path) -> None:
         super().__init__(f"another process holds the {name} lock ({path}); only one {name} may write",
                          retriable=True)
 
 
-class LeadershipLost(LogError):
+class LeadershipLost(Refused):
     """Another instance leads the role now, or this one never became its leader: it must stop
     writing (the process exits, and a supervisor restarts it as a standby)."""
 

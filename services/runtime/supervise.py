@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -28,16 +30,34 @@ _log = structlog.get_logger(__name__)
 POLL_SECONDS = 0.05
 
 
+STUCK_AFTER_SECONDS = 60.0
+
+
 @dataclass
 class ServiceStatus:
-    """What a service's ``/readyz`` says, written by its runner: ready once it leads (a standby
+    """What a service's ``/readyz`` says, written by its runners: ready once it leads (a standby
     waits for its role's election; a service without one leads from the start) and has
-    recovered its position from the log; not ready again while the log is unavailable."""
+    recovered its position from the log; not ready while any of its parts reports a problem
+    (the log is unavailable) or has made no progress for ``stuck_after`` seconds (a part that
+    hangs, which no error would ever report). Parts are the runners sharing one process
+    (``run all``: scheduler, actuator, simulated cluster); a service of one part uses ``""``."""
 
     name: str
     leading: bool = False
     recovered: bool = False
-    problem: str = ""  # why it is not ready although it leads and recovered (the log is unavailable)
+    problems: dict[str, str] = field(default_factory=dict)  # part -> why it is not ready
+    beats: dict[str, float] = field(default_factory=dict)  # part -> when it last made progress
+    stuck_after: float = STUCK_AFTER_SECONDS
+    clock: Callable[[], float] = time.monotonic  # a monotonic timer, not a wall clock
+
+    @property
+    def problem(self) -> str:
+        """Every part's problem, and every part that seems stuck, in one line ('' when none)."""
+        now = self.clock()
+        found = [f"{part}: {why}" if part else why for part, why in sorted(self.problems.items())]
+        found += [f"{part or self.name}: no progress for {now - at:.0f} s" for part, at in sorted(self.beats.items())
+                  if now - at > self.stuck_after]
+        return "; ".join(found)
 
     @property
     def ready(self) -> bool:
@@ -49,25 +69,30 @@ class ServiceStatus:
             return f"{self.name}: standby, waiting for the leadership"
         if not self.recovered:
             return f"{self.name}: recovering"
-        if self.problem:
-            return f"{self.name}: {self.problem}"
+        if problem := self.problem:
+            return f"{self.name}: {problem}"
         return f"{self.name}: ready"
 
-    def up(self) -> None:
-        self.recovered, self.problem = True, ""
+    def up(self, part: str = "") -> None:
+        """``part`` made progress: it has recovered and its problem, if any, is over."""
+        self.recovered = True
+        self.problems.pop(part, None)
+        self.beats[part] = self.clock()
 
-    def down(self, problem: str) -> None:
-        self.problem = problem
+    def down(self, problem: str, part: str = "") -> None:
+        """``part`` cannot go on for now (it is still alive: it is riding the problem out)."""
+        self.problems[part] = problem
+        self.beats[part] = self.clock()
 
 
-def mark_up(status: ServiceStatus | None) -> None:
+def mark_up(status: ServiceStatus | None, part: str = "") -> None:
     if status is not None:
-        status.up()
+        status.up(part)
 
 
-def mark_down(status: ServiceStatus | None, e: LogError) -> None:
+def mark_down(status: ServiceStatus | None, e: LogError, part: str = "") -> None:
     if status is not None:
-        status.down(f"log unavailable: {e}")
+        status.down(f"log unavailable: {e}", part)
 
 
 class Bell:
@@ -81,10 +106,10 @@ class Bell:
         self._event = asyncio.Event()
 
     async def wait(self, seconds: float) -> None:
-        """Until the next ring or ``seconds``, whichever comes first."""
-        event = self._event
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), seconds)
+        """Until the next ring or ``seconds``, whichever comes first. Cancellation always goes
+        through: ``asyncio.timeout`` tells its own expiry from a cancellation, where a
+        ``wait_for`` in ``suppress(TimeoutError)`` could swallow one that raced with it."""
+        await _wait_at_most(self._event, seconds)
 
 
 async def pace(bell: Bell, did: int, idle_seconds: float) -> None:
@@ -110,8 +135,13 @@ class Backoff:
 
 
 async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    await _wait_at_most(stop, seconds)
+
+
+async def _wait_at_most(event: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+        async with asyncio.timeout(seconds):
+            await event.wait()
 
 
 def report_unavailable(service: str, e: LogError, wait: float) -> None:
@@ -148,7 +178,7 @@ async def ride_out(service: str, e: LogError, backoff: Backoff, stop: asyncio.Ev
         raise e
     wait = backoff.next()
     report_unavailable(service, e, wait)
-    mark_down(status, e)
+    mark_down(status, e, service)
     await sleep_unless(stop, wait)
 
 

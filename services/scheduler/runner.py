@@ -81,7 +81,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                     scheduler = Scheduler(log, topics=topics)
                     scheduler.recover()
                     fresh = False
-                    mark_up(status)
+                    mark_up(status, "scheduler")
                     if on_step is not None:
                         on_step(scheduler, None)  # nothing written yet: gauges of the recovered state
                 did = scheduler.step()
@@ -90,6 +90,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                 await ride_out("scheduler", e, backoff, stop, status)
                 continue
             backoff.reset()
+            mark_up(status, "scheduler")  # a heartbeat too: a part that stops beating shows on /readyz
             if did and on_step is not None:
                 on_step(scheduler, scheduler.last_events)
             still_leading(log, "scheduler")

@@ -79,7 +79,7 @@ async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "s
             await ride_out("simcluster", e, backoff, stop, status)
             continue
         backoff.reset()
-        mark_up(status)
+        mark_up(status, "simcluster")
         if role is not None:
             still_leading(log, role, stop)
         if did:

@@ -47,3 +47,24 @@ def test_a_gap_in_offsets_and_a_position_past_the_end_are_reported(tmp_path: Pat
     report = check_log(log, T)
     assert any("offsets are not contiguous" in p for p in report.problems)
     assert any("consumer actuator" in p and "beyond the end" in p for p in report.problems)
+
+
+def test_the_command_exits_0_when_sound_1_when_damaged_and_4_for_a_file_that_is_no_log(
+        tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from services.app.cli import main
+
+    sound = tmp_path / "sound"
+    _log(sound).close()
+    assert main(["log", "check", str(sound)]) == 0
+    assert capsys.readouterr().out.rstrip().endswith("log check: sound")
+    damaged = tmp_path / "damaged"
+    log = _log(damaged)
+    log.append(T.cluster_events, [("", b"{broken")])
+    log.close()
+    assert main(["log", "check", str(damaged)]) == 1
+    out = capsys.readouterr().out
+    assert f"PROBLEM {T.cluster_events} offset 3: " in out and "log check: 1 problem(s)" in out
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "log.db").write_bytes(b"\0" * 10)
+    assert main(["log", "check", str(other)]) == 4

@@ -83,8 +83,35 @@ def metric(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
                  id="the log went away"),
 ])
 def test_readiness(leading: bool, recovered: bool, problem: str, ready: bool, reason: str) -> None:
-    status = ServiceStatus("scheduler", leading=leading, recovered=recovered, problem=problem)
+    status = ServiceStatus("scheduler", leading=leading, recovered=recovered, problems={"": problem} if problem else {})
     assert (status.ready, status.reason) == (ready, reason)
+
+
+def test_one_part_down_keeps_the_process_unready_while_the_others_make_progress() -> None:
+    """run all: the scheduler stepping must not hide an actuator whose log writes fail."""
+    status = ServiceStatus("all", leading=True)
+    status.up("scheduler")
+    status.down("log unavailable: disk full", "actuator")
+    status.up("scheduler")
+    assert not status.ready
+    assert status.reason == "all: actuator: log unavailable: disk full"
+    status.up("actuator")
+    assert status.ready
+
+
+def test_a_part_that_stops_making_progress_turns_readiness_off() -> None:
+    now = [100.0]
+    status = ServiceStatus("all", leading=True, stuck_after=60, clock=lambda: now[0])
+    status.up("scheduler")
+    status.up("simcluster")
+    now[0] = 150.0
+    status.up("scheduler")
+    assert status.ready
+    now[0] = 161.0
+    assert not status.ready
+    assert status.reason == "all: simcluster: no progress for 61 s"
+    status.up("simcluster")
+    assert status.ready
 
 
 def test_up_clears_the_problem() -> None:
@@ -236,38 +263,41 @@ def test_environment(clean_env: pytest.MonkeyPatch) -> None:
     assert settings("watcher", "--log", "x")[1] == "/k/ours"
 
 
-@pytest.mark.parametrize(("env", "argv", "error"), [
-    pytest.param({}, ["scheduler", "--kube"], "--kube: 'run scheduler' does not talk to Kubernetes",
+@pytest.mark.parametrize(("env", "argv", "error", "code"), [
+    pytest.param({}, ["scheduler", "--kube"], "--kube: 'run scheduler' does not talk to Kubernetes", 2,
                  id="--kube where there is no Kubernetes"),
-    pytest.param({"KUEUELOG_JOB_POLICY": "ignore"}, ["actuator"], "KUEUELOG_JOB_POLICY: expected suspend or reject",
+    pytest.param({"KUEUELOG_JOB_POLICY": "ignore"}, ["actuator"], "KUEUELOG_JOB_POLICY: expected suspend or reject", 3,
                  id="bad job policy"),
-    pytest.param({"KUEUELOG_KUBE": "maybe"}, ["actuator"], "KUEUELOG_KUBE: expected true or false",
+    pytest.param({"KUEUELOG_KUBE": "maybe"}, ["actuator"], "KUEUELOG_KUBE: expected true or false", 3,
                  id="bad KUEUELOG_KUBE"),
-    pytest.param({"KUEUELOG_HTTP_PORT": "http"}, ["scheduler"], "KUEUELOG_HTTP_PORT: expected a port number",
+    pytest.param({"KUEUELOG_HTTP_PORT": "http"}, ["scheduler"], "KUEUELOG_HTTP_PORT: expected a port number", 3,
                  id="bad KUEUELOG_HTTP_PORT"),
-    pytest.param({}, ["scheduler", "--http-port", "70000"], "--http-port: 70000 is not a port number",
+    pytest.param({}, ["scheduler", "--http-port", "70000"], "--http-port: 70000 is not a port number", 2,
                  id="port out of range"),
-    pytest.param({}, ["scheduler", "--seed", "a.yaml"], "--seed: 'run scheduler' submits no manifests",
+    pytest.param({}, ["scheduler", "--seed", "a.yaml"], "--seed: 'run scheduler' submits no manifests", 2,
                  id="--seed where nothing is submitted"),
 ])
-def test_bad_settings_exit_2_naming_them(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-                                         tmp_path: Path, env: dict[str, str], argv: list[str], error: str) -> None:
+def test_bad_settings_exit_naming_them(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                       tmp_path: Path, env: dict[str, str], argv: list[str], error: str,
+                                       code: int) -> None:
+    """Flags that do not go together exit 2 (usage); a bad value from the environment 3 (configuration)."""
     for k, v in env.items():
         clean_env.setenv(k, v)
-    assert main(["run", *argv, "--log", str(tmp_path / "log")]) == 2
-    assert error in capsys.readouterr().err
+    assert main(["run", *argv, "--log", str(tmp_path / "log")]) == code
+    err = capsys.readouterr().err
+    assert error in err and err.count("\n") == 1, err
 
 
-def test_kubernetes_without_a_configuration_exits_2_saying_what_to_give(
+def test_kubernetes_without_a_configuration_exits_3_saying_what_to_give(
         clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["run", "watcher", "--log", str(tmp_path / "log")]) == 2
+    assert main(["run", "watcher", "--log", str(tmp_path / "log")]) == 3
     assert "no Kubernetes configuration: give --kubeconfig PATH" in capsys.readouterr().err
     assert main(["run", "actuator", "--kube", "--log", str(tmp_path / "log"), "--kubeconfig",
-                 str(tmp_path / "missing")]) == 2
+                 str(tmp_path / "missing")]) == 3
     assert f"kubeconfig {tmp_path / 'missing'}:" in capsys.readouterr().err
 
 
-def test_a_port_asked_for_that_is_taken_exits_2(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+def test_a_port_asked_for_that_is_taken_exits_3(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                                 tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -275,5 +305,5 @@ def test_a_port_asked_for_that_is_taken_exits_2(clean_env: pytest.MonkeyPatch, c
         port = taken.getsockname()[1]
         code = main(["run", "scheduler", "--log", str(tmp_path / "log"), "--http-host", "127.0.0.1",
                      "--http-port", str(port)])
-    assert code == 2
+    assert code == 3
     assert f"--http-port: cannot serve /healthz, /readyz and /metrics on 127.0.0.1:{port}" in capsys.readouterr().err
