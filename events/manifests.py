@@ -336,7 +336,8 @@ def _resource_group_totals(ctx: _Ctx, groups: list[api.ResourceGroup]) -> None:
             )
 
 
-def _resource_groups(
+# Long: one branch per field of the manifest, in the order Kueue's API lists them.
+def _resource_groups(  # noqa: C901, PLR0912
     ctx: _Ctx, groups: list[api.ResourceGroup] | None, *, has_parent: bool, owner: str, is_cohort: bool = False
 ) -> tuple[o.ResourceGroup, ...]:
     """Kueue's ClusterQueue/Cohort resourceGroups rules (CRD markers + webhook).
@@ -742,7 +743,8 @@ def _priority_ref(ctx: _Ctx, spec: api.WorkloadSpec, version: str) -> o.Priority
     return None
 
 
-def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str, version: str) -> o.Workload:
+# Long: one branch per field of the manifest, in the order Kueue's API lists them.
+def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str, version: str) -> o.Workload:  # noqa: C901
     spec = _spec(ctx, body, api.WorkloadSpec)
     if not spec.pod_sets:
         raise ctx.error("spec.podSets", "must have at least 1 item")
@@ -922,7 +924,8 @@ def normalize(doc: Document) -> o.AnyObject | None:
         raise ctx_display.error(e.field, e.message) from None
 
 
-def _dispatch(
+# Long: one branch per field of the manifest, in the order Kueue's API lists them.
+def _dispatch(  # noqa: C901, PLR0912
     ctx: _Ctx, kind: str, group: str, version: str, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str
 ) -> o.AnyObject | None:
     api_version = f"{group}/{version}" if group else version

@@ -29,7 +29,8 @@ class ActuatorService:
     """Decisions applied to one cluster (an :class:`Actuator` over a :class:`KubePort`) and its
     queued Jobs kept waiting for them (:class:`JobReconciler`), in one process."""
 
-    def __init__(self, log: Log, api: client.ApiClient, *, cluster: str, topics: Topics | None = None,
+    # Many arguments: keyword-only options, each with a default; the settings are typed in services/app/assembly.py.
+    def __init__(self, log: Log, api: client.ApiClient, *, cluster: str, topics: Topics | None = None,  # noqa: PLR0913
                  policy: Policy = "suspend", qps: float = 20, burst: int = 40, status: ServiceStatus | None = None,
                  role: str = "actuator", poll_seconds: float = POLL_SECONDS,
                  reconciler_api: client.ApiClient | None = None, tuning: Tuning = KUBE_TUNING) -> None:

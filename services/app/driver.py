@@ -135,7 +135,8 @@ class RunResult:
     done: bool  # stopped because nothing was left (rather than by ``stop``)
 
 
-async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Event | None = None,
+# Many arguments: keyword-only options with defaults: tests and benches pick a few.
+async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Event | None = None,  # noqa: PLR0913
                   arrivals: ArrivalStream | None = None, config: SimConfig | None = None,
                   topics: Topics | None = None, tick_interval_ms: int = 1000,
                   until_done: bool | None = None, wall_clock: Callable[[], int] = wall_clock_ms,

@@ -266,6 +266,11 @@ class _FairPreemptor:
         return best_cq[1]
 
     def run(self, strategies: tuple[str, ...]) -> list[Target]:
+        """Kueue's fair preemption (preemption.go ``fairPreemptions``) as a recipe: with the
+        preemptor's usage added to its ClusterQueue, (1) take candidates under the first strategy,
+        (2) give the ClusterQueues that were passed over one try under the second, then, with the
+        usage taken off again, (3) keep the targets only if the preemptor then fits, and give back
+        every one but the last that it does not need after all."""
         cands = self.candidates()
         if not cands:
             return []
@@ -273,72 +278,86 @@ class _FairPreemptor:
         chosen: list[tuple[WorkloadRecord, PreemptionReason]] = []
         for fr, v in sorted(self.usage.items()):
             self.node.add_usage(fr, v)
-        done = False
         try:
-            retry: dict[str, list[WorkloadRecord]] = {}
-            pruned: set[NodeKey] = set()
-            within_nominal = self.within_nominal()
-            while not done:
-                target_cq = self._next_target(cands, pruned)
-                if target_cq is None:
-                    break
-                if target_cq == self.cq.name or within_nominal:
-                    w = cands[target_cq].pop(0)
-                    sim.remove(w)
-                    chosen.append((w, PreemptionReason.IN_CLUSTER_QUEUE if target_cq == self.cq.name
-                                   else PreemptionReason.IN_COHORT_RECLAMATION))
-                    done = self.fits()
-                    continue
-                target_node = self.state.cq_node(target_cq)
-                p_side, t_side = _almost_lca(self.node, target_node)
-                p_new, t_old = drs(self.state, p_side), drs(self.state, t_side)
-                while cands[target_cq]:
-                    w = cands[target_cq].pop(0)
-                    sim.remove(w)
-                    t_new = drs(self.state, t_side)
-                    if _strategy(strategies[0], p_new, t_old, t_new):
-                        chosen.append((w, PreemptionReason.IN_COHORT_FAIR_SHARING))
-                        done = self.fits()
-                        break
-                    sim.restore_last()
-                    retry.setdefault(target_cq, []).append(w)
+            done, retry = self._first_strategy(strategies[0], cands, sim, chosen)
             if not done and len(strategies) > 1:
-                pruned = set()
-                while not done:
-                    target_cq = self._next_target(retry, pruned)
-                    if target_cq is None:
-                        break
-                    target_node = self.state.cq_node(target_cq)
-                    p_side, t_side = _almost_lca(self.node, target_node)
-                    if _strategy(strategies[1], drs(self.state, p_side), drs(self.state, t_side), ZERO):
-                        w = retry[target_cq].pop(0)
-                        sim.remove(w)
-                        chosen.append((w, PreemptionReason.IN_COHORT_FAIR_SHARING))
-                        done = self.fits()
-                    retry[target_cq] = []  # each ClusterQueue gets one try in the second round
+                done = self._second_strategy(strategies[1], retry, sim, chosen)
         finally:
             for fr, v in sorted(self.usage.items()):
                 self.node.remove_usage(fr, v)
         try:
-            if not done or not all(v <= max(0, self.node.available(fr)) for fr, v in self.usage.items()):
+            if not done or not self._fits_after_release():
                 return []
-            # Fill back: give back every target but the last that is not needed after all.
-            for i in range(len(chosen) - 2, -1, -1):
-                w = chosen[i][0]
-                adm = w.admission
-                assert adm is not None  # a target holds quota
-                node = self.state.cq_node(adm.cluster_queue)
-                for fr, v in sorted(w.usage.items()):
-                    node.add_usage(fr, v)
-                if all(v <= max(0, self.node.available(fr)) for fr, v in self.usage.items()):
-                    sim.removed.remove(w)
-                    del chosen[i]
-                else:
-                    for fr, v in sorted(w.usage.items()):
-                        node.remove_usage(fr, v)
+            self._fill_back(chosen, sim)
             return [Target(w.key, reason) for w, reason in chosen]
         finally:
             sim.restore_all()
+
+    def _first_strategy(self, strategy: str, cands: dict[str, list[WorkloadRecord]], sim: Simulation,
+                        chosen: list[tuple[WorkloadRecord, PreemptionReason]],
+                        ) -> tuple[bool, dict[str, list[WorkloadRecord]]]:
+        """(1): candidates of the preemptor's own ClusterQueue, or of any when it stays within its
+        nominal quota (``runFirstFsStrategy``), are taken as they come; others only when the strategy
+        says the preemptor's share stays fair. Returns whether it fits, and the candidates passed over."""
+        retry: dict[str, list[WorkloadRecord]] = {}
+        pruned: set[NodeKey] = set()
+        within_nominal = self.within_nominal()
+        while (target_cq := self._next_target(cands, pruned)) is not None:
+            if target_cq == self.cq.name or within_nominal:
+                w = cands[target_cq].pop(0)
+                sim.remove(w)
+                chosen.append((w, PreemptionReason.IN_CLUSTER_QUEUE if target_cq == self.cq.name
+                               else PreemptionReason.IN_COHORT_RECLAMATION))
+                if self.fits():
+                    return True, retry
+                continue
+            p_side, t_side = _almost_lca(self.node, self.state.cq_node(target_cq))
+            p_new, t_old = drs(self.state, p_side), drs(self.state, t_side)
+            while cands[target_cq]:
+                w = cands[target_cq].pop(0)
+                sim.remove(w)
+                if _strategy(strategy, p_new, t_old, drs(self.state, t_side)):
+                    chosen.append((w, PreemptionReason.IN_COHORT_FAIR_SHARING))
+                    if self.fits():
+                        return True, retry
+                    break
+                sim.restore_last()
+                retry.setdefault(target_cq, []).append(w)
+        return False, retry
+
+    def _second_strategy(self, strategy: str, retry: dict[str, list[WorkloadRecord]], sim: Simulation,
+                         chosen: list[tuple[WorkloadRecord, PreemptionReason]]) -> bool:
+        """(2): each ClusterQueue passed over gets one try, under the second strategy."""
+        pruned: set[NodeKey] = set()
+        while (target_cq := self._next_target(retry, pruned)) is not None:
+            p_side, t_side = _almost_lca(self.node, self.state.cq_node(target_cq))
+            if _strategy(strategy, drs(self.state, p_side), drs(self.state, t_side), ZERO):
+                w = retry[target_cq].pop(0)
+                sim.remove(w)
+                chosen.append((w, PreemptionReason.IN_COHORT_FAIR_SHARING))
+                if self.fits():
+                    return True
+            retry[target_cq] = []
+        return False
+
+    def _fits_after_release(self) -> bool:
+        return all(v <= max(0, self.node.available(fr)) for fr, v in self.usage.items())
+
+    def _fill_back(self, chosen: list[tuple[WorkloadRecord, PreemptionReason]], sim: Simulation) -> None:
+        """(3): give back every target but the last that is not needed after all."""
+        for i in range(len(chosen) - 2, -1, -1):
+            w = chosen[i][0]
+            adm = w.admission
+            assert adm is not None  # a target holds quota
+            node = self.state.cq_node(adm.cluster_queue)
+            for fr, v in sorted(w.usage.items()):
+                node.add_usage(fr, v)
+            if self._fits_after_release():
+                sim.removed.remove(w)
+                del chosen[i]
+            else:
+                for fr, v in sorted(w.usage.items()):
+                    node.remove_usage(fr, v)
 
 
 def _strategy(name: str, p_new: Share, t_old: Share, t_new: Share) -> bool:

@@ -334,7 +334,8 @@ def _least_severe(a: PendingReason | None, b: PendingReason | None) -> PendingRe
     return a
 
 
-def _find_flavor(
+# Many arguments: Kueue's findFlavorForPodSetResource takes as many: each is used.
+def _find_flavor(  # noqa: PLR0913
     state: State,
     cq: o.ClusterQueue,
     node: Node,

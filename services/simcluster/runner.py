@@ -49,7 +49,8 @@ def finished(sim: SimCluster, arrivals: ArrivalStream | None) -> bool:
     return (arrivals is None or arrivals.exhausted) and sim.done()
 
 
-async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "simulated",
+# Many arguments: keyword-only options with defaults.
+async def run_simcluster(log: Log, stop: asyncio.Event, *, clock: ClockMode = "simulated",  # noqa: PLR0913
                          config: SimConfig | None = None, topics: Topics | None = None, bell: Bell | None = None,
                          arrivals: ArrivalStream | None = None, done: asyncio.Event | None = None,
                          wall_clock: Callable[[], int] = wall_clock_ms,

@@ -285,7 +285,8 @@ def _status_message(text: str) -> str:
 class _Shell:
     """State shared by the kinds' loops: the log, the memory, the counters."""
 
-    def __init__(self, log: Log, api: ApiClient, stop: asyncio.Event, *, cluster: str, topics: Topics,
+    # Many arguments: keyword-only options with defaults.
+    def __init__(self, log: Log, api: ApiClient, stop: asyncio.Event, *, cluster: str, topics: Topics,  # noqa: PLR0913
                  clock: Callable[[], int], stats: WatcherStats, backoff: tuple[float, float],
                  watch_timeout_s: int, request_timeout_s: float, page_size: int) -> None:
         self.log, self.api, self.stop, self.cluster, self.topics = log, api, stop, cluster, topics
@@ -370,7 +371,8 @@ def _source(kind: str, obj: Any) -> Ref:
     return Ref(kind, str(namespace or ""), str(meta.get("name") or ""))
 
 
-async def run_kube_watcher(
+# Many arguments: keyword-only options with defaults.
+async def run_kube_watcher(  # noqa: PLR0913
     log: Log,
     api: ApiClient,
     stop: asyncio.Event,

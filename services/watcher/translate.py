@@ -164,15 +164,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         return Translation(source, resource_version=rv)  # the Job is its source of truth
     if kind == "Job" and _rejected(meta):
         return _not_queued(cluster, source, meta, rv, time_ms)
-    body = dict(obj)
-    body.setdefault("kind", kind)
-    body.setdefault("apiVersion", API_VERSIONS[kind])
+    body = _as_manifest(kind, obj, meta)
     annotations = meta.get("annotations")
-    if kind == "Job" and isinstance(annotations, Mapping) and not ACTUATION_ANNOTATIONS.isdisjoint(annotations):
-        body["metadata"] = {**meta, "annotations": {k: v for k, v in annotations.items()
-                                                    if k not in ACTUATION_ANNOTATIONS}}
-    if str(body.get("apiVersion", "")).startswith(f"{KUEUE_GROUP}/"):
-        body = respell(body)
     try:
         normalized = normalize(Document(where, 0, body))
     except ManifestError as e:
@@ -195,6 +188,22 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations)
         envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status_events)
     return Translation(source, envelopes, errors, resource_version=rv, frozen=frozen)
+
+
+def _as_manifest(kind: str, obj: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The object as a manifest the parser takes: kind and apiVersion filled in, the actuator's
+    bookkeeping annotations taken off a Job (not the user's Job, so not part of its Workload),
+    and a Kueue object respelled for the version it was read at."""
+    body = dict(obj)
+    body.setdefault("kind", kind)
+    body.setdefault("apiVersion", API_VERSIONS[kind])
+    annotations = meta.get("annotations")
+    if kind == "Job" and isinstance(annotations, Mapping) and not ACTUATION_ANNOTATIONS.isdisjoint(annotations):
+        body["metadata"] = {**meta, "annotations": {k: v for k, v in annotations.items()
+                                                    if k not in ACTUATION_ANNOTATIONS}}
+    if str(body.get("apiVersion", "")).startswith(f"{KUEUE_GROUP}/"):
+        body = respell(body)
+    return body
 
 
 def _rejected(meta: Mapping[str, Any]) -> bool:
@@ -295,6 +304,19 @@ class Change:
     skipped: int = 0  # envelopes not published: already said
 
 
+
+def _status_news(entry: Entry, env: Envelope) -> Entry | None:
+    """The entry after a status event that is news (a first finish, a readiness, an eviction not
+    seen yet), or None when the memory has it already."""
+    ev = env.event
+    if isinstance(ev, WorkloadFinished) and not entry.finished:
+        return replace(entry, finished=True)
+    if isinstance(ev, PodsReady) and not entry.ready:
+        return replace(entry, ready=True)
+    if isinstance(ev, EvictionCompleted) and entry.evicted != env.correlation_id:
+        return replace(entry, evicted=env.correlation_id, ready=False)
+    return None
+
 class Published:
     """The watcher's memory: per API object, what it has published (see the module docstring).
 
@@ -342,14 +364,9 @@ class Published:
                 continue
             if after is None:
                 continue  # about an object never published
-            if isinstance(ev, WorkloadFinished) and not after.finished:
-                after = replace(after, finished=True)
-                out.append(env)
-            elif isinstance(ev, PodsReady) and not after.ready:
-                after = replace(after, ready=True)
-                out.append(env)
-            elif isinstance(ev, EvictionCompleted) and after.evicted != env.correlation_id:
-                after = replace(after, evicted=env.correlation_id, ready=False)
+            news = _status_news(after, env)
+            if news is not None:
+                after = news
                 out.append(env)
         if applied and after is not None and after.ready and not any(isinstance(e.event, PodsReady)
                                                                      for e in tr.envelopes):
