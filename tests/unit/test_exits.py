@@ -102,3 +102,29 @@ def test_a_second_run_all_on_one_log_exits_5_and_leaves_nothing_running(tmp_path
     finally:
         first.terminate()
         first.wait(timeout=60)
+
+
+def test_a_broker_not_up_yet_is_waited_for_not_a_bad_input(tmp_path: Path) -> None:
+    """At start as at run time: back off, say why, and stop cleanly on SIGTERM."""
+    import signal
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    proc = subprocess.Popen([*CLI, "run", "scheduler", "--bootstrap-servers", f"127.0.0.1:{port}", "--http-port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={"KUEUELOG_KAFKA_REQUEST_TIMEOUT_MS": "1000", "PATH": "/usr/bin:/bin"})
+    try:
+        assert proc.stdout is not None
+        seen: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("will recover" in line for line in seen):
+            seen.append(proc.stdout.readline())
+            assert proc.poll() is None, "".join(seen)
+        assert any("will recover" in line for line in seen), "".join(seen)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "Traceback" not in "".join(seen) + out
