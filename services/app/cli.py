@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import yaml
 
 from events.envelope import Topics
-from events.manifests import ManifestError
 from services.app.assembly import log_settings, open_log, run, run_settings
 from services.app.exits import classify
 
@@ -41,14 +40,7 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.cycles is not None and args.cycles < 0:
         print("error: --cycles must be a non-negative integer", file=sys.stderr)
         return 2
-    try:
-        result = simulate(args.files, args.cycles)
-    except ManifestError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot read {e.filename}: {e.strerror}", file=sys.stderr)
-        return 2
+    result = simulate(args.files, args.cycles)  # bad input: ManifestError, OSError (see exits.classify)
     doc = workload_list(result.state)
     if args.output == "json":
         json.dump(doc, sys.stdout, indent=2)
@@ -204,15 +196,8 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"error: {directory} is not empty; the demo writes a fresh log", file=sys.stderr)
         return 2
     console = Console()
-    try:
-        result = run_demo(paths, directory, console=console, pace=args.pace,
-                          default_duration_ms=args.default_duration * 1000)
-    except ManifestError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot read {e.filename}: {e.strerror}", file=sys.stderr)
-        return 2
+    result = run_demo(paths, directory, console=console, pace=args.pace,
+                      default_duration_ms=args.default_duration * 1000)
     console.print()
     for line in summary(result):
         console.print(line, highlight=False, soft_wrap=True)

@@ -4,7 +4,7 @@
 |---|---|---|
 | 0 | success | |
 | 1 | a check failed | ``replay --verify`` found a mismatch, ``log check`` found damage |
-| 2 | bad input or usage | an invalid manifest, an unknown flag |
+| 2 | bad input or usage | an invalid manifest, a file that cannot be read, an unknown flag |
 | 3 | configuration | a bad ``KUEUELOG_*`` value or flag value, no usable kubeconfig, a port that cannot be served |
 | 4 | the log is unavailable | not a kueuelog log, read-only for a writer, the broker refusing the credential |
 | 5 | not the leader | another instance holds the role, took it over, or fenced this one |
@@ -54,6 +54,8 @@ def classify(e: BaseException) -> tuple[ExitCode, str]:
         return ExitCode.CONFIGURATION, f"error: {e}"
     if isinstance(e, ManifestError | UsageError):
         return ExitCode.BAD_INPUT, f"error: {e}"
+    if isinstance(e, OSError) and e.filename is not None:  # an input file the command was given
+        return ExitCode.BAD_INPUT, f"error: cannot read {e.filename}: {e.strerror}"
     if isinstance(e, SchedulerStopped):
         return ExitCode.NEWER_LOG, f"error: the scheduler stopped: {e}"
     if isinstance(e, Refused):
