@@ -36,6 +36,7 @@ from events.cluster import (
     ConditionType,
 )
 from events.configuration import read_configuration
+from events.generatename import content_digest, free_name
 from events.jobs import job_to_workload
 from events.podspec import ObjectError, pod_set_from_template, selector_from_api
 from events.quantity import QuantityError, parse_fraction, to_amount
@@ -960,12 +961,56 @@ def _dispatch(
     raise ctx.error(*refusal)
 
 
+_GENERATED_NAME_KINDS = {("batch/v1", "Job")} | {(f"{KUEUE_GROUP}/{v}", "Workload") for v in KUEUE_VERSIONS}
+
+
+class _Names:
+    """The names given so far, per kind and namespace, and how many documents used each
+    generateName: what :mod:`events.generatename` needs to name the next one."""
+
+    def __init__(self) -> None:
+        self.taken: dict[tuple[str, str], set[str]] = {}
+        self.ordinals: dict[tuple[str, str, str], int] = {}
+
+    def name(self, doc: Document) -> Document:
+        """``doc`` itself, or (a Job or Workload with generateName and no name) a copy with its name."""
+        body = doc.body
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        if not isinstance(meta, dict):
+            return doc
+        kind, api_version = body.get("kind"), body.get("apiVersion")
+        namespace = meta.get("namespace") or "default"
+        if not isinstance(kind, str) or not isinstance(namespace, str):
+            return doc
+        taken = self.taken.setdefault((kind, namespace), set())
+        name, prefix = meta.get("name"), meta.get("generateName")
+        if name or not prefix or not isinstance(prefix, str) or (api_version, kind) not in _GENERATED_NAME_KINDS:
+            if isinstance(name, str):
+                taken.add(name)
+            return doc
+        key = (kind, namespace, prefix)
+        ordinal = self.ordinals.get(key, 0)
+        self.ordinals[key] = ordinal + 1
+        name = free_name(prefix, content_digest(body), ordinal, taken)
+        if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+            obj = f"{kind} {namespace}/{prefix}" if _PLAIN.fullmatch(prefix) else kind
+            raise ManifestError(doc.file, doc.index, obj, "metadata.generateName",
+                                f"invalid value {prefix!r}: the prefix of a lowercase RFC 1123 subdomain "
+                                f"(e.g. 'sample-job-'), since the name made from it is {name!r}")
+        taken.add(name)
+        return Document(doc.file, doc.index, {**body, "metadata": {**meta, "name": name}})
+
+
 def load(files: Mapping[str, str]) -> list[tuple[Document, o.AnyObject]]:
-    """Every document of every file, in order, normalised; the first error stops the load."""
+    """Every document of every file, in order, normalised; the first error stops the load.
+
+    A Job or Workload with ``metadata.generateName`` and no name is named here
+    (:mod:`events.generatename`), the same way for the same input."""
     out: list[tuple[Document, o.AnyObject]] = []
     parents: dict[str, str] = {}  # Cohort -> parent, as applied so far: the one rule across objects
+    names = _Names()
     for file, text in files.items():
-        for doc in read_documents(file, text):
+        for doc in map(names.name, read_documents(file, text)):
             obj = normalize(doc)
             if obj is None:
                 continue
