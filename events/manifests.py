@@ -991,12 +991,14 @@ class _Names:
         key = (kind, namespace, prefix)
         ordinal = self.ordinals.get(key, 0)
         self.ordinals[key] = ordinal + 1
-        name = free_name(prefix, content_digest(body), ordinal, taken)
-        if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        # The API server checks the prefix itself, a trailing '-' allowed (ValidateObjectMeta's maskTrailingDash).
+        masked = prefix[:-1] + "a" if prefix.endswith("-") else prefix
+        if len(masked) > 253 or not _DNS_SUBDOMAIN.fullmatch(masked):
             obj = f"{kind} {namespace}/{prefix}" if _PLAIN.fullmatch(prefix) else kind
             raise ManifestError(doc.file, doc.index, obj, "metadata.generateName",
-                                f"invalid value {prefix!r}: the prefix of a lowercase RFC 1123 subdomain "
-                                f"(e.g. 'sample-job-'), since the name made from it is {name!r}")
+                                f"invalid value {prefix[:100]!r}: must be the prefix of a lowercase RFC 1123 "
+                                "subdomain (at most 253 characters, e.g. 'sample-job-')")
+        name = free_name(prefix, content_digest(body), ordinal, taken)
         taken.add(name)
         return Document(doc.file, doc.index, {**body, "metadata": {**meta, "name": name}})
 

@@ -113,13 +113,23 @@ def test_a_long_prefix_is_cut_as_the_api_server_cuts_it():
     ("text", "obj", "field", "message"),
     [
         pytest.param(SAMPLE_JOB.replace("generateName: sample-job-", "generateName: Sample_Job-"),
-                     "Job default/Sample_Job-", "metadata.generateName", "invalid value 'Sample_Job-'",
+                     "Job default/Sample_Job-", "metadata.generateName",
+                     "invalid value 'Sample_Job-': must be the prefix",
                      id="a prefix no name can start with"),
         pytest.param("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {generateName: cq-}\n"
                      "spec: {}\n", "ClusterQueue", "metadata.name", "required field is missing",
                      id="a ClusterQueue needs a name: generateName is for Jobs and Workloads"),
         pytest.param(SAMPLE_JOB.replace("generateName: sample-job-", "generateName: ''"),
                      "Job", "metadata.name", "required field is missing", id="an empty generateName names nothing"),
+        pytest.param(SAMPLE_JOB.replace("generateName: sample-job-", "generateName: 17"),
+                     "Job", "metadata.generateName", "Expected `str | null`, got `int`",
+                     id="a generateName that is not a string"),
+        pytest.param(SAMPLE_JOB.replace("generateName: sample-job-", f"generateName: {'x' * 100_000}-"),
+                     "Job", "metadata.generateName", "at most 253 characters",
+                     id="a prefix of 100,001 characters is refused, as the API server refuses it"),
+        pytest.param(SAMPLE_JOB.replace("generateName: sample-job-", f"generateName: {'x' * 60}!"),
+                     "Job", "metadata.generateName", "must be the prefix of a lowercase RFC 1123 subdomain",
+                     id="a bad character past the 58 kept is still refused"),
     ],
 )
 def test_refused(text, obj, field, message):
