@@ -313,9 +313,16 @@ class JobSpec(_Loose):
 # --- Configuration ---------------------------------------------------------------------------
 
 
-class FairSharingConfig(_Spec):
-    enable: bool = False
+class FairSharingConfigV1beta2(_Spec):
+    """v1beta2: the block being there is what turns fair sharing on; no ``enable``."""
+
     preemption_strategies: list[str] | None = None
+
+
+class FairSharingConfig(FairSharingConfigV1beta2):
+    """v1beta1: on only with ``enable: true``."""
+
+    enable: bool = False
 
 
 class AdmissionFairSharingConfig(_Spec):
@@ -331,12 +338,19 @@ class RequeuingStrategy(_Spec):
     backoff_max_seconds: int | None = None
 
 
-class WaitForPodsReady(_Spec):
-    enable: bool = False
+class WaitForPodsReadyV1beta2(_Spec):
+    """v1beta2: no ``enable``; Kueue >= 0.19 defaults the block in when it is absent."""
+
     timeout: str | None = None
     block_admission: bool | None = None
     requeuing_strategy: RequeuingStrategy | None = None
     recovery_timeout: str | None = None
+
+
+class WaitForPodsReady(WaitForPodsReadyV1beta2):
+    """v1beta1: on only with ``enable: true``."""
+
+    enable: bool = False
 
 
 class Resources(_Spec):
@@ -344,15 +358,26 @@ class Resources(_Spec):
     transformations: list[dict[str, Any]] | None = None
 
 
-class ConfigurationBody(_Loose):
-    """Kueue's Configuration is a top-level object without spec; we keep the decision-making knobs."""
-
-    fair_sharing: FairSharingConfig | None = None
+class ConfigurationCommon(_Loose):
     admission_fair_sharing: AdmissionFairSharingConfig | None = None
-    wait_for_pods_ready: WaitForPodsReady | None = None
     resources: Resources | None = None
     manage_jobs_without_queue_name: bool | None = None
     feature_gates: dict[str, bool] | None = None
+
+
+class ConfigurationBody(ConfigurationCommon):
+    """``config.kueue.x-k8s.io/v1beta1`` Configuration: a top-level object without spec; we keep
+    the decision-making knobs."""
+
+    fair_sharing: FairSharingConfig | None = None
+    wait_for_pods_ready: WaitForPodsReady | None = None
+
+
+class ConfigurationBodyV1beta2(ConfigurationCommon):
+    """``config.kueue.x-k8s.io/v1beta2`` Configuration: ``enable`` is gone from both blocks."""
+
+    fair_sharing: FairSharingConfigV1beta2 | None = None
+    wait_for_pods_ready: WaitForPodsReadyV1beta2 | None = None
 
 
 Kind = Literal[

@@ -35,6 +35,8 @@ from events.cluster import (
     ConditionStatus,
     ConditionType,
 )
+from events.configuration import read_configuration
+from events.generatename import content_digest, free_name
 from events.jobs import job_to_workload
 from events.podspec import ObjectError, pod_set_from_template, selector_from_api
 from events.quantity import QuantityError, parse_fraction, to_amount
@@ -269,6 +271,44 @@ class _Ctx:
             raise self.error(e.field, e.message) from None
 
 
+# Every apiVersion and kind kueuelog takes, in the order the refusal lists them; anything else is
+# refused as an unsupported kind before any of its fields is looked at.
+SUPPORTED_KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (tuple(f"{KUEUE_GROUP}/{v}" for v in KUEUE_VERSIONS),
+     ("AdmissionCheck", "ClusterQueue", "Cohort", "LocalQueue", "ProvisioningRequestConfig", "ResourceFlavor",
+      "Workload", "WorkloadPriorityClass")),
+    ((f"{KUEUE_GROUP}/v1alpha1",), ("Cohort",)),
+    (tuple(f"{KUEUE_CONFIG_GROUP}/{v}" for v in KUEUE_VERSIONS), ("Configuration",)),
+    (("v1",), ("Namespace",)),
+    (("scheduling.k8s.io/v1",), ("PriorityClass",)),
+    (("batch/v1",), ("Job",)),
+)
+_PLAIN = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9./_]{0,99}$")
+
+
+def supported_kinds_text() -> str:
+    parts = []
+    for versions, kinds in SUPPORTED_KINDS:
+        first, *more = versions
+        spelled = " and ".join([first, *(m.rpartition("/")[2] for m in more)])
+        parts.append(f"{spelled} {', '.join(kinds)}")
+    return "; ".join(parts)
+
+
+def _unsupported(kind: str, api_version: str) -> tuple[str, str] | None:
+    """``(field, message)`` for an apiVersion/kind we do not take, else ``None``."""
+    if any(kind in kinds and api_version in versions for versions, kinds in SUPPORTED_KINDS):
+        return None
+    known_kind = any(kind in kinds for _, kinds in SUPPORTED_KINDS)
+
+    def shown(text: str) -> str:
+        return text if _PLAIN.fullmatch(text) else repr(text[:100])
+
+    return ("apiVersion" if known_kind else "kind",
+            f"unsupported kind {shown(kind)} (apiVersion {shown(api_version)}); kueuelog takes "
+            f"{supported_kinds_text()}")
+
+
 def _meta(doc: Document) -> tuple[str, str, api.ObjectMeta]:
     body = doc.body
     if not isinstance(body, dict):
@@ -278,9 +318,16 @@ def _meta(doc: Document) -> tuple[str, str, api.ObjectMeta]:
         raise ManifestError(doc.file, doc.index, "", "kind", "required field is missing")
     if not isinstance(body.get("apiVersion"), str):
         raise ManifestError(doc.file, doc.index, kind, "apiVersion", "required field is missing")
+    api_version = str(body["apiVersion"])
+    refusal = _unsupported(kind, api_version)
+    if refusal is not None:
+        raw_meta = body.get("metadata")
+        raw_name = raw_meta.get("name") if isinstance(raw_meta, dict) else None
+        name = raw_name if isinstance(raw_name, str) and _PLAIN.fullmatch(raw_name) else ""
+        raise ManifestError(doc.file, doc.index, f"{kind} {name}".strip(), *refusal)
     ctx = _Ctx(doc, kind, "")
     meta = ctx.convert(body.get("metadata") or {}, api.ObjectMeta, "metadata")
-    return kind, str(body["apiVersion"]), meta
+    return kind, api_version, meta
 
 
 def _check_name(ctx: _Ctx, name: str | None, field: str, *, label: bool = False) -> str:
@@ -828,69 +875,6 @@ def _uid(namespace: str, name: str) -> str:
     return hashlib.sha1(f"{namespace}/{name}".encode(), usedforsecurity=False).hexdigest()[:32]
 
 
-def _configuration(ctx: _Ctx, body: Mapping[str, Any]) -> o.Configuration:
-    rest = {k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")}
-    cfg = ctx.convert(rest, api.ConfigurationBody, "")
-    out = o.Configuration()
-    if cfg.fair_sharing is not None:
-        strategies = tuple(cfg.fair_sharing.preemption_strategies or out.fair_sharing_strategies)
-        allowed = {"LessThanOrEqualToFinalShare", "LessThanInitialShare"}
-        for i, s in enumerate(strategies):
-            if s not in allowed:
-                raise ctx.error(f"fairSharing.preemptionStrategies[{i}]", f"unsupported value {s!r}: supported values: "
-                                "'LessThanOrEqualToFinalShare', 'LessThanInitialShare'")
-        # Kueue accepts exactly these sequences (pkg/config/validation.go validStrategySets).
-        if strategies not in _FAIR_SHARING_STRATEGY_SETS:
-            raise ctx.error(
-                "fairSharing.preemptionStrategies",
-                f"unsupported value {list(strategies)}: supported values: "
-                + ", ".join(repr(",".join(s)) for s in _FAIR_SHARING_STRATEGY_SETS),
-            )
-        out = msgspec.structs.replace(out, fair_sharing=cfg.fair_sharing.enable, fair_sharing_strategies=strategies)
-    if cfg.wait_for_pods_ready is not None:
-        w = cfg.wait_for_pods_ready
-        timeout = out.wait_for_pods_ready_timeout_ms
-        if w.timeout:
-            timeout = _duration_ms(ctx, w.timeout, "waitForPodsReady.timeout")
-        out = msgspec.structs.replace(
-            out, wait_for_pods_ready=w.enable, wait_for_pods_ready_timeout_ms=timeout,
-            wait_for_pods_ready_block_admission=bool(w.block_admission),
-        )
-    if cfg.resources is not None and cfg.resources.exclude_resource_prefixes:
-        out = msgspec.structs.replace(out, exclude_resource_prefixes=tuple(cfg.resources.exclude_resource_prefixes))
-    for gate, enabled in sorted((cfg.feature_gates or {}).items()):
-        setting = _FEATURE_GATES.get(gate)
-        if setting is None:
-            raise ctx.error(f"featureGates.{gate}", f"unknown or unsupported feature gate {gate!r}: kueuelog "
-                            f"follows Kueue's defaults and lets a Configuration switch only "
-                            f"{', '.join(sorted(_FEATURE_GATES))}")
-        out = msgspec.structs.replace(out, **{setting: enabled})
-    return out
-
-
-# Kueue's feature gates that change scheduling decisions and that kueuelog lets a Configuration
-# switch, by the o.Configuration field each sets; the others are followed at their Kueue default.
-_FEATURE_GATES = {
-    "FlavorFungibilityPreserveScanProgress": "flavor_fungibility_preserve_scan_progress",
-}
-
-
-_FAIR_SHARING_STRATEGY_SETS = (
-    ("LessThanOrEqualToFinalShare",),
-    ("LessThanInitialShare",),
-    ("LessThanOrEqualToFinalShare", "LessThanInitialShare"),
-)
-
-
-def _duration_ms(ctx: _Ctx, text: str, field: str) -> int:
-    """A Go duration (``5m``, ``1h30m``, ``300s``) in milliseconds (rounded down), within Go's int64
-    nanoseconds as Kueue's ``metav1.Duration`` is."""
-    try:
-        return v.duration_ns(text) // 1_000_000
-    except v.Invalid as e:
-        raise ctx.error(field, f"{e.message} (expected e.g. 5m, 300s, 1h30m)") from None
-
-
 def normalize(doc: Document) -> o.AnyObject | None:
     """One manifest to one internal object; ``None`` for objects we deliberately ignore
     (a Job without the queue-name label is not Kueue's to manage)."""
@@ -899,9 +883,8 @@ def normalize(doc: Document) -> o.AnyObject | None:
     group, _, version = api_version.rpartition("/")
     name_ctx = _Ctx(doc, kind, meta.name or "")
     if kind == "Configuration":
-        if group != KUEUE_CONFIG_GROUP or version not in KUEUE_VERSIONS:
-            raise name_ctx.error("apiVersion", f"unsupported apiVersion {api_version!r} for Configuration")
-        return _configuration(name_ctx, body)
+        rest = {k: val for k, val in body.items() if k not in ("apiVersion", "kind", "metadata")}
+        return read_configuration(name_ctx, version, rest)
     # A Namespace's name is an RFC 1123 label (no dots, at most 63 characters); most names are subdomains.
     name = _check_name(name_ctx, meta.name, "metadata.name", label=(kind == "Namespace" and api_version == "v1"))
     namespaced = kind in ("LocalQueue", "Workload", "Job")
@@ -928,17 +911,9 @@ def normalize(doc: Document) -> o.AnyObject | None:
 def _dispatch(  # noqa: C901, PLR0912
     ctx: _Ctx, kind: str, group: str, version: str, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str
 ) -> o.AnyObject | None:
+    """The parser of a kind :data:`SUPPORTED_KINDS` lists (``_meta`` has refused the others)."""
     api_version = f"{group}/{version}" if group else version
     if group == KUEUE_GROUP:
-        kueue_kinds = {
-            "ResourceFlavor", "ClusterQueue", "LocalQueue", "Workload", "WorkloadPriorityClass",
-            "AdmissionCheck", "ProvisioningRequestConfig", "Cohort",
-        }
-        if kind not in kueue_kinds:
-            raise ctx.error("kind", f"unsupported kind {kind!r} in {api_version}")
-        allowed = (*KUEUE_VERSIONS, "v1alpha1") if kind == "Cohort" else KUEUE_VERSIONS
-        if version not in allowed:
-            raise ctx.error("apiVersion", f"unsupported apiVersion {api_version!r} for {kind}")
         if kind == "ResourceFlavor":
             return _resource_flavor(ctx, body)
         if kind == "ClusterQueue":
@@ -978,22 +953,69 @@ def _dispatch(  # noqa: C901, PLR0912
             return job_to_workload(ctx, meta, spec, namespace, _creation(ctx, meta))
         except ObjectError as e:
             raise ctx.error(e.field, e.message) from None
-    if group == "scheduling.k8s.io" and kind == "PriorityClass":
+    if api_version == "scheduling.k8s.io/v1" and kind == "PriorityClass":
         value = _int_field(ctx, body, "value", required=True)
         assert value is not None
         global_default = body.get("globalDefault")
         if global_default is not None and not isinstance(global_default, bool):
             raise ctx.error("globalDefault", f"expected a boolean, got {global_default!r}")
         return o.PriorityClass(name=ctx.name, value=value, global_default=bool(global_default))
-    raise ctx.error("kind", f"unsupported object {api_version} {kind}")
+    refusal = _unsupported(kind, api_version) or ("kind", f"unsupported kind {kind} (apiVersion {api_version})")
+    raise ctx.error(*refusal)
+
+
+_GENERATED_NAME_KINDS = {("batch/v1", "Job")} | {(f"{KUEUE_GROUP}/{v}", "Workload") for v in KUEUE_VERSIONS}
+
+
+class _Names:
+    """The names given so far, per kind and namespace, and how many documents used each
+    generateName: what :mod:`events.generatename` needs to name the next one."""
+
+    def __init__(self) -> None:
+        self.taken: dict[tuple[str, str], set[str]] = {}
+        self.ordinals: dict[tuple[str, str, str], int] = {}
+
+    def name(self, doc: Document) -> Document:
+        """``doc`` itself, or (a Job or Workload with generateName and no name) a copy with its name."""
+        body = doc.body
+        meta = body.get("metadata") if isinstance(body, dict) else None
+        if not isinstance(meta, dict):
+            return doc
+        kind, api_version = body.get("kind"), body.get("apiVersion")
+        namespace = meta.get("namespace") or "default"
+        if not isinstance(kind, str) or not isinstance(namespace, str):
+            return doc
+        taken = self.taken.setdefault((kind, namespace), set())
+        name, prefix = meta.get("name"), meta.get("generateName")
+        if name or not prefix or not isinstance(prefix, str) or (api_version, kind) not in _GENERATED_NAME_KINDS:
+            if isinstance(name, str):
+                taken.add(name)
+            return doc
+        key = (kind, namespace, prefix)
+        ordinal = self.ordinals.get(key, 0)
+        self.ordinals[key] = ordinal + 1
+        # The API server checks the prefix itself, a trailing '-' allowed (ValidateObjectMeta's maskTrailingDash).
+        masked = prefix[:-1] + "a" if prefix.endswith("-") else prefix
+        if len(masked) > 253 or not _DNS_SUBDOMAIN.fullmatch(masked):
+            obj = f"{kind} {namespace}/{prefix}" if _PLAIN.fullmatch(prefix) else kind
+            raise ManifestError(doc.file, doc.index, obj, "metadata.generateName",
+                                f"invalid value {prefix[:100]!r}: must be the prefix of a lowercase RFC 1123 "
+                                "subdomain (at most 253 characters, e.g. 'sample-job-')")
+        name = free_name(prefix, content_digest(body), ordinal, taken)
+        taken.add(name)
+        return Document(doc.file, doc.index, {**body, "metadata": {**meta, "name": name}})
 
 
 def load(files: Mapping[str, str]) -> list[tuple[Document, o.AnyObject]]:
-    """Every document of every file, in order, normalised; the first error stops the load."""
+    """Every document of every file, in order, normalised; the first error stops the load.
+
+    A Job or Workload with ``metadata.generateName`` and no name is named here
+    (:mod:`events.generatename`), the same way for the same input."""
     out: list[tuple[Document, o.AnyObject]] = []
     parents: dict[str, str] = {}  # Cohort -> parent, as applied so far: the one rule across objects
+    names = _Names()
     for file, text in files.items():
-        for doc in read_documents(file, text):
+        for doc in map(names.name, read_documents(file, text)):
             obj = normalize(doc)
             if obj is None:
                 continue

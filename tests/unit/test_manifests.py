@@ -866,29 +866,55 @@ def test_unquoted_yaml_timestamp_stays_a_string_and_is_parsed_by_us():
     ("manifest", "obj", "field", "message"),
     [
         pytest.param(edit(cq(), "kind", "QueueCluster"), "QueueCluster cq", "kind",
-                     "unsupported kind 'QueueCluster' in kueue.x-k8s.io/v1beta1", id="unknown Kueue kind"),
+                     "unsupported kind QueueCluster (apiVersion kueue.x-k8s.io/v1beta1)", id="unknown Kueue kind"),
         pytest.param({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}},
-                     "Deployment web", "kind", "unsupported object apps/v1 Deployment", id="a Deployment"),
+                     "Deployment web", "kind", "unsupported kind Deployment (apiVersion apps/v1)", id="a Deployment"),
         pytest.param(versioned(cq(), "kueue.x-k8s.io/v1"), "ClusterQueue cq", "apiVersion",
-                     "unsupported apiVersion 'kueue.x-k8s.io/v1' for ClusterQueue", id="unknown Kueue version"),
+                     "unsupported kind ClusterQueue (apiVersion kueue.x-k8s.io/v1)", id="unknown Kueue version"),
         pytest.param(versioned(cq(), V1ALPHA1), "ClusterQueue cq", "apiVersion",
-                     "unsupported apiVersion 'kueue.x-k8s.io/v1alpha1' for ClusterQueue",
+                     "unsupported kind ClusterQueue (apiVersion kueue.x-k8s.io/v1alpha1)",
                      id="v1alpha1 is only for Cohort"),
-        pytest.param(versioned(a_namespace("team-a"), "v2"), "Namespace team-a", "kind",
-                     "unsupported object v2 Namespace", id="Namespace in a wrong version"),
-        pytest.param({"apiVersion": "batch/v2", "kind": "Job", "metadata": {"name": "j"}}, "Job default/j", "kind",
-                     "unsupported object batch/v2 Job", id="Job in a wrong version"),
+        pytest.param(versioned(a_namespace("team-a"), "v2"), "Namespace team-a", "apiVersion",
+                     "unsupported kind Namespace (apiVersion v2)", id="Namespace in a wrong version"),
+        pytest.param({"apiVersion": "batch/v2", "kind": "Job", "metadata": {"name": "j"}}, "Job j", "apiVersion",
+                     "unsupported kind Job (apiVersion batch/v2)", id="Job in a wrong version"),
+        pytest.param({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PriorityClass", "metadata": {"name": "p"},
+                      "value": 1}, "PriorityClass p", "apiVersion",
+                     "unsupported kind PriorityClass (apiVersion scheduling.k8s.io/v1beta1)",
+                     id="PriorityClass at a version Kubernetes no longer serves"),
         pytest.param(drop(cq(), "apiVersion"), "ClusterQueue", "apiVersion", "required field is missing",
                      id="no apiVersion"),
         pytest.param(edit(cq(), "apiVersion", 1), "ClusterQueue", "apiVersion", "required field is missing",
                      id="apiVersion is not a string"),
         pytest.param({"apiVersion": "config.kueue.x-k8s.io/v1", "kind": "Configuration"}, "Configuration",
-                     "apiVersion", "unsupported apiVersion 'config.kueue.x-k8s.io/v1' for Configuration",
+                     "apiVersion", "unsupported kind Configuration (apiVersion config.kueue.x-k8s.io/v1)",
                      id="Configuration in a wrong version"),
+        # The kind is judged before any field: a Pod written with generateName is an unsupported kind,
+        # not a missing name, and neither its metadata nor its spec is read.
+        pytest.param({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "kueue-sleep-"}}, "Pod",
+                     "kind", "unsupported kind Pod (apiVersion v1)",
+                     id="a Pod with generateName is a kind we do not take"),
+        pytest.param({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": 7},
+                      "spec": {"replicatedJobs": "broken"}}, "JobSet", "kind",
+                     "unsupported kind JobSet (apiVersion jobset.x-k8s.io/v1alpha2)",
+                     id="a JobSet with broken fields is refused for its kind first"),
+        pytest.param({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "MultiKueueCluster\nfake line"},
+                     "MultiKueueCluster\nfake line", "kind",
+                     "unsupported kind 'MultiKueueCluster\\nfake line' (apiVersion kueue.x-k8s.io/v1beta1)",
+                     id="a kind with a line break is quoted"),
     ],
 )
 def test_unsupported_kind_or_api_version(manifest, obj, field, message):
     assert_located(refuse(manifest), obj, field, message)
+
+
+def test_unsupported_kind_lists_the_kinds_kueuelog_takes():
+    err = refuse({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}})
+    assert err.message.endswith(
+        "; kueuelog takes kueue.x-k8s.io/v1beta1 and v1beta2 AdmissionCheck, ClusterQueue, Cohort, LocalQueue, "
+        "ProvisioningRequestConfig, ResourceFlavor, Workload, WorkloadPriorityClass; kueue.x-k8s.io/v1alpha1 Cohort; "
+        "config.kueue.x-k8s.io/v1beta1 and v1beta2 Configuration; v1 Namespace; scheduling.k8s.io/v1 PriorityClass; "
+        "batch/v1 Job")
 
 
 @pytest.mark.parametrize(
