@@ -907,8 +907,7 @@ def normalize(doc: Document) -> o.AnyObject | None:
         raise ctx_display.error(e.field, e.message) from None
 
 
-# Long: one branch per field of the manifest, in the order Kueue's API lists them.
-def _dispatch(  # noqa: C901, PLR0912
+def _dispatch(
     ctx: _Ctx, kind: str, group: str, version: str, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str
 ) -> o.AnyObject | None:
     """The parser of a kind :data:`SUPPORTED_KINDS` lists (``_meta`` has refused the others)."""
