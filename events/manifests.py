@@ -383,8 +383,36 @@ def _resource_group_totals(ctx: _Ctx, groups: list[api.ResourceGroup]) -> None:
             )
 
 
-# Long: one branch per field of the manifest, in the order Kueue's API lists them.
-def _resource_groups(  # noqa: C901, PLR0912
+def _group_sizes(ctx: _Ctx, group: api.ResourceGroup, gpath: str) -> None:
+    if not group.covered_resources:
+        raise ctx.error(f"{gpath}.coveredResources", "must have at least 1 item")
+    if len(group.covered_resources) > MAX_RESOURCES_PER_GROUP:
+        raise ctx.error(f"{gpath}.coveredResources", f"must have at most {MAX_RESOURCES_PER_GROUP} items")
+    if not group.flavors:
+        raise ctx.error(f"{gpath}.flavors", "must have at least 1 item")
+    if len(group.flavors) > MAX_FLAVORS_PER_GROUP:
+        raise ctx.error(f"{gpath}.flavors", f"must have at most {MAX_FLAVORS_PER_GROUP} items")
+
+
+def _quota(ctx: _Ctx, rq: api.ResourceQuota, qpath: str, *, has_parent: bool, owner: str, is_cohort: bool) -> o.Quota:
+    """One flavor's quota of one resource; limits only under a parent (cohort)."""
+    nominal = ctx.amount(rq.name, rq.nominal_quota, f"{qpath}.nominalQuota")
+    borrowing = lending = None
+    if rq.borrowing_limit is not None:
+        if not has_parent:
+            raise ctx.error(f"{qpath}.borrowingLimit", f"must be nil when {owner} is empty")
+        borrowing = ctx.amount(rq.name, rq.borrowing_limit, f"{qpath}.borrowingLimit")
+    if rq.lending_limit is not None:
+        if not has_parent:
+            raise ctx.error(f"{qpath}.lendingLimit", f"must be nil when {owner} is empty")
+        lending = ctx.amount(rq.name, rq.lending_limit, f"{qpath}.lendingLimit")
+        if not is_cohort and lending > nominal:
+            raise ctx.error(f"{qpath}.lendingLimit",
+                            f"must be less than or equal to the nominalQuota ({rq.lending_limit} > {rq.nominal_quota})")
+    return o.Quota(nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)
+
+
+def _resource_groups(
     ctx: _Ctx, groups: list[api.ResourceGroup] | None, *, has_parent: bool, owner: str, is_cohort: bool = False
 ) -> tuple[o.ResourceGroup, ...]:
     """Kueue's ClusterQueue/Cohort resourceGroups rules (CRD markers + webhook).
@@ -402,14 +430,7 @@ def _resource_groups(  # noqa: C901, PLR0912
     out: list[o.ResourceGroup] = []
     for gi, group in enumerate(groups):
         gpath = f"spec.resourceGroups[{gi}]"
-        if not group.covered_resources:
-            raise ctx.error(f"{gpath}.coveredResources", "must have at least 1 item")
-        if len(group.covered_resources) > MAX_RESOURCES_PER_GROUP:
-            raise ctx.error(f"{gpath}.coveredResources", f"must have at most {MAX_RESOURCES_PER_GROUP} items")
-        if not group.flavors:
-            raise ctx.error(f"{gpath}.flavors", "must have at least 1 item")
-        if len(group.flavors) > MAX_FLAVORS_PER_GROUP:
-            raise ctx.error(f"{gpath}.flavors", f"must have at most {MAX_FLAVORS_PER_GROUP} items")
+        _group_sizes(ctx, group, gpath)
         for ri, res in enumerate(group.covered_resources):
             _check_resource_name(ctx, res, f"{gpath}.coveredResources[{ri}]")
             if res in seen_resources:
@@ -436,26 +457,8 @@ def _resource_groups(  # noqa: C901, PLR0912
                     f"must list exactly the coveredResources {list(group.covered_resources)} in the same "
                     f"order, got {[r.name for r in fq.resources]}",
                 )
-            quotas: list[tuple[str, o.Quota]] = []
-            for qi, rq in enumerate(fq.resources):
-                qpath = f"{fpath}.resources[{qi}]"
-                nominal = ctx.amount(rq.name, rq.nominal_quota, f"{qpath}.nominalQuota")
-                borrowing = lending = None
-                if rq.borrowing_limit is not None:
-                    if not has_parent:
-                        raise ctx.error(f"{qpath}.borrowingLimit", f"must be nil when {owner} is empty")
-                    borrowing = ctx.amount(rq.name, rq.borrowing_limit, f"{qpath}.borrowingLimit")
-                if rq.lending_limit is not None:
-                    if not has_parent:
-                        raise ctx.error(f"{qpath}.lendingLimit", f"must be nil when {owner} is empty")
-                    lending = ctx.amount(rq.name, rq.lending_limit, f"{qpath}.lendingLimit")
-                    if not is_cohort and lending > nominal:
-                        raise ctx.error(
-                            f"{qpath}.lendingLimit",
-                            f"must be less than or equal to the nominalQuota ({rq.lending_limit} > "
-                            f"{rq.nominal_quota})",
-                        )
-                quotas.append((rq.name, o.Quota(nominal=nominal, borrowing_limit=borrowing, lending_limit=lending)))
+            quotas = [(rq.name, _quota(ctx, rq, f"{fpath}.resources[{qi}]", has_parent=has_parent, owner=owner,
+                                       is_cohort=is_cohort)) for qi, rq in enumerate(fq.resources)]
             flavors.append(o.FlavorQuotas(name=fq.name, resources=tuple(quotas)))
         out.append(o.ResourceGroup(covered_resources=tuple(group.covered_resources), flavors=tuple(flavors)))
     return tuple(out)
@@ -790,9 +793,8 @@ def _priority_ref(ctx: _Ctx, spec: api.WorkloadSpec, version: str) -> o.Priority
     return None
 
 
-# Long: one branch per field of the manifest, in the order Kueue's API lists them.
-def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str, version: str) -> o.Workload:  # noqa: C901
-    spec = _spec(ctx, body, api.WorkloadSpec)
+def _workload_pod_sets(ctx: _Ctx, spec: api.WorkloadSpec) -> tuple[o.PodSet, ...]:
+    """spec.podSets: 1 to 8, unique names, int32 counts, at most one with minCount."""
     if not spec.pod_sets:
         raise ctx.error("spec.podSets", "must have at least 1 item")
     if len(spec.pod_sets) > MAX_POD_SETS:
@@ -822,6 +824,12 @@ def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespac
             raise ctx.error(e.field, e.message) from None
     if min_counts > 1:
         raise ctx.error("spec.podSets", "at most one podSet can use minCount (partial admission)")
+    return tuple(pod_sets)
+
+
+def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str, version: str) -> o.Workload:
+    spec = _spec(ctx, body, api.WorkloadSpec)
+    pod_sets_t = _workload_pod_sets(ctx, spec)
     if spec.maximum_execution_time_seconds is not None:
         try:
             v.int32(spec.maximum_execution_time_seconds, "spec.maximumExecutionTimeSeconds", minimum=1)
@@ -838,7 +846,6 @@ def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespac
     for ref in meta.owner_references or []:
         if ref.controller or owner is None:
             owner = o.OwnerReference(api_version=ref.api_version, kind=ref.kind, name=ref.name, uid=ref.uid)
-    pod_sets_t = tuple(pod_sets)
     admission = _admission(ctx, status, pod_sets_t)
     return o.Workload(
         namespace=namespace,
