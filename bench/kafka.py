@@ -643,6 +643,7 @@ class BaselineResult:
     started_ms: list[float] = field(default_factory=list)
     sim_ms: list[float] = field(default_factory=list)
     leader_changes: int = -1  # with a standby scheduler: leadership changes (none was caused)
+    heartbeat_gap_ms: int = -1  # the scheduler's longest time between two acknowledged heartbeats
 
     def lines(self) -> list[str]:
         waits = ", ".join(f"{k} {self.wait_by_class.get(k, float('nan')):.1f} s" for k in ("large", "medium", "small"))
@@ -681,7 +682,9 @@ class BaselineResult:
             f"{percentile(self.sim_ms, 50):.0f}/{percentile(self.sim_ms, 99):.0f} ms); {self.heads:,} heads "
             f"nominated in {self.cycles:,} cycles ({self.heads / max(1, self.admissions):.0f} per admission)",
             f"{cpu}, broker {self.broker_cpu:.1f} s ({self.broker_cpu / self.wall * 100:.0f}% of a core)",
-            *([f"  leadership changes without a kill (false take-overs): {self.leader_changes} (must be 0)"]
+            *([f"  leadership changes without a kill (false take-overs): {self.leader_changes} (must be 0); the "
+               f"leading scheduler's longest time between two acknowledged heartbeats {self.heartbeat_gap_ms} ms "
+               f"(session timeout {KafkaSettings.from_env(bootstrap_servers='-').session_timeout_ms} ms)"]
               if self.leader_changes >= 0 else []),
         ]
 
@@ -754,6 +757,7 @@ class _BaselineRun:
     scheduler_cpu: float = 0.0
     service_cpu: dict[str, float] = field(default_factory=dict)  # procs mode: each service process
     leader_changes: int = -1  # with a standby: leadership changes (-1: no standby)
+    heartbeat_gap_ms: int = -1  # procs mode: the scheduler's longest time between two acknowledged heartbeats
 
 
 def _baseline_all(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: int | None,
@@ -902,17 +906,25 @@ def _baseline_procs(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
                 return _BaselineRun(wall=wall, cpu=cpu, broker_cpu=bcpu, done=done, mode="procs",
                                     scheduler_cpu=used["scheduler"], service_cpu=used, leader_changes=changes)
 
-            return asyncio.run(main())
+            run = asyncio.run(main())
     finally:
         for proc in procs.values():
             stop_process(proc)
         for name in procs:
             if profile is not None and (profile / f"baseline-{name}.prof").exists():
                 summarize_profile(profile / f"baseline-{name}.prof")
+    run.heartbeat_gap_ms = _heartbeat_gap_ms(logs["scheduler"])  # logged by the leader as it stopped
+    return run
 
 
 def _leads(log_path: Path) -> bool:
     return _leading_lines(log_path) > 0
+
+
+def _heartbeat_gap_ms(log_path: Path) -> int:
+    """The longest heartbeat gap the service logging to ``log_path`` reported on leaving its election."""
+    found = re.findall(rb"longest_heartbeat_gap_ms=(\d+)", log_path.read_bytes()) if log_path.exists() else []
+    return max((int(x) for x in found), default=-1)
 
 
 def _leading_lines(log_path: Path) -> int:
@@ -1019,7 +1031,8 @@ def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, 
         admissions=admissions, events=len(events), cycles=cycles,
         arrivals_span=(max(created.values()) - start) / 1000, done=run.done, mode=run.mode,
         scheduler_cpu=run.scheduler_cpu, service_cpu=run.service_cpu, heads=heads, running=running,
-        applied_ms=applied_ms, started_ms=started_ms, sim_ms=sim_ms, leader_changes=run.leader_changes)
+        applied_ms=applied_ms, started_ms=started_ms, sim_ms=sim_ms, leader_changes=run.leader_changes,
+        heartbeat_gap_ms=run.heartbeat_gap_ms)
 
 
 def warm_up(bootstrap: str, transactions: int = 400) -> float:

@@ -36,6 +36,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, TypeVar
@@ -302,6 +303,14 @@ class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
         self.joined_ns = wall_clock_ns()
         self.term = 0  # the term this member leads in, 0 if it does not (or lost)
         self.seen = 0  # the newest term this member has heard of
+        self.beat_ns = 0  # when the coordinator last acknowledged a heartbeat
+        self.longest_gap_ns = 0  # the longest time between two acknowledged heartbeats (the margin)
+
+    def beat(self) -> None:
+        now = time.monotonic_ns()
+        if self.beat_ns:
+            self.longest_gap_ns = max(self.longest_gap_ns, now - self.beat_ns)
+        self.beat_ns = now
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         if revoked and self.state == "held":
@@ -311,6 +320,21 @@ class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
         self.state = "held" if assigned else "none"
         if not assigned:
             self.term = 0
+
+
+def _time_heartbeats(consumer: AIOKafkaConsumer, lease: _Lease) -> None:
+    """Note every heartbeat the coordinator acknowledges in ``lease``: the longest gap between two
+    is how close this member came to losing its session (e.g. while the scheduler computes)."""
+    coordinator = consumer._coordinator
+    heartbeat = coordinator._do_heartbeat
+
+    async def timed() -> bool:
+        ok: bool = await heartbeat()
+        if ok:
+            lease.beat()
+        return ok
+
+    coordinator._do_heartbeat = timed
 
 
 class _LeaseAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
@@ -749,6 +773,7 @@ class KafkaLog:
                                     session_timeout_ms=self.settings.session_timeout_ms,
                                     heartbeat_interval_ms=self.settings.heartbeat_interval_ms)
         await consumer.start()
+        _time_heartbeats(consumer, lease)
         consumer.subscribe([self.lease_topic()], listener=lease)
 
         async def keep_polling() -> None:
@@ -816,6 +841,10 @@ class KafkaLog:
                 await self._lease_consumer.stop()  # leaves the group: a standby takes over at once
             self._lease_task = self._lease_consumer = None
 
+        if self._lease is not None:  # how close the heartbeat came to the session timeout
+            _log.info("left the election", role=name, shard=self.shard,
+                      longest_heartbeat_gap_ms=self._lease.longest_gap_ns // 1_000_000,
+                      session_timeout_ms=self.settings.session_timeout_ms)
         with contextlib.suppress(LogError):
             self._run(leave(), f"leave {name} election")
         self._lease_name, self._lease, self._announced = None, None, False
