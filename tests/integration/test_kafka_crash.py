@@ -18,7 +18,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -92,7 +91,8 @@ def test_the_active_scheduler_killed_at_random_points_a_standby_takes_over(
     try:
         _wait(lambda: decisions() > 0, 60, "the first scheduler to lead", [*helpers, *schedulers])
         schedulers.append(svc.start("scheduler"))
-        time.sleep(1.0)  # the standby joins the election
+        _wait(lambda: _members(kafka_broker.bootstrap_servers, f"{prefix}.scheduler.0") == 2, 60,
+              "the standby to join the election", [*helpers, *schedulers])
         for round_ in range(6):
             if _finished(log, topics) >= workloads:
                 break
