@@ -18,8 +18,11 @@ The bench starts its own broker (``tests.infra.kafka.LocalKafka``) and stops it 
    ``run simcluster`` are), the ticker and the arrival stream in the bench process. With
    ``--baseline-mode all`` everything runs in one process (``run_all``, role "all"); ``both`` runs
    the two one after the other.
+4. failover (``bench.failover``): a standby scheduler taking over after SIGKILL / SIGTERM of the
+   leader, kill -> first decision of the new leader; and the baseline (``procs``) with a standby
+   scheduler, counting leadership changes that no kill caused (false take-overs, must be 0).
 
-``python -m bench.kafka [--quick] [--only latency,throughput,baseline] [--profile DIR]
+``python -m bench.kafka [--quick] [--only latency,throughput,baseline,failover] [--profile DIR]
 [--baseline-mode split|all|both]``;
 ``KUEUELOG_BENCH_QUICK=1`` is the same as ``--quick`` (a smoke run well under two minutes).
 """
@@ -35,6 +38,7 @@ import itertools
 import logging
 import os
 import pstats
+import re
 import signal
 import subprocess
 import sys
@@ -638,6 +642,8 @@ class BaselineResult:
     applied_ms: list[float] = field(default_factory=list)
     started_ms: list[float] = field(default_factory=list)
     sim_ms: list[float] = field(default_factory=list)
+    leader_changes: int = -1  # with a standby scheduler: leadership changes (none was caused)
+    heartbeat_gap_ms: int = -1  # the scheduler's longest time between two acknowledged heartbeats
 
     def lines(self) -> list[str]:
         waits = ", ".join(f"{k} {self.wait_by_class.get(k, float('nan')):.1f} s" for k in ("large", "medium", "small"))
@@ -658,6 +664,8 @@ class BaselineResult:
                    f"({self.cpu / self.wall * 100:.0f}%)")
         else:
             cpu = f"  CPU: this process {self.cpu:.1f} s ({self.cpu / self.wall * 100:.0f}% of a core)"
+        if self.leader_changes >= 0:
+            where += ", a standby scheduler waiting"
         return [
             f"baseline through Kafka in real time ({where}): {self.workloads:,} workloads, "
             f"{self.queues} ClusterQueues, arrivals over {self.arrivals_span:.0f} s; {self.events:,} cluster events, "
@@ -674,6 +682,10 @@ class BaselineResult:
             f"{percentile(self.sim_ms, 50):.0f}/{percentile(self.sim_ms, 99):.0f} ms); {self.heads:,} heads "
             f"nominated in {self.cycles:,} cycles ({self.heads / max(1, self.admissions):.0f} per admission)",
             f"{cpu}, broker {self.broker_cpu:.1f} s ({self.broker_cpu / self.wall * 100:.0f}% of a core)",
+            *([f"  leadership changes without a kill (false take-overs): {self.leader_changes} (must be 0); the "
+               f"leading scheduler's longest time between two acknowledged heartbeats {self.heartbeat_gap_ms} ms "
+               f"(session timeout {KafkaSettings.from_env(bootstrap_servers='-').session_timeout_ms} ms)"]
+              if self.leader_changes >= 0 else []),
         ]
 
 
@@ -717,7 +729,9 @@ BASELINE_MODES = ("procs", "split", "all")
 
 
 def measure_baseline(broker: LocalKafka, sizes: Sizes, profile: Path | None, run_dir: Path,
-                     mode: str = "split") -> BaselineResult:
+                     mode: str = "split", *, standby: bool = False) -> BaselineResult:
+    """``standby`` (``procs`` mode): a second scheduler process waits beside the leader, and the
+    result counts the leadership changes (none is caused by the bench: each is a false take-over)."""
     bootstrap = broker.bootstrap_servers
     topics = Topics(prefix=f"base-{mode}-{next(_RUNS)}")
     make_topics(bootstrap, topics)
@@ -727,7 +741,7 @@ def measure_baseline(broker: LocalKafka, sizes: Sizes, profile: Path | None, run
     elif mode == "split":
         run = _baseline_split(bootstrap, topics, sizes, broker.pid, profile, run_dir)
     elif mode == "procs":
-        run = _baseline_procs(bootstrap, topics, sizes, broker.pid, profile, run_dir)
+        run = _baseline_procs(bootstrap, topics, sizes, broker.pid, profile, run_dir, standby=standby)
     else:
         raise ValueError(f"baseline mode: {mode!r} is not one of {', '.join(BASELINE_MODES)}")
     return _baseline_result(bootstrap, topics, sizes, queues, run)
@@ -742,6 +756,8 @@ class _BaselineRun:
     mode: str
     scheduler_cpu: float = 0.0
     service_cpu: dict[str, float] = field(default_factory=dict)  # procs mode: each service process
+    leader_changes: int = -1  # with a standby: leadership changes (-1: no standby)
+    heartbeat_gap_ms: int = -1  # procs mode: the scheduler's longest time between two acknowledged heartbeats
 
 
 def _baseline_all(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: int | None,
@@ -829,13 +845,14 @@ def _baseline_split(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
 
 
 def _baseline_procs(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: int | None,
-                    profile: Path | None, run_dir: Path) -> _BaselineRun:
+                    profile: Path | None, run_dir: Path, *, standby: bool = False) -> _BaselineRun:
     """As deployed: scheduler, actuator and simulated cluster each a ``kueuelog run`` process; the
     arrivals (a log without a role, as a watcher appends) and the ticker in this process, which
     also watches cluster-events for the last workload to finish."""
     settings = KafkaSettings(bootstrap_servers=bootstrap)
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    logs = {name: run_dir / f"{name}-{topics.prefix}.log" for name in ("scheduler", "actuator", "simcluster")}
+    logs = {name: run_dir / f"{name}-{topics.prefix}.log" for name in ("scheduler", "actuator", "simcluster",
+                                                                        "standby")}
     try:
         for name in ("scheduler", "actuator", "simcluster"):
             extra = ("--clock", "real") if name == "simcluster" else ()
@@ -857,6 +874,8 @@ def _baseline_procs(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
                         await ticks
                         raise RuntimeError(f"{', '.join(dead) or 'a service'} did not start; see {run_dir}")
                     await asyncio.sleep(0.05)
+                if standby:  # once the first scheduler leads: the standby waits beside it
+                    procs["standby"] = start_service_process("scheduler", bootstrap, topics.prefix, logs["standby"])
                 start = wall_clock_ms() + 500
                 objects, _ = baseline_objects(sizes, start)
                 workloads = sum(1 for _, obj in objects if isinstance(obj, o.Workload))
@@ -881,20 +900,38 @@ def _baseline_procs(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
                 bcpu = proc_cpu_seconds(broker_pid) - bcpu
                 used = {n: proc_cpu_seconds(p.pid) - pcpu[n] for n, p in procs.items()}
                 limit.cancel()
+                changes = -1
+                if standby:
+                    changes = sum(_leading_lines(logs[n]) for n in ("scheduler", "standby")) - 1
                 return _BaselineRun(wall=wall, cpu=cpu, broker_cpu=bcpu, done=done, mode="procs",
-                                    scheduler_cpu=used["scheduler"], service_cpu=used)
+                                    scheduler_cpu=used["scheduler"], service_cpu=used, leader_changes=changes)
 
-            return asyncio.run(main())
+            run = asyncio.run(main())
     finally:
         for proc in procs.values():
             stop_process(proc)
         for name in procs:
             if profile is not None and (profile / f"baseline-{name}.prof").exists():
                 summarize_profile(profile / f"baseline-{name}.prof")
+    run.heartbeat_gap_ms = _heartbeat_gap_ms(logs["scheduler"])  # logged by the leader as it stopped
+    return run
 
 
 def _leads(log_path: Path) -> bool:
-    return log_path.exists() and b"leading" in log_path.read_bytes()
+    return _leading_lines(log_path) > 0
+
+
+def _heartbeat_gap_ms(log_path: Path) -> int:
+    """The longest heartbeat gap the service logging to ``log_path`` reported on leaving its election."""
+    found = re.findall(rb"longest_heartbeat_gap_ms=(\d+)", log_path.read_bytes()) if log_path.exists() else []
+    return max((int(x) for x in found), default=-1)
+
+
+def _leading_lines(log_path: Path) -> int:
+    """How often the service logging to ``log_path`` became the leader of its role."""
+    if not log_path.exists():
+        return 0
+    return sum(1 for line in log_path.read_bytes().splitlines() if re.search(rb"\bleading\b", line))
 
 
 async def _watch_processes(procs: Mapping[str, subprocess.Popen[bytes]], stop: asyncio.Event) -> None:
@@ -994,7 +1031,8 @@ def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, 
         admissions=admissions, events=len(events), cycles=cycles,
         arrivals_span=(max(created.values()) - start) / 1000, done=run.done, mode=run.mode,
         scheduler_cpu=run.scheduler_cpu, service_cpu=run.service_cpu, heads=heads, running=running,
-        applied_ms=applied_ms, started_ms=started_ms, sim_ms=sim_ms)
+        applied_ms=applied_ms, started_ms=started_ms, sim_ms=sim_ms, leader_changes=run.leader_changes,
+        heartbeat_gap_ms=run.heartbeat_gap_ms)
 
 
 def warm_up(bootstrap: str, transactions: int = 400) -> float:
@@ -1012,7 +1050,7 @@ def warm_up(bootstrap: str, transactions: int = 400) -> float:
 
 # --- entry points -------------------------------------------------------------------------------
 
-BENCHES = ("latency", "throughput", "baseline")
+BENCHES = ("latency", "throughput", "baseline", "failover")
 
 
 def main(*, quick: bool | None = None, only: Sequence[str] = BENCHES, profile: Path | None = None,
@@ -1042,6 +1080,12 @@ def main(*, quick: bool | None = None, only: Sequence[str] = BENCHES, profile: P
         if "baseline" in only:
             for mode in baseline_modes:
                 yield from measure_baseline(broker, sizes, profile, Path(tmp), mode).lines()
+        if "failover" in only:
+            from bench.failover import measure_failover
+
+            kills, terms = (5, 2) if quick else (20, 5)
+            yield from asyncio.run(measure_failover(broker.bootstrap_servers, Path(tmp), kills, terms)).lines()
+            yield from measure_baseline(broker, sizes, None, Path(tmp), "procs", standby=True).lines()
     yield f"Kafka benchmarks done in {time.perf_counter() - t:.0f} s"
 
 

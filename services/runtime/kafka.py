@@ -18,8 +18,9 @@ Mapping of the port onto Kafka:
   role's leadership (:meth:`KafkaLog.acquire`): members of the group
   ``<prefix>.<role>.<shard>`` share the one-partition lease topic, and the member our assignor
   gives it to leads (the current leader keeps it; else the longest-waiting standby, with a new
-  term). When the leader dies the group coordinator notices within the session timeout and a
-  standby gets the partition.
+  term). When the leader dies the group coordinator notices within the session timeout
+  (:data:`SESSION_TIMEOUT_MS`) and a standby gets the partition; a leader that stops cleanly
+  leaves the group, and a standby gets it at its next heartbeat.
 
 The port is synchronous (the scheduler core and its shells step deterministically), so
 the aiokafka clients live on an event loop of their own in a daemon thread, and each
@@ -31,9 +32,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import ssl
 import threading
+import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final, Literal, TypeVar
@@ -50,6 +53,7 @@ from aiokafka.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     InvalidProducerEpoch,
+    InvalidSessionTimeoutError,
     KafkaError,
     ProducerFenced,
     SaslAuthenticationFailed,
@@ -68,6 +72,18 @@ from services.runtime.log import Leadership, LeadershipLost, LogError, Record, R
 
 T = TypeVar("T")
 _log = structlog.get_logger(__name__)
+
+
+class _NoRebalanceChatter(logging.Filter):
+    """aiokafka warns "Heartbeat failed ... because it is rebalancing" on every member of a group
+    whenever another joins or leaves: in the election that is every standby starting and every
+    take-over, expected and not worth a line of the service's output."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "because it is rebalancing" not in record.getMessage()
+
+
+logging.getLogger("aiokafka.consumer.group_coordinator").addFilter(_NoRebalanceChatter())
 
 ENV_PREFIX: Final = "KUEUELOG_KAFKA_"
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -89,6 +105,17 @@ RETRY_BACKOFF_MS: Final = 10
 # to ~10 ms. Our producers get it when they are built (:func:`_prompt_transactions`); aiokafka's
 # constant is left alone.
 CONCURRENT_TXN_BACKOFF_S: Final = 0.002
+# Leadership: how fast a standby notices a dead leader. The coordinator drops a member that has
+# not heartbeaten for the session timeout; the standby hears of it at its next heartbeat, then
+# rejoins, fences the predecessor and recovers, so a take-over after a crash takes about
+# session + heartbeat + recovery (bench: ``python -m bench kafka --only failover``). Brokers
+# refuse sessions below ``group.min.session.timeout.ms`` (default 6000): kueuelog's brokers need
+# it at 2000 or less (deploy/strimzi/kafka.yaml), or KUEUELOG_KAFKA_SESSION_TIMEOUT_MS raised.
+# The heartbeat runs on the log's I/O thread, not on the service's loop, so a long scheduling
+# step delays it by at most the GIL's switch interval per wake-up.
+SESSION_TIMEOUT_MS: Final = 2_000
+HEARTBEAT_INTERVAL_MS: Final = 400
+BROKER_MIN_SESSION_SETTING: Final = "group.min.session.timeout.ms"
 HEADERS: Final = [("schema", str(SCHEMA_VERSION).encode()), ("content-type", b"application/json")]
 
 
@@ -115,8 +142,8 @@ class KafkaSettings:
     ssl_check_hostname: bool = True
     client_id: str = "kueuelog"
     request_timeout_ms: int = 30_000
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 1_000
+    session_timeout_ms: int = SESSION_TIMEOUT_MS
+    heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
     shards: int = 1  # partitions of the shard-partitioned topics, fixed when they are created
     replication_factor: int = 1
 
@@ -138,6 +165,10 @@ class KafkaSettings:
                              "does not use SASL")
         if self.shards < 1:
             raise ValueError(f"kafka: shards must be at least 1, not {self.shards}")
+        if not 0 < self.heartbeat_interval_ms < self.session_timeout_ms:
+            raise ValueError(f"kafka: heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be above 0 and below "
+                             f"session_timeout_ms ({self.session_timeout_ms}); a third of it or less is usual "
+                             f"({ENV_PREFIX}HEARTBEAT_INTERVAL_MS, {ENV_PREFIX}SESSION_TIMEOUT_MS)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> KafkaSettings:
@@ -272,6 +303,14 @@ class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
         self.joined_ns = wall_clock_ns()
         self.term = 0  # the term this member leads in, 0 if it does not (or lost)
         self.seen = 0  # the newest term this member has heard of
+        self.beat_ns = 0  # when the coordinator last acknowledged a heartbeat
+        self.longest_gap_ns = 0  # the longest time between two acknowledged heartbeats (the margin)
+
+    def beat(self) -> None:
+        now = time.monotonic_ns()
+        if self.beat_ns:
+            self.longest_gap_ns = max(self.longest_gap_ns, now - self.beat_ns)
+        self.beat_ns = now
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         if revoked and self.state == "held":
@@ -281,6 +320,21 @@ class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
         self.state = "held" if assigned else "none"
         if not assigned:
             self.term = 0
+
+
+def _time_heartbeats(consumer: AIOKafkaConsumer, lease: _Lease) -> None:
+    """Note every heartbeat the coordinator acknowledges in ``lease``: the longest gap between two
+    is how close this member came to losing its session (e.g. while the scheduler computes)."""
+    coordinator = consumer._coordinator
+    heartbeat = coordinator._do_heartbeat
+
+    async def timed() -> bool:
+        ok: bool = await heartbeat()
+        if ok:
+            lease.beat()
+        return ok
+
+    coordinator._do_heartbeat = timed
 
 
 class _LeaseAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
@@ -375,6 +429,8 @@ class KafkaLog:
         self._lease_task: asyncio.Task[None] | None = None
         self._lease: _Lease | None = None
         self._lease_name: str | None = None
+        self._lease_error: LogError | None = None  # the election cannot go on (a refused session timeout)
+        self._announced = False  # "leading" logged for the current leadership
         self._closed = False
         try:
             self._run(self._start_admin(), "connect")
@@ -717,20 +773,35 @@ class KafkaLog:
                                     session_timeout_ms=self.settings.session_timeout_ms,
                                     heartbeat_interval_ms=self.settings.heartbeat_interval_ms)
         await consumer.start()
+        _time_heartbeats(consumer, lease)
         consumer.subscribe([self.lease_topic()], listener=lease)
 
         async def keep_polling() -> None:
             # Membership needs polls (max_poll_interval); the records themselves mean nothing.
             while True:
-                with contextlib.suppress(KafkaError):
+                try:
                     await consumer.getmany(timeout_ms=500)
+                except InvalidSessionTimeoutError:
+                    self._lease_error = self._session_refused(name)
+                    return
+                except KafkaError:
+                    pass
                 await asyncio.sleep(0.2)
 
         self._lease_consumer = consumer
         self._lease_task = asyncio.ensure_future(keep_polling())
         return lease
 
-    async def acquire(self, name: str, stop: asyncio.Event | None = None, *, poll_seconds: float = 0.2) -> bool:
+    def _session_refused(self, name: str) -> LogError:
+        timeout = self.settings.session_timeout_ms
+        return LogError(
+            f"kafka: the broker refused the {name} election's session timeout of {timeout} ms "
+            f"(InvalidSessionTimeoutError): it is below the broker's {BROKER_MIN_SESSION_SETTING} (Kafka's default "
+            f"is 6000). Set {BROKER_MIN_SESSION_SETTING}={timeout} or lower on the brokers (deploy/strimzi/kafka.yaml "
+            f"does), or raise {ENV_PREFIX}SESSION_TIMEOUT_MS to the broker's minimum (a standby then takes over "
+            f"that much later after a crash)", retriable=False)
+
+    async def acquire(self, name: str, stop: asyncio.Event | None = None, *, poll_seconds: float = 0.05) -> bool:
         """Join the election for ``name`` (this shard) and wait until this instance leads it or
         ``stop`` is set; True once leading. Called from the service's own event loop."""
         if self._lease_name is None:
@@ -740,12 +811,16 @@ class KafkaLog:
         while not (self._lease_name == name and self._lease is not None and self._lease.state == "held"):
             if stop is not None and stop.is_set():
                 return False
+            if self._lease_error is not None:
+                raise self._lease_error
             await asyncio.sleep(poll_seconds)
         if self.transactional_id:
             # Fence the predecessor now, and wait for its last transaction to complete, so that what
             # this leader reads next (positions, the tail of its output) is final.
             self._run(self._producer_ready(), f"start {name} writer")
-        _log.info("leading", role=name, shard=self.shard, transactional_id=self.transactional_id)
+        if not self._announced:  # once per leadership, however many parts of the process ask for it
+            _log.info("leading", role=name, shard=self.shard, transactional_id=self.transactional_id)
+            self._announced = True
         return True
 
     def holds(self, name: str) -> bool:
@@ -766,9 +841,13 @@ class KafkaLog:
                 await self._lease_consumer.stop()  # leaves the group: a standby takes over at once
             self._lease_task = self._lease_consumer = None
 
+        if self._lease is not None:  # how close the heartbeat came to the session timeout
+            _log.info("left the election", role=name, shard=self.shard,
+                      longest_heartbeat_gap_ms=self._lease.longest_gap_ns // 1_000_000,
+                      session_timeout_ms=self.settings.session_timeout_ms)
         with contextlib.suppress(LogError):
             self._run(leave(), f"leave {name} election")
-        self._lease_name, self._lease = None, None
+        self._lease_name, self._lease, self._announced = None, None, False
 
     # --- lifecycle ------------------------------------------------------------------------
 

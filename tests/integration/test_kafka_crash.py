@@ -12,16 +12,18 @@ a time), the decisions replay exactly and a recovered scheduler equals a fold fr
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
+from aiokafka.admin import AIOKafkaAdminClient
 
 from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
@@ -32,6 +34,7 @@ from services.runtime.kafka import KafkaLog, KafkaSettings
 from services.runtime.log import caught_up
 from services.scheduler.service import GROUP, Scheduler
 from services.simcluster.arrivals import seed_all
+from tests.builders import a_cluster_queue, a_flavor, a_job, a_local_queue
 from tests.infra.kafka import LocalKafka
 from tests.integration.test_scheduler_sigkill import _manifests, _wait
 
@@ -88,7 +91,8 @@ def test_the_active_scheduler_killed_at_random_points_a_standby_takes_over(
     try:
         _wait(lambda: decisions() > 0, 60, "the first scheduler to lead", [*helpers, *schedulers])
         schedulers.append(svc.start("scheduler"))
-        time.sleep(1.0)  # the standby joins the election
+        _wait(lambda: _members(kafka_broker.bootstrap_servers, f"{prefix}.scheduler.0") == 2, 60,
+              "the standby to join the election", [*helpers, *schedulers])
         for round_ in range(6):
             if _finished(log, topics) >= workloads:
                 break
@@ -163,3 +167,112 @@ def test_the_active_scheduler_killed_at_random_points_a_standby_takes_over(
     finally:
         reader.close()
         log.close()
+
+
+def _batch(first: int, count: int) -> str:
+    """``count`` one-cpu Jobs from number ``first`` on, in queues with room for all of them."""
+    objs: list[dict[str, object]] = []
+    if first == 0:
+        objs += [a_flavor("default").obj(), a_cluster_queue("cq").flavor("default", cpu=1000).obj(),
+                 a_local_queue("team", "lq", "cq").obj()]
+    objs += [a_job("team", f"j{i:03d}", "lq").request(cpu=1).created(i).obj() for i in range(first, first + count)]
+    return yaml.safe_dump_all(objs)
+
+
+def _admissions(log: KafkaLog, topics: Topics) -> list[str]:
+    return [d.name for d in map(decode_decision, _records(log, topics.decisions)) if isinstance(d, AdmitWorkload)]
+
+
+def test_a_standby_takes_over_at_the_default_session_after_sigkill_and_at_once_after_sigterm(
+        kafka_broker: LocalKafka, kafka_topic_prefix: str, tmp_path: Path) -> None:
+    """The defaults (no session settings in the environment): a SIGKILLed leader is replaced once
+    its session expires. A leader stopped with SIGTERM leaves the election: its successor takes over
+    although the stopped leader's own session (60 s) is longer than the wait here."""
+    prefix = kafka_topic_prefix.rstrip("-")
+    topics = Topics(prefix=prefix)
+    settings = KafkaSettings(bootstrap_servers=kafka_broker.bootstrap_servers)
+    log = KafkaLog(settings, prefix=prefix, role="watcher")
+    svc = Services(kafka_broker.bootstrap_servers, prefix, tmp_path)
+    svc.env = {k: v for k, v in os.environ.items() if not k.startswith("KUEUELOG_KAFKA_")}
+    group = f"{prefix}.scheduler.0"
+
+    def members() -> int:
+        return _members(kafka_broker.bootstrap_servers, group)
+
+    def seed(first: int, count: int) -> set[str]:
+        objects = load({f"jobs-{first}.yaml": _batch(first, count)})
+        seed_all(log, objects, topics=topics)
+        return {obj.name for _, obj in objects if type(obj).__name__ == "Workload"}
+
+    def admitted(expected: set[str]) -> Callable[[], bool]:
+        return lambda: expected <= set(_admissions(log, topics))
+
+    first = svc.start("scheduler")
+    procs = [first]
+    try:
+        expected = seed(0, 10)
+        _wait(admitted(expected), 60, "the first leader's admissions", procs)
+        long_session = {**svc.env, "KUEUELOG_KAFKA_SESSION_TIMEOUT_MS": "60000",
+                        "KUEUELOG_KAFKA_HEARTBEAT_INTERVAL_MS": "500"}
+        default_env, svc.env = svc.env, long_session
+        second = svc.start("scheduler")
+        svc.env = default_env
+        procs.append(second)
+        _wait(lambda: members() == 2, 60, "the standby to join the election", procs)
+
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        procs.remove(first)
+        expected |= seed(10, 10)
+        _wait(admitted(expected), 60, "the standby to take over from the killed leader", procs)
+
+        third = svc.start("scheduler")
+        procs.append(third)
+        _wait(lambda: members() == 2, 60, "the next standby to join the election", procs)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(60) == 0, "a leader stopped with SIGTERM exits 0"
+        procs.remove(second)
+        expected |= seed(20, 10)
+        # Well within the stopped leader's 60 s session: only its leaving the group lets the standby in.
+        _wait(admitted(expected), 40, "the standby to take over from the stopped leader", procs)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    outputs = {f.name: f.read_text(errors="replace") for f in tmp_path.glob("scheduler-*.out")}
+    assert [name for name, text in sorted(outputs.items()) if "leading" in text] == \
+        ["scheduler-1.out", "scheduler-2.out", "scheduler-3.out"], outputs
+    for name, text in outputs.items():
+        assert "Traceback" not in text, (name, text[-3000:])
+    names = _admissions(log, topics)
+    assert sorted(names) == sorted(expected), "every workload admitted exactly once"
+    cycles = [d.cycle for d in map(decode_decision, _records(log, topics.decisions)) if isinstance(d, CycleCompleted)]
+    assert cycles == list(range(1, len(cycles) + 1)), "one writer at a time"
+    reader = KafkaLog(settings, prefix=prefix)
+    try:
+        assert list(Scheduler(reader, topics=topics).replay(0, verify=True)) == []
+    finally:
+        reader.close()
+        log.close()
+
+
+def _members(bootstrap: str, group: str) -> int:
+    """Members of ``group`` once it is stable (0 while it rebalances)."""
+
+    async def describe() -> int:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            resp = await admin.describe_consumer_groups([group])
+        finally:
+            await admin.close()
+        for desc in resp[0].groups:
+            if desc[1] == group:
+                return len(desc[5]) if desc[2] == "Stable" else 0
+        return 0
+
+    return asyncio.run(describe())

@@ -172,6 +172,12 @@ def test_settings_come_from_the_environment_and_hide_the_password() -> None:
                                 "KUEUELOG_KAFKA_SESSION_TIMEOUT_MS": "soon"})
     with pytest.raises(ValueError, match="no bootstrap servers"):
         KafkaSettings.from_env({})
+    # A standby notices a dead leader within seconds by default; the heartbeat must fit in the session.
+    assert (KafkaSettings(bootstrap_servers="b:9092").session_timeout_ms,
+            KafkaSettings(bootstrap_servers="b:9092").heartbeat_interval_ms) == (2000, 400)
+    with pytest.raises(ValueError, match=r"heartbeat_interval_ms \(3000\) must be above 0 and below"):
+        KafkaSettings.from_env({"KUEUELOG_KAFKA_BOOTSTRAP_SERVERS": "b:9092",
+                                "KUEUELOG_KAFKA_HEARTBEAT_INTERVAL_MS": "3000"})
 
 
 # --- single writer ---------------------------------------------------------------------------
@@ -217,6 +223,22 @@ async def test_a_standby_waits_for_the_leader_and_takes_over(settings: KafkaSett
         stop.set()
         a.close()
         b.close()
+
+
+async def test_a_session_timeout_the_broker_refuses_is_a_final_error_naming_both_settings(
+        kafka_broker: LocalKafka, prefix: str) -> None:
+    # The test broker allows sessions from 500 ms (group.min.session.timeout.ms); ask for less.
+    short = KafkaSettings(bootstrap_servers=kafka_broker.bootstrap_servers, session_timeout_ms=400,
+                          heartbeat_interval_ms=100)
+    log = KafkaLog(short, prefix=prefix, role="scheduler")
+    try:
+        with pytest.raises(LogError) as err:
+            await asyncio.wait_for(log.acquire("scheduler", asyncio.Event()), 60)
+        assert err.value.retriable is False
+        assert "group.min.session.timeout.ms" in str(err.value)
+        assert "KUEUELOG_KAFKA_SESSION_TIMEOUT_MS" in str(err.value)
+    finally:
+        log.close()
 
 
 # --- the services on Kafka --------------------------------------------------------------------
