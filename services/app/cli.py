@@ -180,6 +180,19 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _example_manifests() -> list[str]:
+    """examples/*.yaml in the current directory, else in the checkout this kueuelog runs from (an
+    editable install, as `make run` makes), so the demo works from any directory."""
+    from pathlib import Path
+
+    checkout = Path(__file__).resolve().parents[2]
+    for folder in (Path("examples"), checkout / "examples"):
+        found = sorted(str(p) for p in folder.glob("*.yaml"))
+        if found:
+            return found
+    return []
+
+
 def _demo(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -187,9 +200,10 @@ def _demo(args: argparse.Namespace) -> int:
 
     from services.app.demo import new_directory, run_demo, summary
 
-    paths = args.files or sorted(str(p) for p in Path("examples").glob("*.yaml"))
+    paths = args.files or _example_manifests()
     if not paths:
-        print("error: no manifests given and no examples/*.yaml here", file=sys.stderr)
+        print("error: no manifests given, and no examples/*.yaml here or beside this installation "
+              "(give the manifests: kueuelog demo FILE...)", file=sys.stderr)
         return 2
     directory = Path(args.dir) if args.dir else new_directory(Path.cwd())
     if directory.exists() and any(directory.iterdir()):

@@ -139,3 +139,13 @@ def test_schema_writes_json_schemas_and_asyncapi(tmp_path: Path) -> None:
     assert api["asyncapi"].startswith("3.")
     assert "AdmitWorkload" in decision["$defs"]
     assert api["channels"]["decisions"]["address"] == "kueuelog.decisions"
+
+
+def test_the_demo_runs_from_any_directory_with_the_checkouts_examples(tmp_path: Path) -> None:
+    """A newcomer runs .venv/bin/kueuelog demo from somewhere else: the examples beside the
+    installation are found, not refused for missing from the current directory."""
+    kueuelog = ROOT / ".venv" / "bin" / "kueuelog"
+    done = subprocess.run([str(kueuelog), "demo", "--dir", str(tmp_path / "log")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "log" / "log.db").exists()
