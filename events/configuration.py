@@ -90,6 +90,9 @@ def read_configuration(where: Where, version: str, rest: dict[str, Any]) -> o.Co
     if strategies is not None:
         _check_strategies(where, strategies)
         out = msgspec.structs.replace(out, fair_sharing=True, fair_sharing_strategies=strategies)
+    if common.resources is not None and common.resources.transformations:
+        raise where.error("resources.transformations", "not supported by kueuelog yet (Kueue's resource "
+                          "transformations would change what each workload counts against quota); remove it")
     if common.resources is not None and common.resources.exclude_resource_prefixes:
         out = msgspec.structs.replace(out, exclude_resource_prefixes=tuple(common.resources.exclude_resource_prefixes))
     return _feature_gates(where, common.feature_gates or {}, out)

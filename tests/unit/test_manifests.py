@@ -1472,3 +1472,27 @@ def test_cli_yaml_output_is_the_json_output_with_pending_workloads():
     doc = yaml.safe_load(as_yaml.stdout)
     assert doc == json.loads(as_json.stdout)
     assert any(item["metadata"].get("annotations", {}).get("kueuelog.io/pending-reason") for item in doc["items"])
+
+
+_CQ_V1BETA2 = ("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: cq}\nspec:\n"
+               "  namespaceSelector: {}\n  resourceGroups:\n  - coveredResources: [cpu]\n    flavors:\n"
+               "    - name: default\n      resources: [{name: cpu, nominalQuota: '2'}]\n")
+
+
+@pytest.mark.parametrize(("text", "field", "says"), [
+    pytest.param(_CQ_V1BETA2 + "  concurrentAdmissionPolicy: {}\n", "spec.concurrentAdmissionPolicy",
+                 "not supported by kueuelog yet", id="concurrent admission policy"),
+    pytest.param(_CQ_V1BETA2 + "  admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}\n",
+                 "spec.admissionScope.admissionMode", "admission fair sharing", id="admission fair sharing"),
+    pytest.param("apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nresources:\n  transformations:\n"
+                 "  - {input: nvidia.com/mig-1g.5gb, strategy: Replace}\n", "resources.transformations",
+                 "resource transformations", id="resource transformations"),
+])
+def test_kueue_features_not_supported_yet_are_refused_by_name_never_ignored(text, field, says):
+    with pytest.raises(ManifestError) as err:
+        load({"k.yaml": text})
+    assert err.value.field == field and says in err.value.message
+
+
+def test_admission_scope_without_fair_sharing_is_accepted():
+    assert load({"k.yaml": _CQ_V1BETA2 + "  admissionScope: {admissionMode: NoAdmissionFairSharing}\n"})
