@@ -78,7 +78,7 @@ def decode_envelope(data: bytes) -> Envelope:
     _bounded(data)
     try:
         env = _event_decoder.decode(data)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):
         return _decode_slow(data)
     if env.schema != SCHEMA_VERSION:
         return _decode_slow(data)
@@ -88,7 +88,7 @@ def decode_envelope(data: bytes) -> Envelope:
 def _decode_slow(data: bytes) -> Envelope:
     try:
         raw = msgspec.json.decode(data)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise MalformedRecord(f"not JSON: {e}") from None
     if not isinstance(raw, dict):
         raise MalformedRecord("not a JSON object")
@@ -117,7 +117,7 @@ def decode_error(data: bytes, known_types: frozenset[str], error: Exception) -> 
     """What a failed decode of a tagged record means: a type this version does not know
     (:class:`UnknownEventType`) or a malformed record."""
     raw: Any = None
-    with contextlib.suppress(msgspec.DecodeError, RecursionError):
+    with contextlib.suppress(msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         raw = msgspec.json.decode(data)
     if isinstance(raw, dict) and isinstance(raw.get("type"), str) and raw["type"] not in known_types:
         return UnknownEventType(raw["type"])
@@ -140,14 +140,14 @@ def peek_decision(data: bytes) -> DecisionPeek:
     (a full :func:`decode_decision` then says what is wrong)."""
     try:
         return _peek_decoder.decode(data)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return DecisionPeek()
 
 
 def decode_decision(data: bytes) -> Any:
     try:
         return _decision_decoder.decode(data)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise decode_error(data, DECISION_TYPES, e) from None
     except RecursionError:
         raise MalformedRecord("nested too deeply to decode") from None

@@ -115,6 +115,6 @@ def decode_sim_record(data: bytes) -> SimClusterRecord:
     :class:`MalformedRecord` for anything else that is wrong."""
     try:
         record: SimClusterRecord = _decoder.decode(data)
-    except msgspec.DecodeError as e:
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
         raise decode_error(data, SIM_RECORD_TYPES, e) from None
     return record

@@ -8,7 +8,7 @@ import json
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from events import codec
@@ -31,6 +31,7 @@ from events.messages import (
     PodsReady,
     WorkloadFinished,
 )
+from events.simcluster import decode_sim_record
 
 WL = o.Workload(namespace="ns", name="w", uid="u", queue_name="lq",
                 pod_sets=(o.PodSet(name="main", count=2, requests=(("cpu", 1500),)),), creation_time=5, priority=3)
@@ -95,9 +96,13 @@ def test_a_peek_at_garbage_has_no_type(data: bytes) -> None:
 
 
 @given(st.binary())
+@example(b'"\x80"')  # invalid UTF-8 inside a JSON string: msgspec raises UnicodeDecodeError
+@example(b'{"type": "admit", "id": "\xff"}')
 def test_arbitrary_bytes_are_malformed_or_unknown_never_a_crash(data: bytes) -> None:
-    with contextlib.suppress(MalformedRecord, UnknownEventType):
-        decode_envelope(data)
+    for decode in (decode_envelope, decode_decision, decode_sim_record):
+        with contextlib.suppress(MalformedRecord, UnknownEventType):
+            decode(data)
+    codec.peek_decision(data)
 
 
 def test_an_unknown_event_type_is_not_malformed() -> None:
