@@ -22,13 +22,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
+from events.cluster import PRIORITY_CLASS_LABEL, SIM_DURATION_ANNOTATION
 from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
 from events.messages import AdmitWorkload, DecisionApplied, EvictWorkload, WorkloadFinished
 from events.simcluster import RunStarted, StartWorkload, decode_sim_record, sim_cluster_topic
 from services.runtime.log import Log
 from services.runtime.sqlite import SqliteLog
+from tests.builders import a_cluster_queue, a_flavor, a_job, a_local_queue, a_priority_class
 
 pytestmark = pytest.mark.integration
 
@@ -40,53 +43,17 @@ CLI = [sys.executable, "-m", "services.app.cli"]
 
 
 def _manifests() -> str:
-    head = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: default}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  preemption: {withinClusterQueue: LowerPriority}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: default
-      resources: [{name: cpu, nominalQuota: "4"}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: lq, namespace: team}
-spec: {clusterQueue: cq}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: WorkloadPriorityClass
-metadata: {name: high}
-value: 1000
-"""
+    """One ClusterQueue of 4 cpu preempting within itself; 36 one-cpu Jobs, every sixth of high priority."""
     jobs = []
     for i in range(JOBS):
-        high = "kueue.x-k8s.io/priority-class: high, " if i % 6 == 5 else ""
-        jobs.append(f"""---
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: job-{i:02d}
-  namespace: team
-  labels: {{{high}kueue.x-k8s.io/queue-name: lq}}
-  annotations: {{kueuelog.io/sim-duration: {30 + 7 * (i % 5)}s}}
-  creationTimestamp: "2026-01-01T00:{i // 6:02d}:{(i % 6) * 10:02d}Z"
-spec:
-  suspend: true
-  parallelism: 1
-  template:
-    spec:
-      containers: [{{name: c, image: busybox, resources: {{requests: {{cpu: "1"}}}}}}]
-""")
-    return head + "".join(jobs)
+        job = (a_job("team", f"job-{i:02d}", "lq").parallelism(1).request(cpu="1")
+               .annotate(SIM_DURATION_ANNOTATION, f"{30 + 7 * (i % 5)}s").created((i // 6) * 60 + (i % 6) * 10))
+        if i % 6 == 5:
+            job.label(PRIORITY_CLASS_LABEL, "high")
+        jobs.append(job)
+    objects = [a_flavor("default"), a_cluster_queue("cq").flavor("default", cpu="4").preemption(within="LowerPriority"),
+               a_local_queue("team", "lq", "cq"), a_priority_class("high", 1000), *jobs]
+    return yaml.safe_dump_all([b.obj() for b in objects], sort_keys=False)
 
 
 def _all(log: Log, topic: str) -> list[bytes]:

@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from events.cluster import SIM_DURATION_ANNOTATION
 from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
 from events.messages import AdmitWorkload, WorkloadFinished
@@ -24,48 +26,18 @@ from events.simcluster import sim_cluster_topic
 from services.runtime.kafka import LEASES_SUFFIX, KafkaLog, KafkaSettings
 from services.runtime.kafka_acls import ROLES, role_acls
 from services.runtime.log import LogError
+from tests.builders import a_cluster_queue, a_flavor, a_job, a_local_queue
 from tests.infra.kafka import SASL_USERS, LocalKafka
 from tests.infra.kafka_acl import grant
 
 pytestmark = pytest.mark.integration
 
 JOBS = 3
-MANIFESTS = """
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ResourceFlavor
-metadata: {name: default}
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: ClusterQueue
-metadata: {name: cq}
-spec:
-  namespaceSelector: {}
-  resourceGroups:
-  - coveredResources: [cpu]
-    flavors:
-    - name: default
-      resources: [{name: cpu, nominalQuota: "2"}]
----
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: LocalQueue
-metadata: {name: lq, namespace: team}
-spec: {clusterQueue: cq}
-""" + "".join(f"""---
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: job-{i}
-  namespace: team
-  labels: {{kueue.x-k8s.io/queue-name: lq}}
-  annotations: {{kueuelog.io/sim-duration: 2s}}
-  creationTimestamp: "2026-01-01T00:00:0{i}Z"
-spec:
-  suspend: true
-  parallelism: 1
-  template:
-    spec:
-      containers: [{{name: c, image: busybox, resources: {{requests: {{cpu: "1"}}}}}}]
-""" for i in range(JOBS))
+MANIFESTS = yaml.safe_dump_all([b.obj() for b in (
+    a_flavor("default"), a_cluster_queue("cq").flavor("default", cpu="2"), a_local_queue("team", "lq", "cq"),
+    *(a_job("team", f"job-{i}", "lq").parallelism(1).request(cpu="1").annotate(SIM_DURATION_ANNOTATION, "2s")
+      .created(i) for i in range(JOBS)),
+)], sort_keys=False)
 
 
 def _settings(broker: LocalKafka, role: str) -> KafkaSettings:
