@@ -25,14 +25,6 @@ if TYPE_CHECKING:
     from services.runtime.log import Log
 
 
-class _PlainDumper(yaml.SafeDumper):
-    """Safe YAML that writes closed-set values (``StrEnum`` members, str subclasses) as the plain
-    strings they are, as the JSON encoder does."""
-
-
-_PlainDumper.add_multi_representer(str, lambda dumper, value: dumper.represent_str(str(value)))
-
-
 def _simulate(args: argparse.Namespace) -> int:
     from services.app.simulate import simulate
     from services.core.render import summary_row, workload_list
@@ -46,7 +38,7 @@ def _simulate(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
     elif args.output == "yaml":
-        yaml.dump(doc, sys.stdout, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False)
+        yaml.safe_dump(doc, sys.stdout, sort_keys=False, default_flow_style=False)
     else:
         from rich.console import Console
         from rich.table import Table

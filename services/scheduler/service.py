@@ -273,17 +273,15 @@ class Scheduler:
                                   chunk=4):
             try:
                 snap = msgspec.json.decode(rec.value, type=Snapshot)
-                if snap.format != SNAPSHOT_FORMAT:
+                if snap.format != SNAPSHOT_FORMAT or (until_input is not None and snap.input_offset > until_input):
                     continue
-                if until_input is None or snap.input_offset <= until_input:
-                    state = decode_state(bytes(snap.state))
+                state = decode_state(bytes(snap.state))
             except (msgspec.DecodeError, ValueError, RecursionError):
                 self.stats.unreadable_snapshots += 1  # a damaged cache: the next older one, or the log
                 continue
-            if until_input is None or snap.input_offset <= until_input:
-                self.state = state
-                self.next_input = snap.input_offset
-                return snap.decisions_offset
+            self.state = state
+            self.next_input = snap.input_offset
+            return snap.decisions_offset
         return 0
 
     def apply_recorded(self, cycle: RecordedCycle) -> None:
