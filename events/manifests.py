@@ -24,7 +24,7 @@ from typing import Any, Final, NoReturn, TypeVar
 import msgspec
 import yaml
 
-from events import api
+from events import api, t9k
 from events import objects as o
 from events import validation as v
 from events.cluster import (
@@ -288,9 +288,10 @@ SUPPORTED_KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
       "Workload", "WorkloadPriorityClass")),
     ((f"{KUEUE_GROUP}/v1alpha1",), ("Cohort",)),
     (tuple(f"{KUEUE_CONFIG_GROUP}/{v}" for v in KUEUE_VERSIONS), ("Configuration",)),
-    (("v1",), ("Namespace",)),
+    (("v1",), ("Namespace", "ConfigMap")),
     (("scheduling.k8s.io/v1",), ("PriorityClass",)),
     (("batch/v1",), ("Job",)),
+    ((t9k.API_VERSION,), ("Queue",)),
 )
 _PLAIN = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9./_]{0,99}$")
 
@@ -907,8 +908,8 @@ def normalize(doc: Document) -> o.AnyObject | None:
         return read_configuration(name_ctx, version, rest)
     # A Namespace's name is an RFC 1123 label (no dots, at most 63 characters); most names are subdomains.
     name = _check_name(name_ctx, meta.name, "metadata.name", label=(kind == "Namespace" and api_version == "v1"))
-    namespaced = kind in ("LocalQueue", "Workload", "Job")
-    namespace = meta.namespace or "default"
+    namespaced = kind in ("LocalQueue", "Workload", "Job", "Queue", "ConfigMap")
+    namespace = meta.namespace or (t9k.NAMESPACE if kind == "Queue" else "default")
     if namespaced:
         _check_name(name_ctx, namespace, "metadata.namespace", label=True)
     ctx = _Ctx(doc, kind, f"{namespace}/{name}" if namespaced else name)
@@ -967,11 +968,7 @@ def _dispatch(
         labels["kubernetes.io/metadata.name"] = ctx.name  # the API server sets it on every namespace
         return o.Namespace(name=ctx.name, labels=_sorted_pairs(labels))
     if api_version == "batch/v1" and kind == "Job":
-        spec = _spec(ctx, body, api.JobSpec)
-        try:
-            return job_to_workload(ctx, meta, spec, namespace, _creation(ctx, meta))
-        except ObjectError as e:
-            raise ctx.error(e.field, e.message) from None
+        return _job(ctx, body, meta, namespace)
     if api_version == "scheduling.k8s.io/v1" and kind == "PriorityClass":
         value = _int_field(ctx, body, "value", required=True)
         assert value is not None
@@ -979,8 +976,21 @@ def _dispatch(
         if global_default is not None and not isinstance(global_default, bool):
             raise ctx.error("globalDefault", f"expected a boolean, got {global_default!r}")
         return o.PriorityClass(name=ctx.name, value=value, global_default=bool(global_default))
+    if (api_version, kind) in t9k.KINDS:
+        return t9k.normalize(ctx, kind, body, namespace)
     refusal = _unsupported(kind, api_version) or ("kind", f"unsupported kind {kind} (apiVersion {api_version})")
     raise ctx.error(*refusal)
+
+
+def _job(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str) -> o.Workload | None:
+    """A Job queued by Kueue's label, or on a T9k Queue (``events.t9k``); ``None`` for neither."""
+    spec = _spec(ctx, body, api.JobSpec)
+    try:
+        created = _creation(ctx, meta)
+        return (job_to_workload(ctx, meta, spec, namespace, created)
+                or t9k.job_workload(ctx, meta, spec, namespace, created))
+    except ObjectError as e:
+        raise ctx.error(e.field, e.message) from None
 
 
 _GENERATED_NAME_KINDS = {("batch/v1", "Job")} | {(f"{KUEUE_GROUP}/{v}", "Workload") for v in KUEUE_VERSIONS}

@@ -138,6 +138,23 @@ class FlavorFungibility(_Obj, frozen=True):
     preference: FungibilityPreference | None = None
 
 
+class T9kQueue(_Obj, frozen=True):
+    """A T9k Scheduler ``Queue``'s own fields, kept on the ClusterQueue it maps to (``events.t9k``):
+    what the engine needs (priority, preemptible) and what admission at creation needs."""
+
+    priority: int = 0  # 0..100; higher is served first and may preempt lower queues
+    preemptible: bool = False  # Go's zero value: a Queue that does not say so is not preempted
+    closed: bool = False
+    max_duration_ms: int | None = None
+    node_selector: LabelSelector | None = None
+    namespace_selector: LabelSelector | None = None
+    users: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    quota: tuple[tuple[str, int], ...] = ()  # spec.quota.requests
+    allocated: tuple[tuple[str, int], ...] = ()  # status.allocated as the manifest gave it
+    resource_shape_profile: str = ""
+
+
 class ClusterQueue(_Kind, frozen=True, tag="ClusterQueue"):
     name: str
     cohort: str = ""
@@ -149,6 +166,7 @@ class ClusterQueue(_Kind, frozen=True, tag="ClusterQueue"):
     stop_policy: StopPolicy = StopPolicy.NONE
     admission_checks: tuple[str, ...] = ()
     fair_sharing_weight: int = 1000  # milli-units; Kueue's default weight is 1
+    t9k: T9kQueue | None = None  # set only for a ClusterQueue made from a T9k Queue
 
 
 class Cohort(_Kind, frozen=True, tag="Cohort"):
@@ -289,6 +307,17 @@ class Workload(_Kind, frozen=True, tag="Workload"):
         return WorkloadKey(f"{self.namespace}/{self.name}")
 
 
+class ResourceShape(_Obj, frozen=True):
+    name: str
+    requests: tuple[tuple[str, int], ...]  # per pod; a resource not named is not bounded
+
+
+class ResourceShapes(_Kind, frozen=True, tag="ResourceShapes"):
+    """ConfigMap ``t9k-system/resource-shapes``: each profile's shapes (``events.t9k``)."""
+
+    profiles: tuple[tuple[str, tuple[ResourceShape, ...]], ...] = ()
+
+
 AnyObject = (
     ResourceFlavor
     | ClusterQueue
@@ -301,4 +330,5 @@ AnyObject = (
     | ProvisioningRequestConfig
     | Configuration
     | Workload
+    | ResourceShapes
 )

@@ -26,14 +26,15 @@ if TYPE_CHECKING:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from services.app.simulate import simulate
-    from services.core.render import summary_row, workload_list
+    from services.app.simulate import result_list, simulate
+    from services.app.t9k_input import summary
+    from services.core.render import summary_row
 
     if args.cycles is not None and args.cycles < 0:
         print("error: --cycles must be a non-negative integer", file=sys.stderr)
         return 2
     result = simulate(args.files, args.cycles)  # bad input: ManifestError, OSError (see exits.classify)
-    doc = workload_list(result.state)
+    doc = result_list(result)
     if args.output == "json":
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -48,6 +49,8 @@ def _simulate(args: argparse.Namespace) -> int:
             table.add_column(col, overflow="fold")
         for key in sorted(result.state.workloads):
             table.add_row(*summary_row(result.state, result.state.workloads[key]))
+        for wl, why in result.refused:
+            table.add_row(*summary(wl, why))
         Console(width=200).print(table)
     return 0
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from events import objects as o
 from events.manifests import load
 from events.messages import EvictWorkload, ObjectApplied
+from services.app import t9k_input
 from services.core.cycle import run_cycle
+from services.core.render import workload_list
 from services.core.state import State, finish_eviction, fold
 from services.runtime.manifestfiles import read_manifests
 
@@ -27,16 +30,23 @@ class SimulationResult:
     cycles: int
     decisions: int
     converged: bool
+    refused: list[t9k_input.Refusal] = field(default_factory=list)  # T9k workloads refused at creation
 
 
 def fold_files(files: dict[str, str]) -> State:
     """Every manifest of every file, folded in order (raises ManifestError on bad input)."""
-    objects = load(files)  # validate everything before folding anything
+    return fold_files_screened(files)[0]
+
+
+def fold_files_screened(files: dict[str, str]) -> tuple[State, list[t9k_input.Refusal]]:
+    """:func:`fold_files`, and the T9k workloads refused at creation (``t9k_input``)."""
+    loaded = [obj for _, obj in load(files)]  # validate everything before folding anything
+    objects, refused = t9k_input.prepare(loaded)
     state = State()
-    for _, obj in objects:
+    for obj in objects:
         time = obj.creation_time or 0 if isinstance(obj, o.Workload) else 0
         fold(state, ObjectApplied(time=time, object=obj))
-    return state
+    return state, refused
 
 
 def run(state: State, cycles: int | None, max_cycles: int | None = None) -> SimulationResult:
@@ -74,4 +84,17 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None) -> Simu
 
 
 def simulate(paths: Sequence[str], cycles: int | None) -> SimulationResult:
-    return run(fold_files(read_manifests(paths)), cycles)
+    state, refused = fold_files_screened(read_manifests(paths))
+    result = run(state, cycles)
+    result.refused = refused
+    return result
+
+
+def result_list(result: SimulationResult) -> dict[str, Any]:
+    """Every Workload, refused ones included, sorted by namespace/name: ``simulate``'s output."""
+    doc = workload_list(result.state)
+    if result.refused:
+        doc["items"] = sorted(
+            doc["items"] + [t9k_input.refused_object(result.state, wl, why) for wl, why in result.refused],
+            key=lambda item: (item["metadata"]["namespace"], item["metadata"]["name"]))
+    return doc

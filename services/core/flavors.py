@@ -401,6 +401,7 @@ def pod_set_requests(state: State, cq: o.ClusterQueue, ps: o.PodSet, count: int)
         res: per_pod * count
         for res, per_pod in ps.requests
         if (per_pod > 0 or (per_pod == 0 and res in covered)) and not any(res.startswith(p) for p in excluded)
+        and (cq.t9k is None or res in covered)  # a T9k Queue limits only what it has quota for
     }
     if any("pods" in g.covered_resources for g in cq.resource_groups):
         out["pods"] = count

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from events import conditions as cond
 from events import objects as o
+from events import t9k
 from events.cluster import WORKLOAD_PRIORITY_CLASS_SOURCE, ConditionType, EvictionReason
 from events.messages import (
     ActuationFailed,
@@ -104,6 +105,10 @@ class State:
 
     def cluster_queue_for(self, wl: o.Workload) -> tuple[str, str]:
         """(cluster queue, problem): where a workload queues, or why it cannot."""
+        if t9k.is_t9k_workload(wl):  # a T9k Queue is its own ClusterQueue (events.t9k)
+            cq = self.cluster_queues.get(wl.queue_name)
+            return (wl.queue_name, "") if cq is not None and cq.t9k is not None else (
+                "", f"Queue {wl.queue_name} doesn't exist")
         lq = self.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
         if not wl.queue_name:
             return "", "Workload has no queue name"
@@ -133,6 +138,11 @@ def resolve_priority(state: State, wl: o.Workload) -> tuple[int, str]:
         return wl.priority, ""
     ref = wl.priority_ref
     if ref is not None:
+        if ref.source == t9k.PRIORITY_SOURCE:  # a T9k workload has its Queue's priority
+            queue = state.cluster_queues.get(ref.name)
+            if queue is None or queue.t9k is None:
+                return 0, f"Queue {ref.name} doesn't exist"
+            return queue.t9k.priority, ""
         if ref.source == WORKLOAD_PRIORITY_CLASS_SOURCE:
             wpc = state.workload_priority_classes.get(ref.name)
             if wpc is None:
@@ -210,6 +220,8 @@ def _apply(state: State, obj: o.AnyObject) -> None:
         state.flavors[obj.name] = obj
     elif isinstance(obj, o.ClusterQueue):
         state.cluster_queues[obj.name] = obj
+        if obj.t9k is not None:
+            _resolve_queue_priorities(state, obj.name)
     elif isinstance(obj, o.Cohort):
         state.cohorts[obj.name] = obj
     elif isinstance(obj, o.LocalQueue):
@@ -242,6 +254,18 @@ def _resolve_waiting_priorities(state: State) -> None:
             if not error:
                 _requeue_with(state, rec, priority)
                 rec.priority_error = ""
+
+
+def _resolve_queue_priorities(state: State, queue: str) -> None:
+    """A T9k Queue arrived or changed: its workloads take its priority (``events.t9k``)."""
+    for rec in state.workloads.values():
+        ref = rec.obj.priority_ref
+        if ref is None or ref.source != t9k.PRIORITY_SOURCE or ref.name != queue:
+            continue
+        priority, error = resolve_priority(state, rec.obj)
+        if not error and (priority != rec.priority or rec.priority_error):
+            _requeue_with(state, rec, priority)
+            rec.priority_error = ""
 
 
 def _requeue_with(state: State, rec: WorkloadRecord, priority: int) -> None:

@@ -1,0 +1,193 @@
+"""T9k Queue (seed 002): parsing, validation, the mapping to the engine and creation refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from events import objects as o
+from events import t9k
+from events.manifests import ManifestError, load
+from services.core.t9k import Requester, creation_refusal
+
+
+def _load(text: str) -> list[o.AnyObject]:
+    return [obj for _, obj in load({"q.yaml": text})]
+
+
+def _queue(spec: str, name: str = "demo", extra: str = "") -> str:
+    return (f"apiVersion: scheduler.tensorstack.dev/v1beta1\nkind: Queue\nmetadata:\n  name: {name}\n"
+            f"spec:\n{spec}{extra}")
+
+
+def _cq(spec: str) -> o.ClusterQueue:
+    (cq,) = _load(_queue(spec))
+    assert isinstance(cq, o.ClusterQueue)
+    return cq
+
+
+@pytest.mark.parametrize(
+    ("text", "want_ms"),
+    [
+        pytest.param("3w", 3 * 7 * 86_400_000, id="the seed's 3w: three weeks of 7 days"),
+        pytest.param("2h45m", (2 * 60 + 45) * 60_000, id="the seed's 2h45m"),
+        pytest.param("0", 0, id="0 is a duration of its own"),
+        pytest.param("1y", 365 * 86_400_000, id="a year is 365 days"),
+        pytest.param("1d2h3m4s5ms", 93_784_005, id="every unit in order"),
+        pytest.param("5ms", 5, id="ms is not m followed by s"),
+        pytest.param("", None, id="empty matches the regex and means no limit"),
+    ],
+)
+def test_max_duration_accepts_the_seed_grammar(text: str, want_ms: int | None) -> None:
+    assert t9k.max_duration_ms(text) == want_ms
+
+
+@pytest.mark.parametrize("text", [
+    pytest.param("2h45", id="2h45: a number without unit"),
+    pytest.param("1.5h", id="1.5h: no fractions"),
+    pytest.param("h", id="h: a unit without number"),
+    pytest.param("45m2h", id="units out of order"),
+    pytest.param("00", id="only a single 0 stands alone"),
+    pytest.param("-1h", id="no sign"),
+])
+def test_max_duration_refuses_what_the_regex_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="must match"):
+        t9k.max_duration_ms(text)
+    with pytest.raises(ManifestError, match=r"\(Queue t9k-system/demo\): spec.maxDuration: invalid value"):
+        _load(_queue(f"  maxDuration: '{text}'\n"))
+
+
+def test_the_seed_queue_maps_to_a_capped_cluster_queue_in_the_t9k_cohort() -> None:
+    cq = _cq("  priority: 80\n  preemptible: true\n  quota:\n    requests:\n      cpu: 40\n")
+    assert cq.name == "demo" and cq.cohort == t9k.COHORT
+    (group,) = cq.resource_groups
+    assert group.covered_resources == ("cpu",)
+    assert group.flavors[0].name == t9k.FLAVOR
+    assert dict(group.flavors[0].resources)["cpu"] == o.Quota(nominal=0, borrowing_limit=40_000)
+    assert cq.t9k is not None and cq.t9k.priority == 80 and cq.t9k.preemptible
+    assert cq.preemption.reclaim_within_cohort == o.ReclaimWithinCohort.LOWER_PRIORITY
+
+
+def test_defaults_follow_go_zero_values() -> None:
+    q = _cq("  quota:\n    requests:\n      cpu: 1\n").t9k
+    assert q == o.T9kQueue(quota=(("cpu", 1000),))
+    assert not q.preemptible and not q.closed and q.priority == 0 and q.max_duration_ms is None
+
+
+def test_the_seed_node_selector_is_kept_with_its_expressions() -> None:
+    q = _cq("  nodeSelector:\n    matchExpressions:\n    - key: topology.kubernetes.io/zone\n      operator: In\n"
+            "      values: [peking, tianjin]\n").t9k
+    assert q is not None and q.node_selector == o.LabelSelector(match_expressions=(
+        o.Requirement(key="topology.kubernetes.io/zone", operator="In", values=("peking", "tianjin")),))
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "message"),
+    [
+        pytest.param("  priority: 101\n", "spec.priority", "between 0 and 100, got 101", id="priority above 100"),
+        pytest.param("  priority: -1\n", "spec.priority", "between 0 and 100, got -1", id="priority below 0"),
+        pytest.param("  closed: 'yes'\n", "spec.closed", "Expected `bool | null`, got `str`", id="closed not a bool"),
+        pytest.param("  quota:\n    requests:\n      cpu: -1\n", "spec.quota.requests.cpu",
+                     "greater than or equal to 0", id="negative quota"),
+        pytest.param("  weight: 3\n", "spec.weight", "unknown field", id="an unknown field"),
+        pytest.param("  nodeSelector:\n    matchExpressions:\n    - key: zone\n      operator: Near\n",
+                     "spec.nodeSelector.matchExpressions[0].operator", "", id="bad selector operator"),
+    ],
+)
+def test_invalid_queues_are_refused_naming_the_field(spec: str, field: str, message: str) -> None:
+    with pytest.raises(ManifestError) as e:
+        _load(_queue(spec))
+    assert e.value.field == field
+    assert message in e.value.message
+
+
+def test_a_queue_outside_t9k_system_is_refused() -> None:
+    with pytest.raises(ManifestError, match=r"metadata\.namespace: a Queue lives in namespace t9k-system"):
+        _load(_queue("  priority: 1\n").replace("name: demo\n", "name: demo\n  namespace: default\n"))
+
+
+_JOB = """apiVersion: batch/v1
+kind: Job
+metadata: {{name: nb, namespace: team-a}}
+spec:
+  template:
+    metadata: {{labels: {{scheduler.tensorstack.dev/queue: demo}}}}
+    spec:
+      schedulerName: {scheduler}
+      containers: [{{name: c, image: i, resources: {{requests: {{cpu: '{cpu}'}}}}}}]
+"""
+
+
+def _job(cpu: str = "4", scheduler: str = "t9k-scheduler") -> o.Workload:
+    objs = _load(_JOB.format(cpu=cpu, scheduler=scheduler))
+    assert len(objs) == 1 and isinstance(objs[0], o.Workload)
+    return objs[0]
+
+
+def test_a_job_on_a_queue_becomes_a_workload_with_the_queues_priority() -> None:
+    wl = _job()
+    assert wl.queue_name == "demo" and t9k.is_t9k_workload(wl)
+    assert wl.priority_ref == o.PriorityRef(source=t9k.PRIORITY_SOURCE, name="demo")
+    assert wl.pod_sets[0].requests == (("cpu", 4000),)
+
+
+def test_a_job_with_another_scheduler_is_not_t9ks() -> None:
+    assert _load(_JOB.format(cpu="1", scheduler="default-scheduler")) == []
+
+
+def test_the_seeds_quota_example_refuses_4_when_38_of_40_are_allocated() -> None:
+    cq = _cq("  quota:\n    requests:\n      cpu: 40\n")
+    why = creation_refusal(cq, "demo", _job("4"), ns_labels={}, allocated={"cpu": 38_000})
+    assert why == "Queue demo: cpu quota 40, allocated 38, request 4: 42 would exceed the quota"
+    assert creation_refusal(cq, "demo", _job("2"), ns_labels={}, allocated={"cpu": 38_000}) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "who", "ns_labels", "refused"),
+    [
+        pytest.param("  users: [alice]\n", Requester("alice"), {}, False, id="a user with permission"),
+        pytest.param("  groups: [ml]\n", Requester("bob", ("dev", "ml")), {}, False, id="one of the user's groups"),
+        pytest.param("  users: [alice]\n", Requester("bob", ("dev",)), {}, True, id="neither user nor group"),
+        pytest.param("  namespaceSelector:\n    matchLabels: {team: a}\n", Requester("bob"), {"team": "a"}, False,
+                     id="the namespace matches the selector"),
+        pytest.param("  namespaceSelector:\n    matchLabels: {team: a}\n", Requester("bob"), {"team": "b"}, True,
+                     id="the namespace does not match"),
+        pytest.param("  quota: {}\n", Requester("bob"), {}, True, id="a queue naming no one is nobody's"),
+    ],
+)
+def test_permission_by_user_group_or_namespace(spec: str, who: Requester, ns_labels: dict[str, str],
+                                               refused: bool) -> None:
+    why = creation_refusal(_cq(spec), "demo", _job("1"), ns_labels=ns_labels, allocated={}, who=who)
+    assert (why is not None) == refused
+    if refused:
+        assert why is not None and f"user {who.user!r} may not use Queue demo in namespace team-a" in why
+
+
+def test_a_closed_queue_refuses_and_a_missing_one_is_named() -> None:
+    why = creation_refusal(_cq("  closed: true\n"), "demo", _job("1"), ns_labels={}, allocated={})
+    assert why == "Queue demo is closed (spec.closed: true): new workloads are refused"
+    assert creation_refusal(None, "gone", _job("1"), ns_labels={}, allocated={}) == (
+        "Queue gone does not exist in namespace t9k-system")
+
+
+def test_resource_shapes_config_map_format_and_refusal() -> None:
+    objs = _load("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: resource-shapes, namespace: t9k-system}\n"
+                 "data:\n  standard: |\n    - name: small\n      requests: {cpu: '2'}\n")
+    (shapes,) = objs
+    small = o.ResourceShape(name="small", requests=(("cpu", 2000),))
+    assert shapes == o.ResourceShapes(profiles=(("standard", (small,)),))
+    cq = _cq("  resourceShapeProfile: standard\n")
+    assert creation_refusal(cq, "demo", _job("2"), ns_labels={}, allocated={}, shapes=shapes) is None
+    why = creation_refusal(cq, "demo", _job("3"), ns_labels={}, allocated={}, shapes=shapes)
+    assert why == ("Queue demo: a pod of podSet main requests cpu 3, larger than every shape of profile "
+                   "'standard' (small)")
+    missing = creation_refusal(_cq("  resourceShapeProfile: gpu\n"), "demo", _job("1"), ns_labels={}, allocated={},
+                               shapes=shapes)
+    assert missing == "Queue demo: resource shape profile 'gpu' is not in ConfigMap t9k-system/resource-shapes"
+
+
+def test_other_config_maps_are_ignored_and_bad_shapes_refused() -> None:
+    other = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other, namespace: t9k-system}\ndata: {a: b}\n"
+    assert _load(other) == []
+    with pytest.raises(ManifestError, match=r"data.standard\[0\].name: required field is missing"):
+        _load("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: resource-shapes, namespace: t9k-system}\n"
+              "data:\n  standard: |\n    - requests: {cpu: '2'}\n")
