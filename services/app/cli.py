@@ -396,8 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kueue-compatible job queueing and quota admission, event-sourced.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    from services.app import webhook_cmd
+
     for add in (_simulate_parser, _replay_parser, _explain_parser, _tail_parser, _demo_parser, _run_parser,
-                _log_parser, _schema_parser):
+                _log_parser, _schema_parser, webhook_cmd.add_parser):
         add(sub)
     return parser
 

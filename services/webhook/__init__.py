@@ -1,0 +1,1 @@
+"""The admission webhooks: a wing of its own, knowing the others only through ``events``."""

@@ -1,0 +1,138 @@
+"""Admission reviews in, admission responses out: what the webhooks decide, without I/O.
+
+- :func:`mutate_job`: a ``batch/v1`` Job created for a queue (Kueue's ``kueue.x-k8s.io/queue-name``
+  label, or a T9k Queue named by its pod template with ``schedulerName: t9k-scheduler``) is
+  created suspended, as Kueue's job webhook does, so that no pod starts before admission.
+- :func:`validate_object`: a Kueue object (or a T9k Queue) is refused with the field and message
+  ``kueuelog simulate`` gives for it (``events.manifests``).
+- :func:`validate_t9k_job`: a Job on a T9k Queue is refused at creation by the Queue's rules
+  (``services.core.t9k``), given what the server looked up: the Queue, the namespace's
+  labels, the resource shapes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from events import objects as o
+from events import t9k
+from events.cluster import QUEUE_NAME_LABEL
+from events.manifests import Document, ManifestError, normalize
+from services.core.t9k import Requester, creation_refusal
+
+Review = Mapping[str, Any]
+FILE = "admission"
+
+
+def _request(review: Review) -> Mapping[str, Any]:
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise ValueError("an AdmissionReview without a request")
+    return request
+
+
+def response(review: Review, *, allowed: bool, message: str = "", patch: list[dict[str, Any]] | None = None,
+             warnings: list[str] | None = None) -> dict[str, Any]:
+    """The AdmissionReview to answer ``review`` with."""
+    out: dict[str, Any] = {"uid": _request(review).get("uid", ""), "allowed": allowed}
+    if not allowed:
+        out["status"] = {"code": 403, "reason": "Forbidden", "message": message}
+    if patch:
+        out["patchType"] = "JSONPatch"
+        out["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    if warnings:
+        out["warnings"] = warnings
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": out}
+
+
+def _job_queue(job: Mapping[str, Any]) -> str | None:
+    """The queue a Job is created for (Kueue's label, or a T9k Queue), else ``None``."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    if isinstance(labels, dict) and QUEUE_NAME_LABEL in labels:
+        return str(labels[QUEUE_NAME_LABEL])
+    return t9k_queue_of(job)
+
+
+def t9k_queue_of(job: Mapping[str, Any]) -> str | None:
+    template = (job.get("spec") or {}).get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    scheduler = (template.get("spec") or {}).get("schedulerName")
+    if isinstance(labels, dict) and t9k.QUEUE_LABEL in labels and scheduler == t9k.SCHEDULER_NAME:
+        return str(labels[t9k.QUEUE_LABEL])
+    return None
+
+
+def mutate_job(review: Review) -> dict[str, Any]:
+    request = _request(review)
+    job = request.get("object") or {}
+    if request.get("operation") != "CREATE" or not isinstance(job, dict) or _job_queue(job) is None:
+        return response(review, allowed=True)
+    spec = job.get("spec") or {}
+    if spec.get("suspend") is True:
+        return response(review, allowed=True)
+    op = "replace" if "suspend" in spec else "add"
+    return response(review, allowed=True, patch=[{"op": op, "path": "/spec/suspend", "value": True}])
+
+
+def _refusal(obj: Mapping[str, Any]) -> tuple[o.AnyObject | None, str | None]:
+    """(the parsed object, or the parser's refusal as ``Kind name: field: message``)."""
+    try:
+        return normalize(Document(FILE, 1, obj)), None
+    except ManifestError as e:
+        where = f"{e.obj}: " if e.obj else ""
+        return None, f"{where}{e.field}: {e.message}" if e.field else f"{where}{e.message}"
+
+
+def validate_object(review: Review) -> dict[str, Any]:
+    request = _request(review)
+    if request.get("operation") not in ("CREATE", "UPDATE"):
+        return response(review, allowed=True)
+    obj = request.get("object")
+    if not isinstance(obj, dict):
+        return response(review, allowed=False, message="the request has no object")
+    _, why = _refusal(obj)
+    return response(review, allowed=why is None, message=why or "")
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """What the server read from the API for a T9k Job: ``queue`` is the Queue's manifest (``None``
+    when it does not exist)."""
+
+    queue: Mapping[str, Any] | None
+    namespace_labels: Mapping[str, str]
+    shapes: Mapping[str, Any] | None = None  # the ConfigMap's data
+
+
+def validate_t9k_job(review: Review, lookup: Lookup) -> dict[str, Any]:
+    request = _request(review)
+    job = request.get("object") or {}
+    name = t9k_queue_of(job) if isinstance(job, dict) else None
+    if request.get("operation") != "CREATE" or name is None:
+        return response(review, allowed=True)
+    wl, why = _refusal(job)
+    if why is not None or not isinstance(wl, o.Workload):
+        return response(review, allowed=False, message=why or "not a Job on a T9k Queue")
+    cq: o.ClusterQueue | None = None
+    if lookup.queue is not None:
+        queue, why = _refusal({**lookup.queue, "apiVersion": t9k.API_VERSION, "kind": "Queue"})
+        if why is not None:
+            return response(review, allowed=False, message=f"Queue {name} is invalid: {why}")
+        cq = queue if isinstance(queue, o.ClusterQueue) else None
+    shapes = None
+    if lookup.shapes is not None:
+        shaped, why = _refusal({"apiVersion": "v1", "kind": "ConfigMap", "data": lookup.shapes,
+                                "metadata": {"name": t9k.SHAPES_CONFIGMAP, "namespace": t9k.NAMESPACE}})
+        if why is not None:
+            return response(review, allowed=False, message=why)
+        shapes = shaped if isinstance(shaped, o.ResourceShapes) else None
+    user = request.get("userInfo") or {}
+    who = Requester(str(user.get("username", "")), tuple(str(g) for g in user.get("groups") or ()))
+    allocated = dict(cq.t9k.allocated) if cq is not None and cq.t9k is not None else {}
+    why = creation_refusal(cq, name, wl, ns_labels=lookup.namespace_labels, allocated=allocated, who=who,
+                           shapes=shapes)
+    return response(review, allowed=why is None, message=why or "")

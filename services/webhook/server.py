@@ -1,0 +1,131 @@
+"""The admission webhook service: HTTPS endpoints the API server calls (``deploy/webhook/``).
+
+Routes (each takes and returns an ``admission.k8s.io/v1`` AdmissionReview):
+
+- ``POST /mutate-batch-v1-job``: queued Jobs are created suspended (:func:`review.mutate_job`);
+- ``POST /validate-kueue``: Kueue objects and T9k Queues, checked as ``simulate`` checks them;
+- ``POST /validate-t9k-job``: Jobs on a T9k Queue, refused at creation by the Queue's rules;
+- ``GET /healthz``.
+
+For a Job on a T9k Queue it reads the Queue (``t9k-system``), the Job's Namespace and the
+ConfigMap ``t9k-system/resource-shapes`` from the API server. A review it cannot decide (the API
+unreachable, a malformed review) is answered with an error status, so that the API server
+applies the webhook's ``failurePolicy``.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import structlog
+from aiohttp import web
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from events import t9k
+from services.webhook import review
+
+log = structlog.get_logger("kueuelog.webhook")
+
+Decide = Callable[[review.Review], Awaitable[dict[str, Any]]]
+
+
+class Cluster:
+    """The reads a T9k Job's validation needs, through one ApiClient."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+
+    async def lookup(self, queue: str, namespace: str) -> review.Lookup:
+        found: Mapping[str, Any] | None
+        try:
+            found = await self.custom.get_namespaced_custom_object(
+                t9k.GROUP, "v1beta1", t9k.NAMESPACE, "queues", queue)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            found = None
+        labels: dict[str, str] = {"kubernetes.io/metadata.name": namespace}
+        try:
+            ns = await self.core.read_namespace(namespace)
+            labels.update(ns.metadata.labels or {})
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        shapes = None
+        if found is not None and (found.get("spec") or {}).get("resourceShapeProfile"):
+            try:
+                cm = await self.core.read_namespaced_config_map(t9k.SHAPES_CONFIGMAP, t9k.NAMESPACE)
+                shapes = dict(cm.data or {})
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        return review.Lookup(queue=found, namespace_labels=labels, shapes=shapes)
+
+
+def _handler(decide: Decide) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return web.json_response({"error": "not JSON"}, status=400)
+        if not isinstance(body, dict) or not isinstance(body.get("request"), dict):
+            return web.json_response({"error": "not an AdmissionReview"}, status=400)
+        try:
+            answer = await decide(body)
+        except ApiException as e:
+            log.warning("webhook.api_error", path=request.path, status=e.status, reason=e.reason)
+            return web.json_response({"error": f"the API server answered {e.status} {e.reason}"}, status=503)
+        verdict = answer["response"]
+        log.info("webhook.review", path=request.path, uid=verdict["uid"], allowed=verdict["allowed"],
+                 message=verdict.get("status", {}).get("message", ""))
+        return web.json_response(answer)
+
+    return handle
+
+
+def application(cluster: Cluster | None) -> web.Application:
+    async def mutate(body: review.Review) -> dict[str, Any]:
+        return review.mutate_job(body)
+
+    async def validate(body: review.Review) -> dict[str, Any]:
+        return review.validate_object(body)
+
+    async def validate_job(body: review.Review) -> dict[str, Any]:
+        request = body["request"]
+        job = request.get("object") or {}
+        queue = review.t9k_queue_of(job) if isinstance(job, dict) else None
+        if queue is None or request.get("operation") != "CREATE":
+            return review.response(body, allowed=True)
+        if cluster is None:
+            return review.response(body, allowed=False, message="this webhook cannot read Queues")
+        return review.validate_t9k_job(body, await cluster.lookup(queue, str(request.get("namespace", ""))))
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app = web.Application(client_max_size=4 * 1024 * 1024)
+    app.router.add_post("/mutate-batch-v1-job", _handler(mutate))
+    app.router.add_post("/validate-kueue", _handler(validate))
+    app.router.add_post("/validate-t9k-job", _handler(validate_job))
+    app.router.add_get("/healthz", healthz)
+    return app
+
+
+def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+async def serve(app: web.Application, host: str, port: int, tls: ssl.SSLContext) -> web.AppRunner:
+    """Start serving; the caller cleans up the returned runner."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=tls)
+    await site.start()
+    return runner

@@ -1,0 +1,290 @@
+"""The admission webhooks against a real kube-apiserver, which calls them on 127.0.0.1.
+
+The webhook service (``services/webhook``) runs in the test's process over HTTPS with a
+certificate from ``deploy/webhook/selfsigned.sh --local``; the configurations are those of
+``deploy/webhook/webhooks.yaml`` with ``clientConfig`` pointed at it (``url`` and ``caBundle``)
+and, so that tests sharing the control plane are not affected, scoped to this test's namespace
+(``namespaceSelector``) and to objects labelled for it (``objectSelector``). The control plane
+runs no job controller: "no pod ever starts" is read as "the Job is stored suspended", which is
+what keeps the job controller from creating pods.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import subprocess
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from events import t9k
+from services.webhook.server import Cluster, application, serve, tls_context
+from tests.infra.kube import LocalControlPlane, free_port
+from tests.infra.pytest_kube import load_configuration
+from tests.integration.kube_deploy import apply_crds, create_or_replace, eventually
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+SCOPE = "kueuelog.io/webhook-test"
+
+
+@dataclass
+class Webhooks:
+    namespace: str
+    scope: str
+    api: client.ApiClient
+    plane: LocalControlPlane
+
+
+def _configurations(url: str, ca: str, scope: str) -> list[dict[str, Any]]:
+    out = []
+    for doc in yaml.safe_load_all((DEPLOY / "webhook" / "webhooks.yaml").read_text(encoding="utf-8")):
+        doc = copy.deepcopy(doc)
+        doc["metadata"] = {"name": f"{doc['metadata']['name']}-{scope}"}
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"{url}{path}", "caBundle": ca}
+            if "namespaceSelector" in hook:
+                hook["namespaceSelector"] = {"matchLabels": {SCOPE: scope}}
+            if hook["name"] in ("vkueue.kueuelog.io", "vqueue.kueuelog.io"):
+                hook["objectSelector"] = {"matchLabels": {SCOPE: scope}}
+        out.append(doc)
+    return out
+
+
+async def _register(api: client.ApiClient, docs: list[dict[str, Any]]) -> None:
+    reg = client.AdmissionregistrationV1Api(api)
+    for doc in docs:
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            await reg.create_mutating_webhook_configuration(doc)
+        else:
+            await reg.create_validating_webhook_configuration(doc)
+
+
+async def _unregister(api: client.ApiClient, docs: list[dict[str, Any]]) -> None:
+    reg = client.AdmissionregistrationV1Api(api)
+    for doc in docs:
+        with contextlib.suppress(ApiException):
+            if doc["kind"] == "MutatingWebhookConfiguration":
+                await reg.delete_mutating_webhook_configuration(doc["metadata"]["name"])
+            else:
+                await reg.delete_validating_webhook_configuration(doc["metadata"]["name"])
+
+
+async def _ensure_t9k(api: client.ApiClient) -> None:
+    for doc in yaml.safe_load_all((DEPLOY / "t9k" / "queue.yaml").read_text(encoding="utf-8")):
+        await create_or_replace(api, doc)
+    ext = client.ApiextensionsV1Api(api)
+
+    async def established() -> bool:
+        crd = await ext.read_custom_resource_definition("queues.scheduler.tensorstack.dev")
+        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+    await eventually(established, what="the Queue CRD to be established")
+    with contextlib.suppress(ApiException):
+        await client.CoreV1Api(api).create_namespace({"metadata": {"name": t9k.NAMESPACE}})
+
+    async def listable() -> bool:
+        try:
+            await client.CustomObjectsApi(api).list_namespaced_custom_object(
+                t9k.GROUP, "v1beta1", t9k.NAMESPACE, "queues")
+        except ApiException:
+            return False
+        return True
+
+    await eventually(listable, what="Queues to be listable")
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def webhooks(kube_control_plane: LocalControlPlane, kube_api_client: client.ApiClient,
+                   kube_namespace: str, tmp_path: Path) -> AsyncIterator[Webhooks]:
+    api = kube_api_client
+    subprocess.run(["bash", str(DEPLOY / "webhook" / "selfsigned.sh"), "--local", str(tmp_path)], check=True,
+                   capture_output=True)
+    ca = base64.b64encode((tmp_path / "ca.crt").read_bytes()).decode()
+    await _ensure_t9k(api)
+    await apply_crds(api)
+    scope = uuid.uuid4().hex[:10]
+    await client.CoreV1Api(api).patch_namespace(kube_namespace, {"metadata": {"labels": {SCOPE: scope, "team": "a"}}},
+                                                _content_type="application/merge-patch+json")
+    port = free_port()
+    runner = await serve(application(Cluster(api)), "127.0.0.1", port,
+                         tls_context(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")))
+    docs = _configurations(f"https://127.0.0.1:{port}", ca, scope)
+    await _register(api, docs)
+    try:
+        yield Webhooks(kube_namespace, scope, api, kube_control_plane)
+    finally:
+        await _unregister(api, docs)
+        await runner.cleanup()
+
+
+def _job(name: str, *, cpu: str = "1", queue: str | None = None, t9k_queue: str | None = None,
+         suspend: bool | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if queue:
+        meta["labels"] = {"kueue.x-k8s.io/queue-name": queue}
+    template: dict[str, Any] = {"spec": {"restartPolicy": "Never", "containers": [
+        {"name": "main", "image": "registry.k8s.io/e2e-test-images/agnhost:2.53",
+         "resources": {"requests": {"cpu": cpu}}}]}}
+    if t9k_queue:
+        template["metadata"] = {"labels": {t9k.QUEUE_LABEL: t9k_queue}}
+        template["spec"]["schedulerName"] = t9k.SCHEDULER_NAME
+    spec: dict[str, Any] = {"template": template}
+    if suspend is not None:
+        spec["suspend"] = suspend
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+async def _queue(w: Webhooks, name: str, spec: dict[str, Any], allocated: dict[str, str] | None = None) -> str:
+    """A Queue unique to this test (its name carries the scope); ``allocated`` is written to its
+    status as the scheduler keeps it."""
+    qname = f"{name}-{w.scope}"
+    co = client.CustomObjectsApi(w.api)
+    body = {"apiVersion": t9k.API_VERSION, "kind": "Queue",
+            "metadata": {"name": qname, "namespace": t9k.NAMESPACE, "labels": {SCOPE: w.scope}}, "spec": spec}
+    await co.create_namespaced_custom_object(t9k.GROUP, "v1beta1", t9k.NAMESPACE, "queues", body)
+    if allocated is not None:
+        await co.patch_namespaced_custom_object_status(t9k.GROUP, "v1beta1", t9k.NAMESPACE, "queues", qname,
+                                                       {"status": {"allocated": allocated}},
+                                                       _content_type="application/merge-patch+json")
+    return qname
+
+
+async def _create_job(api: client.ApiClient, namespace: str, job: dict[str, Any]) -> client.V1Job:
+    return await client.BatchV1Api(api).create_namespaced_job(namespace, job)
+
+
+async def _refused(api: client.ApiClient, namespace: str, job: dict[str, Any]) -> str:
+    with pytest.raises(ApiException) as e:
+        await _create_job(api, namespace, job)
+    assert e.value.status in (400, 403, 500), e.value.body
+    with pytest.raises(ApiException) as gone:
+        await client.BatchV1Api(api).read_namespaced_job(job["metadata"]["name"], namespace)
+    assert gone.value.status == 404
+    return str(e.value.body)
+
+
+async def test_a_queued_job_created_running_is_stored_suspended(webhooks: Webhooks) -> None:
+    ns = webhooks.namespace
+    kueue = await _create_job(webhooks.api, ns, _job("kueue", queue="lq", suspend=False))
+    assert kueue.spec.suspend is True
+    queue = await _queue(webhooks, "open", {"users": ["admin"], "quota": {"requests": {"cpu": 8}}})
+    on_t9k = await _create_job(webhooks.api, ns, _job("t9k", t9k_queue=queue))
+    assert on_t9k.spec.suspend is True
+    plain = await _create_job(webhooks.api, ns, _job("plain"))
+    assert not plain.spec.suspend  # not queued: not ours to hold
+
+
+async def test_the_seeds_quota_refuses_4_cpus_when_38_of_40_are_allocated(webhooks: Webhooks) -> None:
+    queue = await _queue(webhooks, "demo", {"users": ["admin"], "quota": {"requests": {"cpu": 40}}},
+                         allocated={"cpu": "38"})
+    body = await _refused(webhooks.api, webhooks.namespace, _job("notebook", cpu="4", t9k_queue=queue))
+    assert f"Queue {queue}: cpu quota 40, allocated 38, request 4: 42 would exceed the quota" in body
+    assert "vjob.kueuelog.io" in body
+    fits = await _create_job(webhooks.api, webhooks.namespace, _job("fits", cpu="2", t9k_queue=queue))
+    assert fits.spec.suspend is True
+
+
+async def test_closed_queue_and_missing_queue_are_refused(webhooks: Webhooks) -> None:
+    queue = await _queue(webhooks, "shut", {"users": ["admin"], "closed": True})
+    body = await _refused(webhooks.api, webhooks.namespace, _job("late", t9k_queue=queue))
+    assert f"Queue {queue} is closed (spec.closed: true): new workloads are refused" in body
+    body = await _refused(webhooks.api, webhooks.namespace, _job("lost", t9k_queue=f"nowhere-{webhooks.scope}"))
+    assert f"Queue nowhere-{webhooks.scope} does not exist" in body
+
+
+@contextlib.asynccontextmanager
+async def _as(w: Webhooks, user: str, group: str | None = None) -> AsyncIterator[client.ApiClient]:
+    """A client acting as ``user`` (and ``group``), allowed to create Jobs in the test namespace."""
+    rbac = client.RbacAuthorizationV1Api(w.api)
+    with contextlib.suppress(ApiException):  # one Role per namespace, shared by the users
+        await rbac.create_namespaced_role(w.namespace, {
+            "metadata": {"name": "jobs"},
+            "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get"]}]})
+    await rbac.create_namespaced_role_binding(w.namespace, {
+        "metadata": {"name": f"jobs-{user}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "jobs"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+    api = client.ApiClient(configuration=await load_configuration(w.plane), header_name="Impersonate-User",
+                           header_value=user)
+    if group:
+        api.set_default_header("Impersonate-Group", group)
+    try:
+        yield api
+    finally:
+        await api.close()
+
+
+async def test_users_groups_and_namespace_selector_grant_the_queue(webhooks: Webhooks) -> None:
+    ns = webhooks.namespace
+    queue = await _queue(webhooks, "perm", {"users": ["alice"], "groups": ["ml"]})
+    by_ns = await _queue(webhooks, "byns", {"namespaceSelector": {"matchLabels": {"team": "a"}}})
+    async with _as(webhooks, "alice") as alice:
+        assert (await _create_job(alice, ns, _job("alice", t9k_queue=queue))).spec.suspend is True
+    async with _as(webhooks, "carol", "ml") as carol:
+        assert (await _create_job(carol, ns, _job("carol", t9k_queue=queue))).spec.suspend is True
+    async with _as(webhooks, "bob") as bob:
+        body = await _refused(bob, ns, _job("bob", t9k_queue=queue))
+        assert f"user 'bob' may not use Queue {queue} in namespace {ns}" in body
+        assert (await _create_job(bob, ns, _job("bob-ns", t9k_queue=by_ns))).spec.suspend is True
+
+
+async def test_invalid_queue_and_kueue_objects_are_refused_with_the_parsers_message(webhooks: Webhooks) -> None:
+    co = client.CustomObjectsApi(webhooks.api)
+    with pytest.raises(ApiException) as e:
+        await co.create_namespaced_custom_object(t9k.GROUP, "v1beta1", t9k.NAMESPACE, "queues", {
+            "apiVersion": t9k.API_VERSION, "kind": "Queue",
+            "metadata": {"name": f"bad-{webhooks.scope}", "labels": {SCOPE: webhooks.scope}},
+            "spec": {"maxDuration": "2h45"}})
+    assert "spec.maxDuration: invalid value '2h45'" in str(e.value.body)
+    with pytest.raises(ApiException) as e:
+        await co.create_namespaced_custom_object(t9k.GROUP, "v1beta1", t9k.NAMESPACE, "queues", {
+            "apiVersion": t9k.API_VERSION, "kind": "Queue",
+            "metadata": {"name": f"hot-{webhooks.scope}", "labels": {SCOPE: webhooks.scope}},
+            "spec": {"priority": 101}})
+    assert "spec.priority: must be between 0 and 100, got 101" in str(e.value.body)
+    # The CRD's schema takes any string as a node label value; the parser (and so the webhook) does not.
+    with pytest.raises(ApiException) as e:
+        await co.create_cluster_custom_object("kueue.x-k8s.io", "v1beta1", "resourceflavors", {
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+            "metadata": {"name": f"rf-{webhooks.scope}", "labels": {SCOPE: webhooks.scope}},
+            "spec": {"nodeLabels": {"zone": "not ok!"}}})
+    body = str(e.value.body)
+    assert "vkueue.kueuelog.io" in body
+    assert f"ResourceFlavor rf-{webhooks.scope}: spec.nodeLabels.zone: invalid label value 'not ok!'" in body
+    ok = await co.create_cluster_custom_object("kueue.x-k8s.io", "v1beta1", "resourceflavors", {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+        "metadata": {"name": f"rf-{webhooks.scope}", "labels": {SCOPE: webhooks.scope}},
+        "spec": {"nodeLabels": {"zone": "peking"}}})
+    assert ok["metadata"]["name"] == f"rf-{webhooks.scope}"
+
+
+async def test_webhook_down_means_the_failure_policy_fail_refuses_queued_jobs(
+        kube_api_client: client.ApiClient, kube_namespace: str, tmp_path: Path) -> None:
+    api = kube_api_client
+    subprocess.run(["bash", str(DEPLOY / "webhook" / "selfsigned.sh"), "--local", str(tmp_path)], check=True,
+                   capture_output=True)
+    ca = base64.b64encode((tmp_path / "ca.crt").read_bytes()).decode()
+    scope = uuid.uuid4().hex[:10]
+    await client.CoreV1Api(api).patch_namespace(kube_namespace, {"metadata": {"labels": {SCOPE: scope}}},
+                                                _content_type="application/merge-patch+json")
+    docs = _configurations(f"https://127.0.0.1:{free_port()}", ca, scope)  # nothing listens there
+    assert {h["failurePolicy"] for d in docs for h in d["webhooks"]} == {"Fail"}
+    await _register(api, docs)
+    try:
+        body = await _refused(api, kube_namespace, _job("held", queue="lq", suspend=False))
+        assert "failed calling webhook" in body and "mjob.kueuelog.io" in body
+    finally:
+        await _unregister(api, docs)
