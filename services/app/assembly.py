@@ -155,6 +155,7 @@ class WatcherSettings(ServiceSettings):
     """Publishes without an election: replicas append idempotent envelopes."""
 
     kube: KubeSettings
+    t9k: bool = False  # also watch T9k Queues (events.t9k)
     name: ClassVar[ServiceName] = "watcher"
     writer: ClassVar[str | None] = None
     leads: ClassVar[str | None] = None
@@ -273,7 +274,8 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
         case "scheduler":
             return SchedulerSettings(log=log, http=o.http, cluster=o.cluster)
         case "watcher":
-            return WatcherSettings(log=log, http=o.http, cluster=o.cluster, kube=kube)
+            return WatcherSettings(log=log, http=o.http, cluster=o.cluster, kube=kube,
+                                   t9k=bool(getattr(args, "t9k", False)))
         case "actuator":
             return ActuatorSettings(log=log, http=o.http, cluster=o.cluster, kube=kube if o.kube else None,
                                     policy=o.policy, qps=float(args.qps), burst=int(args.burst))
@@ -491,7 +493,7 @@ async def _watcher(settings: WatcherSettings, context: _Context, cfg: client.Con
     assert cfg is not None  # the watcher always has a Kubernetes configuration
     async with api_client(cfg) as api:
         watcher = WatcherService(context.log, api, cluster=settings.cluster, topics=settings.log.topics,
-                                 status=context.status)
+                                 status=context.status, t9k=settings.t9k)
         context.registry.register(watcher.collector())
         await watcher.run(context.stop)
 

@@ -38,6 +38,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events import t9k
 from events.cluster import KUEUE_GROUP
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
 from events.envelope import Topics, event_key
@@ -96,6 +97,10 @@ DEFAULT_KINDS: Final[tuple[WatchedKind, ...]] = (
     WatchedKind("Job", "batch", "v1", "jobs"),
 )
 """Configuration first: the initial LISTs run in this order."""
+
+T9K_KINDS: Final[tuple[WatchedKind, ...]] = (WatchedKind("Queue", t9k.GROUP, "v1beta1", "queues"),)
+"""T9k Scheduler's Queues (``events.t9k``), for clusters that run T9k: watched before the Jobs
+when the watcher runs with ``--t9k`` (the Queue CRD must exist)."""
 
 
 class WatchError(Exception):

@@ -19,7 +19,7 @@ from services.runtime.clock import wall_clock_ms
 from services.runtime.log import Log
 from services.runtime.metrics import StatsCollector
 from services.runtime.supervise import ServiceStatus
-from services.watcher.kube import WatcherStats, run_kube_watcher
+from services.watcher.kube import DEFAULT_KINDS, T9K_KINDS, WatchedKind, WatcherStats, run_kube_watcher
 
 
 class WatcherService:
@@ -27,8 +27,11 @@ class WatcherService:
 
     def __init__(self, log: Log, api: client.ApiClient, *, cluster: str, topics: Topics | None = None,
                  status: ServiceStatus | None = None, backoff: tuple[float, float] = (0.2, 30.0),
-                 clock: Callable[[], int] = wall_clock_ms) -> None:
+                 clock: Callable[[], int] = wall_clock_ms, t9k: bool = False) -> None:
+        """``t9k``: also watch T9k Scheduler's Queues (before the Jobs that name them)."""
         self.log, self.api, self.cluster = log, api, cluster
+        self.kinds: tuple[WatchedKind, ...] = (
+            (*DEFAULT_KINDS[:-1], *T9K_KINDS, DEFAULT_KINDS[-1]) if t9k else DEFAULT_KINDS)
         self.topics = topics or Topics()
         self.status = status or ServiceStatus("watcher")
         self.status.leading = True  # no election
@@ -45,7 +48,8 @@ class WatcherService:
 
     async def run(self, stop: asyncio.Event) -> WatcherStats:
         return await run_kube_watcher(self.log, self.api, stop, cluster=self.cluster, topics=self.topics,
-                                      clock=self._clock_marking_ready, stats=self.stats, backoff=self.backoff)
+                                      clock=self._clock_marking_ready, stats=self.stats, backoff=self.backoff,
+                                      kinds=self.kinds)
 
     def collector(self) -> StatsCollector:
         return StatsCollector("watcher", {"": lambda: self.stats})

@@ -288,3 +288,47 @@ async def test_webhook_down_means_the_failure_policy_fail_refuses_queued_jobs(
         assert "failed calling webhook" in body and "mjob.kueuelog.io" in body
     finally:
         await _unregister(api, docs)
+
+
+async def test_the_watcher_with_t9k_publishes_queues_and_their_jobs(webhooks: Webhooks, tmp_path: Path) -> None:
+    """``run watcher --t9k``: a Queue reaches the log as its ClusterQueue (status left out), and a
+    Job on it as a Workload whose priority comes from the Queue."""
+    import asyncio
+
+    from events.codec import decode_envelope
+    from events.envelope import Topics
+    from events.messages import ObjectApplied
+    from services.runtime.sqlite import SqliteLog
+    from services.watcher.service import WatcherService
+
+    queue = await _queue(webhooks, "watched", {"users": ["admin"], "priority": 70, "quota": {"requests": {"cpu": 8}}},
+                         allocated={"cpu": "3"})
+    await _create_job(webhooks.api, webhooks.namespace, _job("on-queue", cpu="2", t9k_queue=queue))
+    log = SqliteLog(tmp_path / "log")
+    stop = asyncio.Event()
+    service = WatcherService(log, webhooks.api, cluster="c", t9k=True, backoff=(0.1, 1.0))
+    task = asyncio.create_task(service.run(stop))
+
+    def applied() -> list[Any]:
+        out = []
+        for r in log.read(Topics().cluster_events, 0, 100_000):
+            ev = decode_envelope(r.value).event
+            if isinstance(ev, ObjectApplied):
+                out.append(ev.object)
+        return out
+
+    async def both() -> tuple[Any, Any] | None:
+        objs = applied()
+        cq = next((x for x in objs if getattr(x, "name", "") == queue and getattr(x, "t9k", None)), None)
+        wl = next((x for x in objs if getattr(x, "queue_name", "") == queue), None)
+        return (cq, wl) if cq is not None and wl is not None else None
+
+    try:
+        cq, wl = await eventually(both, what="the Queue's ClusterQueue and the Job's Workload on the log")
+    finally:
+        stop.set()
+        await task
+        log.close()
+    assert cq.t9k.priority == 70 and cq.t9k.allocated == () and cq.cohort == t9k.COHORT
+    assert wl.namespace == webhooks.namespace and t9k.is_t9k_workload(wl)
+    assert wl.pod_sets[0].requests == (("cpu", 2000),)

@@ -191,3 +191,27 @@ def test_other_config_maps_are_ignored_and_bad_shapes_refused() -> None:
     with pytest.raises(ManifestError, match=r"data.standard\[0\].name: required field is missing"):
         _load("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: resource-shapes, namespace: t9k-system}\n"
               "data:\n  standard: |\n    - requests: {cpu: '2'}\n")
+
+
+# --- the watcher -------------------------------------------------------------------------------
+
+
+def test_the_watcher_translates_a_queue_to_its_cluster_queue_without_status() -> None:
+    from events.messages import ObjectApplied, ObjectDeleted
+    from services.watcher.translate import translate
+
+    queue = {"apiVersion": t9k.API_VERSION, "kind": "Queue",
+             "metadata": {"name": "demo", "namespace": "t9k-system", "resourceVersion": "7"},
+             "spec": {"priority": 60, "quota": {"requests": {"cpu": 40}}}, "status": {"allocated": {"cpu": "38"}}}
+    tr = translate("Queue", "ADDED", queue, cluster="c", time_ms=5)
+    assert tr.errors == []
+    (env,) = tr.envelopes
+    assert isinstance(env.event, ObjectApplied) and isinstance(env.event.object, o.ClusterQueue)
+    cq = env.event.object
+    assert cq.name == "demo" and cq.t9k is not None and cq.t9k.priority == 60
+    assert cq.t9k.allocated == ()  # the scheduler keeps its own usage
+    gone = translate("Queue", "DELETED", queue, cluster="c", time_ms=6)
+    (env,) = gone.envelopes
+    assert env.event == ObjectDeleted(time=6, kind="ClusterQueue", name="demo")
+    bad = translate("Queue", "ADDED", {**queue, "spec": {"maxDuration": "1.5h"}}, cluster="c", time_ms=5)
+    assert bad.envelopes == [] and "spec.maxDuration: invalid value '1.5h'" in bad.errors[0]
