@@ -135,6 +135,7 @@ class EvictionReason(StrEnum):
     CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
     LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
     DEACTIVATED = "InactiveWorkload"
+    MAX_DURATION_EXCEEDED = "MaxDurationExceeded"  # T9k Queue's spec.maxDuration (events.t9k); requeued
 
 
 class PreemptionReason(StrEnum):

@@ -126,5 +126,5 @@ def eviction_completed(evicted_: Condition | None, at: int) -> list[Condition]:
     return [
         pending(message or PENDING_AFTER_EVICTION, at),
         not_admitted(at),
-        requeued(reason == EvictionReason.PREEMPTED, reason, message, at),
+        requeued(reason in (EvictionReason.PREEMPTED, EvictionReason.MAX_DURATION_EXCEEDED), reason, message, at),
     ]

@@ -31,6 +31,7 @@ from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, 
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
 from services.core.quota import FR, Node
 from services.core.state import State, WorkloadRecord, generation, tree_version
+from services.core.t9k import expired_admissions
 
 
 class EntryStatus(StrEnum):
@@ -442,6 +443,8 @@ def run_cycle(state: State) -> CycleResult:
     state.cycles += 1
     out = _Decisions(state)
     _drain_stopped(state, out)
+    for rec, message in expired_admissions(state):
+        evict(state, out, rec, EvictionReason.MAX_DURATION_EXCEEDED, message)
     restart_held(state)
     _mark_inactive(state, out)
     entries: list[Entry] = []

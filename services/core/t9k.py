@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 from events import objects as o
 from events import t9k
+from events.cluster import T9K_ALLOCATED_ANNOTATION
 from events.quantity import format_amount
 from services.core.flavors import selector_matches
+from services.core.state import State, WorkloadRecord
 
 
 @dataclass(frozen=True)
@@ -100,3 +102,27 @@ def creation_refusal(
 def expired(queue: o.T9kQueue, created: int, now: int) -> bool:
     """Whether a pod created at ``created`` (ms) has outlived the Queue's maxDuration at ``now``."""
     return queue.max_duration_ms is not None and now - created > queue.max_duration_ms
+
+
+def expired_admissions(state: State) -> list[tuple[WorkloadRecord, str]]:
+    """The admitted workloads whose pods have outlived their Queue's ``spec.maxDuration``, with why.
+
+    A pod's age is ``now - creation time``, both from the log: ``now`` is the state's clock and a
+    workload's pods are created when it is admitted, so their creation time is its admission's
+    (``reserved_at``). T9k deletes such a pod; here its workload is evicted (its pods go) and,
+    like a pod its controller creates again, queued again, with a fresh age once readmitted.
+    Usage given as a Queue's ``status.allocated`` (``simulate``) has no pods and never expires."""
+    out: list[tuple[WorkloadRecord, str]] = []
+    for name in sorted(n for n, cq in state.cluster_queues.items()
+                       if cq.t9k is not None and cq.t9k.max_duration_ms is not None):
+        queue = state.cluster_queues[name].t9k
+        assert queue is not None and queue.max_duration_ms is not None
+        for key in sorted(state.index.admitted.get(name, {})):
+            rec = state.workloads[key]
+            if (rec.evicting or rec.reserved_at is None or not expired(queue, rec.reserved_at, state.now)
+                    or any(k == T9K_ALLOCATED_ANNOTATION for k, _ in rec.obj.annotations)):
+                continue
+            age = state.now - rec.reserved_at
+            out.append((rec, f"Pods older than the maxDuration of Queue {name} ({queue.max_duration_ms} ms): "
+                             f"admitted {age} ms ago"))
+    return out

@@ -215,3 +215,41 @@ def test_the_watcher_translates_a_queue_to_its_cluster_queue_without_status() ->
     assert env.event == ObjectDeleted(time=6, kind="ClusterQueue", name="demo")
     bad = translate("Queue", "ADDED", {**queue, "spec": {"maxDuration": "1.5h"}}, cluster="c", time_ms=5)
     assert bad.envelopes == [] and "spec.maxDuration: invalid value '1.5h'" in bad.errors[0]
+
+
+# --- maxDuration: pods older than it are deleted, time from the log ---------------------------------
+
+
+def test_max_duration_evicts_a_workload_whose_pods_outlived_it_and_requeues_it() -> None:
+    from events.cluster import ConditionType, EvictionReason
+    from events.manifests import parse_time
+    from events.messages import ClockTicked, EvictWorkload
+    from services.app.simulate import fold_files_screened
+    from services.core.cycle import run_cycle
+    from services.core.state import finish_eviction, fold
+
+    job = _JOB.format(cpu="1", scheduler="t9k-scheduler").replace(
+        "metadata: {name: nb, namespace: team-a}",
+        "metadata: {name: nb, namespace: team-a, creationTimestamp: '2025-01-01T00:00:00Z'}")
+    state, refused = fold_files_screened({"q.yaml": _queue("  maxDuration: 2h45m\n  quota: {requests: {cpu: 4}}\n")
+                                          + "\n---\n" + job})
+    assert refused == []
+    start = parse_time("2025-01-01T00:00:00Z")
+    admitted = run_cycle(state)
+    (key,) = [k for k in state.workloads if k.startswith("team-a/")]
+    assert state.workloads[key].admission is not None and admitted.admitted == 1
+    limit = (2 * 60 + 45) * 60_000
+
+    fold(state, ClockTicked(time=start + limit))  # exactly 2h45m old: not older than it
+    assert [d for d in run_cycle(state).decisions if isinstance(d, EvictWorkload)] == []
+
+    fold(state, ClockTicked(time=start + limit + 1))
+    (evicted,) = [d for d in run_cycle(state).decisions if isinstance(d, EvictWorkload)]
+    assert evicted.reason == EvictionReason.MAX_DURATION_EXCEEDED and f"{evicted.namespace}/{evicted.name}" == key
+    assert f"maxDuration of Queue demo ({limit} ms): admitted {limit + 1} ms ago" in evicted.message
+
+    rec = state.workloads[key]
+    finish_eviction(state, rec)
+    assert rec.conditions[ConditionType.REQUEUED].status == "True"
+    run_cycle(state)
+    assert rec.admission is not None and rec.reserved_at == start + limit + 1  # a fresh age
