@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -1025,25 +1025,30 @@ class _Names:
         return Document(doc.file, doc.index, {**body, "metadata": {**meta, "name": name}})
 
 
-def load(files: Mapping[str, str]) -> list[tuple[Document, o.AnyObject]]:
+def load(
+    files: Mapping[str, str], expand: Callable[[list[Document]], list[Document]] | None = None
+) -> list[tuple[Document, o.AnyObject]]:
     """Every document of every file, in order, normalised; the first error stops the load.
 
     A Job or Workload with ``metadata.generateName`` and no name is named here
-    (:mod:`events.generatename`), the same way for the same input."""
+    (:mod:`events.generatename`), the same way for the same input. ``expand``, if given, sees
+    every document first and may replace some (front-end kinds translated to Kueue's)."""
     out: list[tuple[Document, o.AnyObject]] = []
     parents: dict[str, str] = {}  # Cohort -> parent, as applied so far: the one rule across objects
     names = _Names()
-    for file, text in files.items():
-        for doc in map(names.name, read_documents(file, text)):
-            obj = normalize(doc)
-            if obj is None:
-                continue
-            if isinstance(obj, o.Cohort):
-                problem = v.cohort_problem(parents, obj)
-                if problem is not None:
-                    raise ManifestError(doc.file, doc.index, f"Cohort {obj.name}", problem.field, problem.message)
-                parents[obj.name] = obj.parent
-            out.append((doc, obj))
+    docs: Iterable[Document] = (d for file, text in files.items() for d in read_documents(file, text))
+    if expand is not None:
+        docs = expand(list(docs))
+    for doc in map(names.name, docs):
+        obj = normalize(doc)
+        if obj is None:
+            continue
+        if isinstance(obj, o.Cohort):
+            problem = v.cohort_problem(parents, obj)
+            if problem is not None:
+                raise ManifestError(doc.file, doc.index, f"Cohort {obj.name}", problem.field, problem.message)
+            parents[obj.name] = obj.parent
+        out.append((doc, obj))
     return out
 
 

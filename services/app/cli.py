@@ -52,6 +52,12 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _convert(args: argparse.Namespace) -> int:
+    from services.app.convert import convert
+
+    return convert(args.files)  # bad input: ManifestError, OSError (see exits.classify)
+
+
 def _add_log_options(p: argparse.ArgumentParser, *, path_flag: bool = True, create: bool = False) -> None:
     """Where the log is: an embedded log directory, or a Kafka cluster (flags, or KUEUELOG_KAFKA_*)."""
     where = p.add_argument_group("log", "the embedded log (--log) or Kafka (--bootstrap-servers, or "
@@ -238,6 +244,18 @@ def _simulate_parser(sub: Subcommands) -> None:
     sim.set_defaults(func=_simulate)
 
 
+def _convert_parser(sub: Subcommands) -> None:
+    conv = sub.add_parser(
+        "convert",
+        help="print the Kueue manifests kueuelog makes of other schedulers' quota kinds (ElasticQuotaTree, ...)",
+        description="Translate front-end kinds (another scheduler's quota objects) into the Kueue manifests "
+                    "kueuelog runs them as, and print them (YAML) with notes on what has no Kueue equivalent; "
+                    "Kueue's own kinds pass through unchanged. Invalid input exits 2, as for simulate.",
+    )
+    conv.add_argument("files", nargs="+", metavar="FILE", help="YAML files of Kubernetes objects")
+    conv.set_defaults(func=_convert)
+
+
 def _replay_parser(sub: Subcommands) -> None:
     rep = sub.add_parser("replay", help="rebuild the scheduler's state from a log; --verify re-derives every decision",
                          description="Fold the input log and re-run every recorded cycle at the input offset it "
@@ -393,8 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kueue-compatible job queueing and quota admission, event-sourced.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_simulate_parser, _replay_parser, _explain_parser, _tail_parser, _demo_parser, _run_parser,
-                _log_parser, _schema_parser):
+    for add in (_simulate_parser, _convert_parser, _replay_parser, _explain_parser, _tail_parser, _demo_parser,
+                _run_parser, _log_parser, _schema_parser):
         add(sub)
     return parser
 

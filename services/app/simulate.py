@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from events import objects as o
 from events.manifests import load
 from events.messages import EvictWorkload, ObjectApplied
+from services.app.convert import expand
 from services.core.cycle import run_cycle
 from services.core.state import State, finish_eviction, fold
 from services.runtime.manifestfiles import read_manifests
@@ -31,7 +32,7 @@ class SimulationResult:
 
 def fold_files(files: dict[str, str]) -> State:
     """Every manifest of every file, folded in order (raises ManifestError on bad input)."""
-    objects = load(files)  # validate everything before folding anything
+    objects = load(files, expand=expand)  # validate everything before folding anything
     state = State()
     for _, obj in objects:
         time = obj.creation_time or 0 if isinstance(obj, o.Workload) else 0
