@@ -38,14 +38,14 @@ from typing import Any, Final
 
 import msgspec
 
-from events.cluster import QUEUE_NAME_LABEL
+from events.cluster import QUEUE_NAME_LABEL, RECLAIM_WITHIN_ANNOTATION
 from events.manifests import Document, ManifestError, _check_resource_name, _Ctx
 from events.quantity import format_amount
 
 API_VERSION: Final = "scheduling.sigs.k8s.io/v1beta1"
 KIND: Final = "ElasticQuotaTree"
 EFFECTIVE_NAMESPACE: Final = "kube-system"
-RECLAIM_ANNOTATION: Final = "kueuelog.io/reclaim-within"
+RECLAIM_ANNOTATION: Final = RECLAIM_WITHIN_ANNOTATION
 RECLAIM_WITHIN_NOMINAL: Final = "NominalQuota"
 DEFAULT_FLAVOR: Final = "default"
 DEFAULT_LOCAL_QUEUE: Final = "default"
@@ -174,13 +174,17 @@ def _text(resource: str, amount: int) -> str:
 def _validate(ctx: _Ctx, root: QuotaNode) -> None:
     seen: dict[str, QuotaNode] = {}
     owner: dict[str, QuotaNode] = {}
-    for node in root.walk():
+    nodes = root.walk()
+    for node in nodes:
         if node.name in seen:
             raise ctx.error(f"{node.path}.name", f"{node.name!r} is also the name of {seen[node.name].path}: "
                                                  f"{RULE_UNIQUE}")
         seen[node.name] = node
+    for node in nodes:
         _check_min_max(ctx, node)
+    for node in nodes:
         _check_children(ctx, node)
+    for node in nodes:
         if node.namespaces and not node.is_leaf:
             raise ctx.error(f"{node.path}.namespaces", f"{node.name} has children: {RULE_LEAF_NS}")
         for i, ns in enumerate(node.namespaces):

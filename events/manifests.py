@@ -31,6 +31,7 @@ from events.cluster import (
     KUEUE_CONFIG_GROUP,
     KUEUE_GROUP,
     POD_PRIORITY_CLASS_SOURCE,
+    RECLAIM_WITHIN_ANNOTATION,
     WORKLOAD_PRIORITY_CLASS_SOURCE,
     ConditionStatus,
     ConditionType,
@@ -592,6 +593,7 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
                 "reclaimWithinCohort=Never and borrowWithinCohort.policy!=Never: borrowWithinCohort "
                 "requires reclaimWithinCohort to be enabled",
             )
+    preemption = _reclaim_within(ctx, body, preemption)
     fungibility = _fungibility(ctx, spec.flavor_fungibility, version)
     if version == "v1beta2" and spec.admission_checks is not None:
         raise ctx.error("spec.admissionChecks", "unknown field (v1beta2 uses spec.admissionChecksStrategy)")
@@ -617,6 +619,21 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
         admission_checks=tuple(checks),
         fair_sharing_weight=_weight(ctx, spec.fair_sharing, "spec.fairSharing"),
     )
+
+
+def _reclaim_within(ctx: _Ctx, body: Mapping[str, Any], preemption: o.PreemptionPolicy) -> o.PreemptionPolicy:
+    """kueuelog's annotation ``kueuelog.io/reclaim-within: NominalQuota`` (see events/elasticquota.py)."""
+    meta = body.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    value = annotations.get(RECLAIM_WITHIN_ANNOTATION) if isinstance(annotations, dict) else None
+    if value is None:
+        return preemption
+    field = f"metadata.annotations.{RECLAIM_WITHIN_ANNOTATION}"
+    if value != "NominalQuota":
+        raise ctx.error(field, f"unsupported value {str(value)[:100]!r}: supported values: 'NominalQuota'")
+    if preemption.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER:
+        raise ctx.error(field, "needs spec.preemption.reclaimWithinCohort other than Never")
+    return msgspec.structs.replace(preemption, reclaim_within_nominal=True)
 
 
 def _cohort(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cohort:
