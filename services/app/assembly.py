@@ -445,6 +445,7 @@ async def _scheduler(settings: SchedulerSettings, context: _Context) -> None:
 
 def _arrivals(settings: SimclusterSettings, log: Log) -> ArrivalStream | None:
     """The seeded manifests: in simulated time from the start, in real time from now."""
+    from services.app.convert import expand
     from services.runtime.clock import wall_clock_ms
     from services.simcluster.arrivals import ArrivalStream, read_files
 
@@ -452,7 +453,7 @@ def _arrivals(settings: SimclusterSettings, log: Log) -> ArrivalStream | None:
         return None
     start = None if settings.clock == "simulated" else wall_clock_ms()
     return ArrivalStream.from_files(log, read_files(list(settings.seed)), start=start, compress=settings.compress,
-                                    cluster=settings.cluster, topics=settings.log.topics)
+                                    cluster=settings.cluster, topics=settings.log.topics, expand=expand)
 
 
 async def _all(settings: AllSettings, context: _Context) -> None:

@@ -22,7 +22,9 @@ TREE = Path("examples/ack/elasticquotatree.yaml").read_text(encoding="utf-8")
 NAMESPACES = ("namespace1", "namespace2", "namespace3", "namespace4")
 
 
-def deployment(ns: str, name: str, *, at: str, replicas: int = 5, cpu: str = "5", extra: str = "") -> str:
+def deployment(ns: str, name: str, *, at: str, replicas: int = 5, cpu: str = "5", extra: str = "",
+               duration: str = "") -> str:
+    annotations = f", annotations: {{kueuelog.io/sim-duration: {duration}}}" if duration else ""
     return f"""
 apiVersion: apps/v1
 kind: Deployment
@@ -31,7 +33,7 @@ spec:
   replicas: {replicas}
   selector: {{matchLabels: {{app: {name}}}}}
   template:
-    metadata: {{labels: {{app: {name}}}}}
+    metadata: {{labels: {{app: {name}}}{annotations}}}
     spec:
 {extra}      containers:
       - name: nginx
@@ -229,3 +231,42 @@ def test_each_of_the_seeds_rules_is_refused_naming_the_node_and_field(
     assert e.value.field == field
     assert words in e.value.message
     assert e.value.obj == "ElasticQuotaTree kube-system/elasticquotatree"
+
+
+def test_seed_003_walk_through_on_the_simulated_cluster(tmp_path: Path) -> None:
+    """The same walk-through through the services (watcher arrivals, scheduler, actuator, simulated
+    cluster) in simulated time: Deployments arrive a minute apart and run for ten hours."""
+    from events.envelope import Topics
+    from services.actuator.loop import Actuator
+    from services.actuator.sim_port import SimClusterPort
+    from services.app.driver import Loop, drive
+    from services.runtime.sqlite import SqliteLog
+    from services.scheduler.service import Scheduler
+    from services.simcluster.arrivals import ArrivalStream
+    from services.simcluster.cluster import SimCluster, SimConfig
+
+    topics = Topics()
+    log = SqliteLog(tmp_path / "log", durable=False)
+    files = {"tree.yaml": TREE}
+    for i, ns in enumerate(NAMESPACES, start=1):
+        files[f"{ns}.yaml"] = deployment(ns, f"nginx{i}", at=f"2026-01-01T00:0{i}:00Z", duration="10h")
+    config = SimConfig()
+    loop = Loop(Scheduler(log, topics=topics), Actuator(log, SimClusterPort(topics, config.cluster), topics=topics),
+                SimCluster.simulated(log, config, topics),
+                ArrivalStream.from_files(log, files, topics=topics, expand=expand))
+    seen: list[tuple[int, ...]] = []
+
+    def record(_: object) -> None:
+        out = dict.fromkeys(NAMESPACES, 0)
+        for rec in loop.scheduler.state.workloads.values():
+            if rec.admission is not None and not rec.evicting and not rec.finished:
+                out[rec.obj.namespace] += 1
+        if not seen or seen[-1] != tuple(out.values()):
+            seen.append(tuple(out.values()))
+
+    drive(loop, between=record)
+    log.close()
+    for step in ((4, 0, 0, 0), (4, 4, 0, 0), (4, 2, 2, 0), (2, 2, 2, 2)):
+        assert step in seen, seen
+    assert seen.index((4, 2, 2, 0)) < seen.index((2, 2, 2, 2))
+    assert all(s[2] <= 2 for s in seen[: seen.index((2, 2, 2, 2)) + 1]), "root.b.1 never reclaims past its min"
