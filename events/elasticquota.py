@@ -38,7 +38,15 @@ from typing import Any, Final
 
 import msgspec
 
-from events.cluster import QUEUE_NAME_LABEL, RECLAIM_WITHIN_ANNOTATION
+from events.cluster import (
+    KUEUE_GROUP,
+    NAMESPACE_NAME_LABEL,
+    POD_PRIORITY_CLASS_SOURCE,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+    RECLAIM_WITHIN_ANNOTATION,
+    WORKLOAD_PRIORITY_CLASS_SOURCE,
+)
 from events.manifests import Document, ManifestError, _check_resource_name, _Ctx
 from events.quantity import format_amount
 
@@ -50,8 +58,8 @@ RECLAIM_WITHIN_NOMINAL: Final = "NominalQuota"
 DEFAULT_FLAVOR: Final = "default"
 DEFAULT_LOCAL_QUEUE: Final = "default"
 FLAVOR_ATTRIBUTE: Final = "resourceflavors"
-KUEUE_V1: Final = "kueue.x-k8s.io/v1beta1"
-NAME_LABEL: Final = "kubernetes.io/metadata.name"
+KUEUE_V1: Final = f"{KUEUE_GROUP}/v1beta1"
+NAME_LABEL: Final = NAMESPACE_NAME_LABEL
 _DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 REPLICATED: Final = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"), ("apps/v1", "ReplicaSet")}
@@ -352,13 +360,13 @@ def pod_workload(meta: dict[str, Any], pod_spec: Any, namespace: str, queue: str
     spec: dict[str, Any] = {"queueName": queue,
                             "podSets": [{"name": "main", "count": 1, "template": {"spec": pod_spec}}]}
     pcn = pod_spec.get("priorityClassName") if isinstance(pod_spec, dict) else None
-    priority_label = _labels(meta).get("kueue.x-k8s.io/priority-class")
+    priority_label = _labels(meta).get(PRIORITY_CLASS_LABEL)
     if priority_label:
         spec["priorityClassName"] = priority_label
-        spec["priorityClassSource"] = "kueue.x-k8s.io/workloadpriorityclass"
+        spec["priorityClassSource"] = WORKLOAD_PRIORITY_CLASS_SOURCE
     elif pcn:
         spec["priorityClassName"] = pcn
-        spec["priorityClassSource"] = "scheduling.k8s.io/priorityclass"
+        spec["priorityClassSource"] = POD_PRIORITY_CLASS_SOURCE
     return {"apiVersion": KUEUE_V1, "kind": "Workload", "metadata": wl_meta, "spec": spec}
 
 

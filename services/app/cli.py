@@ -342,6 +342,9 @@ def _add_kube_options(run: argparse.ArgumentParser) -> None:
     kube.add_argument("--job-policy", choices=("suspend", "reject"), default=None,
                       help="a queued Job created running: suspend it until admitted, or reject it (label "
                            "kueuelog.io/rejected; it runs outside quota) (default: KUEUELOG_JOB_POLICY, else suspend)")
+    kube.add_argument("--elastic-quota-tree", action=argparse.BooleanOptionalAction, default=None,
+                      help="actuator --kube: keep the Kueue objects of ACK's ElasticQuotaTree in kube-system "
+                           "(deploy/frontends/ack) (default: KUEUELOG_ELASTIC_QUOTA_TREE, else off)")
     kube.add_argument("--qps", type=float, default=os.environ.get("KUEUELOG_KUBE_QPS", "20"), metavar="N",
                       help="actuator: API requests per second (default: 20, or KUEUELOG_KUBE_QPS)")
     kube.add_argument("--burst", type=int, default=os.environ.get("KUEUELOG_KUBE_BURST", "40"), metavar="N",
