@@ -19,6 +19,7 @@ from events.envelope import Topics
 from services.actuator.job_reconciler import JobReconciler, Policy
 from services.actuator.kube_port import KUBE_TUNING, KubePort
 from services.actuator.loop import Actuator, Tuning
+from services.actuator.pods import PodReconciler
 from services.actuator.runner import run_loop
 from services.actuator.tree_reconciler import TreeReconciler
 from services.runtime.log import Log
@@ -45,6 +46,7 @@ class ActuatorService:
         self.reconciler = JobReconciler(reconciler_api or api, cluster=cluster, policy=policy)
         # ACK's ElasticQuotaTree kept as Kueue objects (deploy/frontends/ack), when asked for.
         self.trees = TreeReconciler(reconciler_api or api) if elastic_quota_tree else None
+        self.pods = PodReconciler(reconciler_api or api) if elastic_quota_tree else None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop``; raises what stopped either task for good (the other is stopped too)."""
@@ -55,6 +57,8 @@ class ActuatorService:
                 group.create_task(self.reconciler.run(stop), name="job reconciler")
                 if self.trees is not None:
                     group.create_task(self.trees.run(stop), name="elasticquotatree reconciler")
+                if self.pods is not None:
+                    group.create_task(self.pods.run(stop), name="pod reconciler")
         except BaseExceptionGroup as eg:
             if len(eg.exceptions) == 1:
                 raise eg.exceptions[0] from None  # say which failed, not "unhandled errors in a TaskGroup"
@@ -65,4 +69,7 @@ class ActuatorService:
         if self.trees is not None:
             trees = self.trees
             sources["elasticquotatree_"] = lambda: trees.stats
+        if self.pods is not None:
+            pods = self.pods
+            sources["pod_reconciler_"] = lambda: pods.stats
         return StatsCollector("actuator", sources)

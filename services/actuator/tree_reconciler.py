@@ -48,6 +48,32 @@ _log = structlog.get_logger(__name__)
 Key = tuple[str, str, str]  # kind, namespace, name
 
 
+async def raw_call(api: client.ApiClient, method: str, path: str, *, body: Any = None,
+                   query: list[tuple[str, str]] | None = None, content_type: str = "application/json",
+                   timeout: float = 30.0) -> Any:
+    """One API call on a plain path, JSON in and out; errors as :class:`KubeApiError`."""
+    try:
+        resp = await api.call_api(
+            path, method, query_params=query or [], body=body,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            auth_settings=["BearerToken"], _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(total=timeout),
+        )
+        try:
+            text = await resp.read()
+        finally:
+            resp.release()
+    except ApiException as e:
+        raise KubeApiError(f"{method} {path}: HTTP {e.status}: {e.reason}",
+                           retriable=status_retriable(int(e.status or 0)), status=int(e.status or 0)) from e
+    except (aiohttp.ClientError, TimeoutError, OSError) as e:
+        raise KubeApiError(f"{method} {path}: {type(e).__name__}: {e}", retriable=True) from e
+    if resp.status >= 300:
+        raise KubeApiError(f"{method} {path}: HTTP {resp.status}: {text[:200]!r}",
+                           retriable=status_retriable(resp.status), status=resp.status)
+    return json.loads(text) if text else None
+
+
 def object_path(kind: str, namespace: str, name: str = "") -> str:
     plural = PLURALS[kind]
     base = f"{KUEUE}/namespaces/{namespace}/{plural}" if namespace else f"{KUEUE}/{plural}"
@@ -94,26 +120,8 @@ class TreeReconciler:
 
     async def _call(self, method: str, path: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
                     content_type: str = "application/json") -> Any:
-        try:
-            resp = await self.api.call_api(
-                path, method, query_params=query or [], body=body,
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=self.request_timeout),
-            )
-            try:
-                text = await resp.read()
-            finally:
-                resp.release()
-        except ApiException as e:
-            raise KubeApiError(f"{method} {path}: HTTP {e.status}: {e.reason}",
-                               retriable=status_retriable(int(e.status or 0)), status=int(e.status or 0)) from e
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            raise KubeApiError(f"{method} {path}: {type(e).__name__}: {e}", retriable=True) from e
-        if resp.status >= 300:
-            raise KubeApiError(f"{method} {path}: HTTP {resp.status}: {text[:200]!r}",
-                               retriable=status_retriable(resp.status), status=resp.status)
-        return json.loads(text) if text else None
+        return await raw_call(self.api, method, path, body=body, query=query, content_type=content_type,
+                              timeout=self.request_timeout)
 
     async def _trees(self) -> list[dict[str, Any]] | None:
         """The trees in kube-system; None when the CRD is not installed."""
