@@ -22,6 +22,7 @@ from services.app.assembly import log_settings, open_log, run, run_settings
 from services.app.exits import classify
 
 if TYPE_CHECKING:
+    from services.core.state import State
     from services.runtime.log import Log
 
 
@@ -49,7 +50,28 @@ def _simulate(args: argparse.Namespace) -> int:
         for key in sorted(result.state.workloads):
             table.add_row(*summary_row(result.state, result.state.workloads[key]))
         Console(width=200).print(table)
+        _print_tree(result.state)
     return 0
+
+
+def _print_tree(state: State) -> None:
+    """An ElasticQuotaTree's nodes (min / max / used), after simulate's table, if there is one."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from services.core.treeview import tree_status
+
+    nodes = tree_status(state)
+    if not nodes:
+        return
+    table = Table(title="ElasticQuotaTree", expand=False)
+    for col in ("NODE", "PARENT", "MIN", "MAX", "USED"):
+        table.add_column(col, overflow="fold")
+    for n in nodes:
+        table.add_row(*(str(n[k]) if k in ("name", "parent") else
+                        ", ".join(f"{r}={v}" for r, v in n[k].items())  # type: ignore[attr-defined]
+                        for k in ("name", "parent", "min", "max", "used")))
+    Console(width=200).print(table)
 
 
 def _convert(args: argparse.Namespace) -> int:

@@ -270,3 +270,52 @@ def test_seed_003_walk_through_on_the_simulated_cluster(tmp_path: Path) -> None:
         assert step in seen, seen
     assert seen.index((4, 2, 2, 0)) < seen.index((2, 2, 2, 2))
     assert all(s[2] <= 2 for s in seen[: seen.index((2, 2, 2, 2)) + 1]), "root.b.1 never reclaims past its min"
+
+
+def test_status_and_explain_speak_in_tree_terms() -> None:
+    from services.core.treeview import pending_in_tree_terms, preempted_in_tree_terms, tree_status
+
+    cluster = Cluster(TREE)
+    for i, ns in enumerate(NAMESPACES[:3], start=1):
+        cluster.apply(deployment(ns, f"nginx{i}", at=f"2026-01-01T00:0{i}:00Z"))
+    status = {n["name"]: n for n in tree_status(cluster.state)}
+    assert list(status) == ["root", "root.a", "root.a.1", "root.a.2", "root.b", "root.b.1", "root.b.2"]
+    assert status["root"]["used"] == {"cpu": "40"} and status["root"]["max"] == {"cpu": "40", "memory": "40Gi"}
+    assert (status["root.a"]["min"]["cpu"], status["root.a"]["max"]["cpu"], status["root.a"]["used"]) == (
+        "20", "40", {"cpu": "30"})
+    assert status["root.b.1"]["used"] == {"cpu": "10"} and status["root.b.2"]["used"] == {}
+    by_owner = {r.obj.owner.name: r for r in cluster.state.workloads.values() if r.obj.owner}
+    assert pending_in_tree_terms(cluster.state, by_owner["nginx1-4"])[0] == \
+        "root.a.1 is at max 20 cpu: 5 cpu more does not fit"
+    assert pending_in_tree_terms(cluster.state, by_owner["nginx3-2"]) == [
+        "root is at max 40 cpu: 5 cpu more does not fit",
+        "root.b.1 would go past its min 10 cpu (uses 10 cpu): beyond its min it only borrows idle quota and "
+        "reclaims nothing"]
+    reclaimed = sorted(filter(None, (preempted_in_tree_terms(cluster.state, r) for r in by_owner.values())))
+    assert reclaimed == ["reclaimed 5 cpu of root.b.1's min from root.a.2"] * 2
+    assert pending_in_tree_terms(cluster.state, by_owner["nginx1-0"]) == [], "admitted"
+
+
+def test_tree_metrics_per_node() -> None:
+    from prometheus_client import generate_latest
+
+    from services.scheduler.metrics import SchedulerMetrics
+
+    cluster = Cluster(TREE, deployment("namespace1", "nginx1", at="2026-01-01T00:00:00Z"))
+    metrics = SchedulerMetrics()
+    metrics.refresh(cluster.state)
+    text = generate_latest(metrics.registry).decode()
+    assert 'kueuelog_elastic_quota_tree_node{node="root.a.1",parent="root.a",resource="cpu",value="used"} 20.0' in text
+    assert 'kueuelog_elastic_quota_tree_node{node="root.a.1",parent="root.a",resource="cpu",value="max"} 20.0' in text
+    assert 'kueuelog_elastic_quota_tree_node{node="root",parent="",resource="cpu",value="min"} 40.0' in text
+
+
+def test_simulate_prints_the_tree_after_its_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from services.app.cli import main
+
+    workloads = tmp_path / "w.yaml"
+    workloads.write_text(deployment("namespace1", "nginx1", at="2026-01-01T00:00:00Z"))
+    assert main(["simulate", "examples/ack/elasticquotatree.yaml", str(workloads)]) == 0
+    out = capsys.readouterr().out
+    assert "ElasticQuotaTree" in out
+    assert "root.a.1" in out and "cpu=20" in out
