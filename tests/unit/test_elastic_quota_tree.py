@@ -319,3 +319,43 @@ def test_simulate_prints_the_tree_after_its_table(tmp_path: Path, capsys: pytest
     out = capsys.readouterr().out
     assert "ElasticQuotaTree" in out
     assert "root.a.1" in out and "cpu=20" in out
+
+
+def test_explain_on_the_log_speaks_in_tree_terms(tmp_path: Path) -> None:
+    from events.envelope import Topics
+    from services.actuator.loop import Actuator
+    from services.actuator.sim_port import SimClusterPort
+    from services.app.driver import Loop
+    from services.app.logview import explain
+    from services.runtime.sqlite import SqliteLog
+    from services.scheduler.service import Scheduler
+    from services.simcluster.arrivals import ArrivalStream
+    from services.simcluster.cluster import SimCluster, SimConfig
+
+    topics = Topics()
+    log = SqliteLog(tmp_path / "log", durable=False)
+    files = {"tree.yaml": TREE}
+    for i, ns in enumerate(NAMESPACES[:3], start=1):
+        files[f"{ns}.yaml"] = deployment(ns, f"nginx{i}", at=f"2026-01-01T00:0{i}:00Z", duration="10h")
+    config = SimConfig()
+    loop = Loop(Scheduler(log, topics=topics), Actuator(log, SimClusterPort(topics, config.cluster), topics=topics),
+                SimCluster.simulated(log, config, topics),
+                ArrivalStream.from_files(log, files, topics=topics, expand=expand))
+
+    def settled() -> bool:
+        running = sum(1 for r in loop.scheduler.state.workloads.values()
+                      if r.obj.namespace == "namespace3" and r.admission is not None and not r.evicting)
+        return running == 2 and not any(r.evicting for r in loop.scheduler.state.workloads.values())
+
+    for _ in range(10_000):
+        loop.round()
+        if settled():
+            break
+    assert settled()
+    held = explain(log, topics, "namespace3/nginx3-4")
+    assert "  tree: root is at max 40 cpu: 5 cpu more does not fit" in held
+    victims = [key for key, r in loop.scheduler.state.workloads.items() if r.conditions.get("Preempted")]
+    assert victims
+    assert any(line.startswith("  tree: reclaimed 5 cpu of root.b.1's min from root.a.")
+               for line in explain(log, topics, victims[0]))
+    log.close()
