@@ -11,6 +11,9 @@ puts it there with a mutating webhook, which kueuelog does not run yet.
   tree reconciler keeps is there), a gated pod without a Workload gets one
   (:func:`events.elasticquota.pod_workload`, owned by the pod), and a pod-owned Workload whose pod
   is gone is deleted (what the garbage collector does in a full cluster), which frees its quota.
+- a Job without a queue-name label there is labelled for LocalQueue ``default`` (Kueue's
+  LocalQueueDefaulting, done after creation for want of a webhook); the job reconciler then
+  suspends it and queues it like any other.
 - :func:`admit_pod`: the admitted flavors' node labels added to the pod's nodeSelector and the
   gate removed, in one conditional merge patch. :func:`evict_pod`: the pod is deleted (a
   Deployment's ReplicaSet makes a new, gated one, which queues again).
@@ -26,7 +29,7 @@ from typing import Any, ClassVar, Final
 import structlog
 from kubernetes_asyncio import client
 
-from events.cluster import ADMISSION_GATE, ELASTIC_QUOTA_TREE_LABEL, KUEUE_GROUP
+from events.cluster import ADMISSION_GATE, ELASTIC_QUOTA_TREE_LABEL, KUEUE_GROUP, QUEUE_NAME_LABEL
 from events.elasticquota import DEFAULT_LOCAL_QUEUE, pod_workload
 from services.actuator.kubeapi import KubeApiError
 from services.actuator.tree_reconciler import raw_call
@@ -100,6 +103,7 @@ class PodStats:
     passes: int = 0
     created: int = 0  # Workloads created for gated pods
     deleted: int = 0  # Workloads deleted: their pod is gone
+    jobs_labelled: int = 0  # Jobs without a queue-name label sent to LocalQueue default
     errors: int = 0
 
 
@@ -122,7 +126,23 @@ class PodReconciler:
         for namespace in await self._bound():
             await self._namespace(namespace)
 
+    async def _label_jobs(self, namespace: str) -> None:
+        """A Job without a queue-name label in a bound namespace goes to LocalQueue ``default`` (what
+        Kueue's LocalQueueDefaulting does at creation); the job reconciler takes it from there."""
+        jobs = (await raw_call(self.api, "GET", f"/apis/batch/v1/namespaces/{namespace}/jobs") or {}).get("items") or []
+        for job in jobs:
+            meta = job.get("metadata") or {}
+            if QUEUE_NAME_LABEL in (meta.get("labels") or {}) or meta.get("ownerReferences"):
+                continue  # queued already, or made by another controller (a CronJob's is its own)
+            patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                                  "labels": {QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE}}}
+            with contextlib.suppress(KubeApiError):  # 409: changed meanwhile, next pass
+                await raw_call(self.api, "PATCH", f"/apis/batch/v1/namespaces/{namespace}/jobs/{meta.get('name')}",
+                               body=patch, content_type=MERGE_PATCH)
+                self.stats.jobs_labelled += 1
+
     async def _namespace(self, namespace: str) -> None:
+        await self._label_jobs(namespace)
         pods = (await raw_call(self.api, "GET", f"/api/v1/namespaces/{namespace}/pods") or {}).get("items") or []
         workloads = (await raw_call(self.api, "GET", f"{WORKLOADS}/namespaces/{namespace}/workloads")
                      or {}).get("items") or []

@@ -170,3 +170,38 @@ async def test_a_deployment_past_the_leafs_max_is_held_then_released_when_quota_
             await core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
         with contextlib.suppress(ApiException):
             await apps.delete_namespaced_deployment("nginx", NS)
+
+
+async def test_a_job_without_a_queue_label_in_a_bound_namespace_is_queued_and_admitted(
+    deployed: None, kube_api_client: client.ApiClient, kube_control_plane: LocalControlPlane,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from events.cluster import DECISION_ID_ANNOTATION, QUEUE_NAME_LABEL
+
+    api = kube_api_client
+    await _frontend(api, kube_control_plane)
+    batch = client.BatchV1Api(api)
+    log = SqliteLog(tmp_path / "log")
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": NS},
+           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "4"}}}]}}}}
+    try:
+        async with stack(kube_control_plane, log) as running:
+            await batch.create_namespaced_job(NS, job)
+
+            async def admitted() -> dict[str, Any] | None:
+                got = (await batch.read_namespaced_job("train", NS)).to_dict()
+                meta = got["metadata"]
+                ok = ((meta.get("labels") or {}).get(QUEUE_NAME_LABEL) == "default"
+                      and DECISION_ID_ANNOTATION in (meta.get("annotations") or {})
+                      and got["spec"]["suspend"] is False)
+                return got if ok else None
+
+            await eventually(running, admitted, what="the unlabelled Job to be queued to 'default' and admitted")
+    finally:
+        log.close()
+        with contextlib.suppress(ApiException):
+            await batch.delete_namespaced_job("train", NS, propagation_policy="Background")
+        with contextlib.suppress(ApiException):
+            await client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                "scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", "elasticquotatree")
