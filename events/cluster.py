@@ -78,6 +78,14 @@ T9K_ALLOCATED_ANNOTATION: Final = f"{KUEUELOG_PREFIX}t9k-allocated"
 """On a pending Workload: our closed-set reason (``events.messages.PendingReason``)."""
 SIM_DURATION_ANNOTATION: Final = f"{KUEUELOG_PREFIX}sim-duration"
 """On a Workload (or its Job) in the simulated cluster: how long it runs once admitted."""
+ADMISSION_GATE: Final = f"{KUEUE_GROUP}/admission"
+"""The scheduling gate that holds a pod until its Workload is admitted (Kueue's pod integration's)."""
+ELASTIC_QUOTA_TREE_LABEL: Final = f"{KUEUELOG_PREFIX}elastic-quota-tree"
+"""On a Kueue object the actuator keeps for ACK's ElasticQuotaTree: the tree's name
+(``services/actuator/tree_reconciler.py``)."""
+RECLAIM_WITHIN_ANNOTATION: Final = f"{KUEUELOG_PREFIX}reclaim-within"
+"""On a ClusterQueue: ``NominalQuota`` = reclaim in the cohort tree only for a workload that fits in
+its own nominal quota (ACK's rule for an ElasticQuotaTree leaf, ``events/elasticquota.py``)."""
 
 
 # --- conditions -----------------------------------------------------------------------------------

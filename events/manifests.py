@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -31,6 +31,7 @@ from events.cluster import (
     KUEUE_CONFIG_GROUP,
     KUEUE_GROUP,
     POD_PRIORITY_CLASS_SOURCE,
+    RECLAIM_WITHIN_ANNOTATION,
     WORKLOAD_PRIORITY_CLASS_SOURCE,
     ConditionStatus,
     ConditionType,
@@ -593,6 +594,7 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
                 "reclaimWithinCohort=Never and borrowWithinCohort.policy!=Never: borrowWithinCohort "
                 "requires reclaimWithinCohort to be enabled",
             )
+    preemption = _reclaim_within(ctx, body, preemption)
     fungibility = _fungibility(ctx, spec.flavor_fungibility, version)
     if version == "v1beta2" and spec.admission_checks is not None:
         raise ctx.error("spec.admissionChecks", "unknown field (v1beta2 uses spec.admissionChecksStrategy)")
@@ -618,6 +620,21 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
         admission_checks=tuple(checks),
         fair_sharing_weight=_weight(ctx, spec.fair_sharing, "spec.fairSharing"),
     )
+
+
+def _reclaim_within(ctx: _Ctx, body: Mapping[str, Any], preemption: o.PreemptionPolicy) -> o.PreemptionPolicy:
+    """kueuelog's annotation ``kueuelog.io/reclaim-within: NominalQuota`` (see events/elasticquota.py)."""
+    meta = body.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    value = annotations.get(RECLAIM_WITHIN_ANNOTATION) if isinstance(annotations, dict) else None
+    if value is None:
+        return preemption
+    field = f"metadata.annotations.{RECLAIM_WITHIN_ANNOTATION}"
+    if value != "NominalQuota":
+        raise ctx.error(field, f"unsupported value {str(value)[:100]!r}: supported values: 'NominalQuota'")
+    if preemption.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER:
+        raise ctx.error(field, "needs spec.preemption.reclaimWithinCohort other than Never")
+    return msgspec.structs.replace(preemption, reclaim_within_nominal=True)
 
 
 def _cohort(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cohort:
@@ -1035,25 +1052,30 @@ class _Names:
         return Document(doc.file, doc.index, {**body, "metadata": {**meta, "name": name}})
 
 
-def load(files: Mapping[str, str]) -> list[tuple[Document, o.AnyObject]]:
+def load(
+    files: Mapping[str, str], expand: Callable[[list[Document]], list[Document]] | None = None
+) -> list[tuple[Document, o.AnyObject]]:
     """Every document of every file, in order, normalised; the first error stops the load.
 
     A Job or Workload with ``metadata.generateName`` and no name is named here
-    (:mod:`events.generatename`), the same way for the same input."""
+    (:mod:`events.generatename`), the same way for the same input. ``expand``, if given, sees
+    every document first and may replace some (front-end kinds translated to Kueue's)."""
     out: list[tuple[Document, o.AnyObject]] = []
     parents: dict[str, str] = {}  # Cohort -> parent, as applied so far: the one rule across objects
     names = _Names()
-    for file, text in files.items():
-        for doc in map(names.name, read_documents(file, text)):
-            obj = normalize(doc)
-            if obj is None:
-                continue
-            if isinstance(obj, o.Cohort):
-                problem = v.cohort_problem(parents, obj)
-                if problem is not None:
-                    raise ManifestError(doc.file, doc.index, f"Cohort {obj.name}", problem.field, problem.message)
-                parents[obj.name] = obj.parent
-            out.append((doc, obj))
+    docs: Iterable[Document] = (d for file, text in files.items() for d in read_documents(file, text))
+    if expand is not None:
+        docs = expand(list(docs))
+    for doc in map(names.name, docs):
+        obj = normalize(doc)
+        if obj is None:
+            continue
+        if isinstance(obj, o.Cohort):
+            problem = v.cohort_problem(parents, obj)
+            if problem is not None:
+                raise ManifestError(doc.file, doc.index, f"Cohort {obj.name}", problem.field, problem.message)
+            parents[obj.name] = obj.parent
+        out.append((doc, obj))
     return out
 
 

@@ -130,6 +130,9 @@ class PreemptionPolicy(_Obj, frozen=True):
     reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
     borrow_within_cohort: BorrowWithinCohortPolicy = BorrowWithinCohortPolicy.NEVER
     borrow_max_priority_threshold: int | None = None
+    # kueuelog's extension (annotation kueuelog.io/reclaim-within: NominalQuota, events/elasticquota.py):
+    # reclaim in the cohort tree only for a workload that fits in the ClusterQueue's own nominal quota.
+    reclaim_within_nominal: bool = False
 
 
 class FlavorFungibility(_Obj, frozen=True):

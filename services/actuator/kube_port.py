@@ -88,6 +88,7 @@ from services.actuator.kubeplan import (
     workload_ref,
 )
 from services.actuator.loop import ActuationError, Staged, Tuning
+from services.actuator.pods import admit_pod, evict_pod, pod_owner
 
 _log = structlog.get_logger(__name__)
 
@@ -140,6 +141,7 @@ class KubePort:
         self.pending_cache_size = pending_cache_size
         self.stats = KubeStats()
         self.kube = KubeCalls(api, qps=qps, burst=burst, request_timeout=request_timeout, stats=self.stats.api)
+        self._api = api  # pods (services/actuator/pods.py) are on /api/v1, which KubeCalls does not reach
         self.counts = QueueCounts()
         self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
         self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
@@ -258,6 +260,11 @@ class KubePort:
                     self._later.pop(f"restore:{d.namespace}/{d.name}", None)
                 else:
                     self.stats.already_applied += 1
+            elif (pod := pod_owner(wl)) is not None:  # a pod held by its scheduling gate: release it
+                labels: dict[str, str] = {}
+                for n in flavor_names(d):
+                    labels.update((await self._flavor(n)).node_labels)
+                await admit_pod(self._api, d.namespace, pod[0], pod[1], labels)
             desired = admitted_status(wl.get("status") or {}, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
                 return
@@ -284,6 +291,8 @@ class KubePort:
                     self.stats.already_applied += 1
                 if ANN_ORIGINAL in annotations_of(job) and not await self._restore(ref, job):
                     self._later[f"restore:{key}"] = _Later(attempts=0, due=time.monotonic() + 1.0, job=ref)
+            elif (pod := pod_owner(wl)) is not None:  # Kueue's pod integration stops a pod by deleting it
+                await evict_pod(self._api, d.namespace, pod[0])
             desired = evicted_status(wl.get("status") or {}, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
                 return

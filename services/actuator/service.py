@@ -19,7 +19,9 @@ from events.envelope import Topics
 from services.actuator.job_reconciler import JobReconciler, Policy
 from services.actuator.kube_port import KUBE_TUNING, KubePort
 from services.actuator.loop import Actuator, Tuning
+from services.actuator.pods import PodReconciler
 from services.actuator.runner import run_loop
+from services.actuator.tree_reconciler import TreeReconciler
 from services.runtime.log import Log
 from services.runtime.metrics import StatsCollector
 from services.runtime.supervise import POLL_SECONDS, ServiceStatus
@@ -33,7 +35,8 @@ class ActuatorService:
     def __init__(self, log: Log, api: client.ApiClient, *, cluster: str, topics: Topics | None = None,  # noqa: PLR0913
                  policy: Policy = "suspend", qps: float = 20, burst: int = 40, status: ServiceStatus | None = None,
                  role: str = "actuator", poll_seconds: float = POLL_SECONDS,
-                 reconciler_api: client.ApiClient | None = None, tuning: Tuning = KUBE_TUNING) -> None:
+                 reconciler_api: client.ApiClient | None = None, tuning: Tuning = KUBE_TUNING,
+                 elastic_quota_tree: bool = False) -> None:
         """``role`` is the leadership the caller acquired (checked on every step); ``reconciler_api``
         another client for the reconciler (default: the actuator's, which then shares its connections)."""
         self.role, self.poll_seconds = role, poll_seconds
@@ -41,6 +44,9 @@ class ActuatorService:
         self.port = KubePort(api, cluster=cluster, qps=qps, burst=burst, tuning=tuning)
         self.actuator = Actuator(log, self.port, topics=topics)
         self.reconciler = JobReconciler(reconciler_api or api, cluster=cluster, policy=policy)
+        # ACK's ElasticQuotaTree kept as Kueue objects (deploy/frontends/ack), when asked for.
+        self.trees = TreeReconciler(reconciler_api or api) if elastic_quota_tree else None
+        self.pods = PodReconciler(reconciler_api or api) if elastic_quota_tree else None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop``; raises what stopped either task for good (the other is stopped too)."""
@@ -49,11 +55,21 @@ class ActuatorService:
                 group.create_task(run_loop(self.actuator, stop, poll_seconds=self.poll_seconds, status=self.status,
                                            role=self.role), name="actuator")
                 group.create_task(self.reconciler.run(stop), name="job reconciler")
+                if self.trees is not None:
+                    group.create_task(self.trees.run(stop), name="elasticquotatree reconciler")
+                if self.pods is not None:
+                    group.create_task(self.pods.run(stop), name="pod reconciler")
         except BaseExceptionGroup as eg:
             if len(eg.exceptions) == 1:
                 raise eg.exceptions[0] from None  # say which failed, not "unhandled errors in a TaskGroup"
             raise
 
     def collector(self) -> StatsCollector:
-        return StatsCollector("actuator", {"": lambda: (self.actuator.stats, self.port.stats),
-                                           "job_reconciler_": lambda: self.reconciler.stats})
+        sources = {"": lambda: (self.actuator.stats, self.port.stats), "job_reconciler_": lambda: self.reconciler.stats}
+        if self.trees is not None:
+            trees = self.trees
+            sources["elasticquotatree_"] = lambda: trees.stats
+        if self.pods is not None:
+            pods = self.pods
+            sources["pod_reconciler_"] = lambda: pods.stats
+        return StatsCollector("actuator", sources)

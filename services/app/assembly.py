@@ -169,6 +169,7 @@ class ActuatorSettings(ServiceSettings):
     policy: Policy = "suspend"
     qps: float = 20
     burst: int = 40
+    elastic_quota_tree: bool = False  # keep the Kueue objects of ACK's ElasticQuotaTree (tree_reconciler)
     name: ClassVar[ServiceName] = "actuator"
     writer: ClassVar[str | None] = "actuator"
     leads: ClassVar[str | None] = "actuator"
@@ -263,6 +264,17 @@ def run_options(args: argparse.Namespace, environ: Mapping[str, str] = os.enviro
                       policy=policy, http=http_settings(args, environ))
 
 
+def _elastic_quota_tree(args: argparse.Namespace, environ: Mapping[str, str], *, kube: bool) -> bool:
+    flag = getattr(args, "elastic_quota_tree", None)
+    raw = environ.get("KUEUELOG_ELASTIC_QUOTA_TREE", "").strip().lower()
+    if flag is None and raw not in _TRUE + _FALSE:
+        raise BadSetting(f"KUEUELOG_ELASTIC_QUOTA_TREE: expected true or false, got {raw!r}")
+    wanted = flag if flag is not None else raw in _TRUE
+    if wanted and not kube:
+        raise SettingsError("--elastic-quota-tree: only 'run actuator --kube' keeps the tree's Kueue objects")
+    return bool(wanted)
+
+
 def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> RunSettings:
     """The settings of ``kueuelog run SERVICE`` from its flags and the environment."""
     o = run_options(args, environ)
@@ -278,7 +290,8 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
                                    t9k=bool(getattr(args, "t9k", False)))
         case "actuator":
             return ActuatorSettings(log=log, http=o.http, cluster=o.cluster, kube=kube if o.kube else None,
-                                    policy=o.policy, qps=float(args.qps), burst=int(args.burst))
+                                    policy=o.policy, qps=float(args.qps), burst=int(args.burst),
+                                    elastic_quota_tree=_elastic_quota_tree(args, environ, kube=o.kube))
         case "simcluster":
             return SimclusterSettings(log=log, http=o.http, cluster=o.cluster, clock=clock, seed=seed,
                                       compress=int(args.compress))
@@ -447,6 +460,7 @@ async def _scheduler(settings: SchedulerSettings, context: _Context) -> None:
 
 def _arrivals(settings: SimclusterSettings, log: Log) -> ArrivalStream | None:
     """The seeded manifests: in simulated time from the start, in real time from now."""
+    from services.app.convert import expand
     from services.runtime.clock import wall_clock_ms
     from services.simcluster.arrivals import ArrivalStream, read_files
 
@@ -454,7 +468,7 @@ def _arrivals(settings: SimclusterSettings, log: Log) -> ArrivalStream | None:
         return None
     start = None if settings.clock == "simulated" else wall_clock_ms()
     return ArrivalStream.from_files(log, read_files(list(settings.seed)), start=start, compress=settings.compress,
-                                    cluster=settings.cluster, topics=settings.log.topics)
+                                    cluster=settings.cluster, topics=settings.log.topics, expand=expand)
 
 
 async def _all(settings: AllSettings, context: _Context) -> None:
@@ -513,6 +527,6 @@ async def _actuator(settings: ActuatorSettings, context: _Context, cfg: client.C
     async with api_client(cfg) as api:
         actuator = ActuatorService(context.log, api, cluster=settings.cluster, topics=topics,
                                    policy=settings.policy, qps=settings.qps, burst=settings.burst,
-                                   status=context.status)
+                                   status=context.status, elastic_quota_tree=settings.elastic_quota_tree)
         context.registry.register(actuator.collector())
         await actuator.run(context.stop)

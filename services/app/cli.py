@@ -22,6 +22,7 @@ from services.app.assembly import log_settings, open_log, run, run_settings
 from services.app.exits import classify
 
 if TYPE_CHECKING:
+    from services.core.state import State
     from services.runtime.log import Log
 
 
@@ -52,7 +53,34 @@ def _simulate(args: argparse.Namespace) -> int:
         for wl, why in result.refused:
             table.add_row(*summary(wl, why))
         Console(width=200).print(table)
+        _print_tree(result.state)
     return 0
+
+
+def _print_tree(state: State) -> None:
+    """An ElasticQuotaTree's nodes (min / max / used), after simulate's table, if there is one."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from services.core.treeview import tree_status
+
+    nodes = tree_status(state)
+    if not nodes:
+        return
+    table = Table(title="ElasticQuotaTree", expand=False)
+    for col in ("NODE", "PARENT", "MIN", "MAX", "USED"):
+        table.add_column(col, overflow="fold")
+    for n in nodes:
+        table.add_row(*(str(n[k]) if k in ("name", "parent") else
+                        ", ".join(f"{r}={v}" for r, v in n[k].items())  # type: ignore[attr-defined]
+                        for k in ("name", "parent", "min", "max", "used")))
+    Console(width=200).print(table)
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from services.app.convert import convert
+
+    return convert(args.files)  # bad input: ManifestError, OSError (see exits.classify)
 
 
 def _add_log_options(p: argparse.ArgumentParser, *, path_flag: bool = True, create: bool = False) -> None:
@@ -241,6 +269,18 @@ def _simulate_parser(sub: Subcommands) -> None:
     sim.set_defaults(func=_simulate)
 
 
+def _convert_parser(sub: Subcommands) -> None:
+    conv = sub.add_parser(
+        "convert",
+        help="print the Kueue manifests kueuelog makes of other schedulers' quota kinds (ElasticQuotaTree, ...)",
+        description="Translate front-end kinds (another scheduler's quota objects) into the Kueue manifests "
+                    "kueuelog runs them as, and print them (YAML) with notes on what has no Kueue equivalent; "
+                    "Kueue's own kinds pass through unchanged. Invalid input exits 2, as for simulate.",
+    )
+    conv.add_argument("files", nargs="+", metavar="FILE", help="YAML files of Kubernetes objects")
+    conv.set_defaults(func=_convert)
+
+
 def _replay_parser(sub: Subcommands) -> None:
     rep = sub.add_parser("replay", help="rebuild the scheduler's state from a log; --verify re-derives every decision",
                          description="Fold the input log and re-run every recorded cycle at the input offset it "
@@ -331,6 +371,9 @@ def _add_kube_options(run: argparse.ArgumentParser) -> None:
     kube.add_argument("--job-policy", choices=("suspend", "reject"), default=None,
                       help="a queued Job created running: suspend it until admitted, or reject it (label "
                            "kueuelog.io/rejected; it runs outside quota) (default: KUEUELOG_JOB_POLICY, else suspend)")
+    kube.add_argument("--elastic-quota-tree", action=argparse.BooleanOptionalAction, default=None,
+                      help="actuator --kube: keep the Kueue objects of ACK's ElasticQuotaTree in kube-system "
+                           "(deploy/frontends/ack) (default: KUEUELOG_ELASTIC_QUOTA_TREE, else off)")
     kube.add_argument("--qps", type=float, default=os.environ.get("KUEUELOG_KUBE_QPS", "20"), metavar="N",
                       help="actuator: API requests per second (default: 20, or KUEUELOG_KUBE_QPS)")
     kube.add_argument("--burst", type=int, default=os.environ.get("KUEUELOG_KUBE_BURST", "40"), metavar="N",
@@ -402,8 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     from services.app import webhook_cmd
 
-    for add in (_simulate_parser, _replay_parser, _explain_parser, _tail_parser, _demo_parser, _run_parser,
-                _log_parser, _schema_parser, webhook_cmd.add_parser):
+    for add in (_simulate_parser, _convert_parser, _replay_parser, _explain_parser, _tail_parser, _demo_parser,
+                _run_parser, _log_parser, _schema_parser, webhook_cmd.add_parser):
         add(sub)
     return parser
 

@@ -32,6 +32,7 @@ from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload
 from events.quantity import format_amount
 from services.actuator.loop import Actuator
 from services.actuator.sim_port import SimClusterPort
+from services.app.convert import expand
 from services.app.driver import Loop, NotIdle, Round, drive
 from services.app.logview import format_decision
 from services.core.quota import cluster_queue_key
@@ -136,7 +137,7 @@ def run_demo(paths: Sequence[str], directory: Path, *, console: Console, pace: f
     log = SqliteLog(directory)
     log.exclusive("scheduler")
     config = SimConfig(default_duration_ms=default_duration_ms)
-    arrivals = ArrivalStream.from_files(log, read_files(paths), topics=topics)
+    arrivals = ArrivalStream.from_files(log, read_files(paths), topics=topics, expand=expand)
     total = sum(1 for a in arrivals.pending if type(a.envelope.event).__name__ == "ObjectApplied"
                 and type(getattr(a.envelope.event, "object", None)).__name__ == "Workload")
     scheduler = Scheduler(log, topics=topics)

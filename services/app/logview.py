@@ -19,6 +19,8 @@ from events.envelope import Topics
 from events.manifests import format_time, parse_time
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, HeadOutcome, MarkPending, ObjectApplied
 from events.objects import Workload
+from services.core.state import State, WorkloadRecord
+from services.core.treeview import pending_in_tree_terms, preempted_in_tree_terms
 from services.runtime.log import Log
 from services.scheduler.service import Scheduler, bulk_fold
 
@@ -222,7 +224,15 @@ def _status(log: Log, topics: Topics, names: set[str], at: int | None) -> list[s
                   "admitted" if rec.admission else "pending")
         out.append(f"now (input offset {report.input_offset}): {key} is {status}{where}")
         out.extend(f"  {c.type}={c.status} {c.reason}: {c.message}" for c in rec.conditions.values())
+        out.extend(_in_tree_terms(state, rec))
     return out
+
+
+def _in_tree_terms(state: State, rec: WorkloadRecord) -> list[str]:
+    """For a workload of an ElasticQuotaTree leaf: the same, in the tree's words."""
+    lines = [f"  tree: {line}" for line in pending_in_tree_terms(state, rec)]
+    reclaimed = preempted_in_tree_terms(state, rec)
+    return [*lines, f"  tree: {reclaimed}"] if reclaimed else lines
 
 
 # --- tail -------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from events import objects as o
 from events.manifests import load
 from events.messages import EvictWorkload, ObjectApplied
 from services.app import t9k_input
+from services.app.convert import expand
 from services.core.cycle import run_cycle
 from services.core.render import workload_list
 from services.core.state import State, finish_eviction, fold
@@ -40,7 +41,7 @@ def fold_files(files: dict[str, str]) -> State:
 
 def fold_files_screened(files: dict[str, str]) -> tuple[State, list[t9k_input.Refusal]]:
     """:func:`fold_files`, and the T9k workloads refused at creation (``t9k_input``)."""
-    loaded = [obj for _, obj in load(files)]  # validate everything before folding anything
+    loaded = [obj for _, obj in load(files, expand=expand)]  # validate everything before folding anything
     objects, refused = t9k_input.prepare(loaded)
     state = State()
     for obj in objects:

@@ -225,7 +225,9 @@ class Preemptor:
             while level is not None:
                 self._collect(level, prev, frs, advantage, level, hierarchy if advantage else priority)
                 fits, remaining = _fits_in_quota(level, remaining)
-                advantage = advantage or fits
+                # Kueue: quota the level holds (an idle sibling's, say) is the preemptor's to reclaim
+                # too; with reclaim_within_nominal only the ClusterQueue's own nominal quota is.
+                advantage = advantage or (fits and not p.reclaim_within_nominal)
                 prev = level
                 level = level.parent
         order = candidate_order(self.cq.name, self.state.now)

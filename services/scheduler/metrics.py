@@ -27,6 +27,7 @@ from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, EvictWor
 from events.quantity import MILLI_RESOURCES
 from services.core.quota import FR
 from services.core.state import State, WorkloadRecord
+from services.core.treeview import tree_nodes
 
 # Kueue's generateExponentialBuckets(14): 1, then 2.5 doubling 13 times (up to 10240 s).
 WAIT_TIME_BUCKETS: tuple[float, ...] = (1.0, *(2.5 * 2**i for i in range(13)))
@@ -132,6 +133,10 @@ class SchedulerMetrics:
         self.log_lag = Gauge(
             "kueuelog_log_lag", "Cluster events in the log not folded yet (end offset - next input offset)",
             registry=r)
+        self.tree_quota = Gauge(
+            "kueuelog_elastic_quota_tree_node",
+            "An ElasticQuotaTree node's min, max and used per resource ('value'), in Kueue's units "
+            "(services/core/treeview.py)", ["node", "parent", "resource", "value"], registry=r)
         self._counted_queues: set[str] = set()
         self._clock = clock
         self.gauge_interval_s = gauge_interval_s
@@ -205,6 +210,15 @@ class SchedulerMetrics:
 
     # --- gauges ------------------------------------------------------------------------------
 
+    def _refresh_tree(self, state: State) -> None:
+        for node in tree_nodes(state):
+            for resource in sorted(set(node.min) | set(node.used)):
+                for what, amount in (("min", node.min.get(resource)), ("max", node.max.get(resource)),
+                                     ("used", node.used.get(resource, 0))):
+                    if amount is not None:
+                        self.tree_quota.labels(node.name, node.parent, resource, what).set(
+                            resource_value(resource, amount))
+
     def _refresh_gauges(self, state: State) -> None:
         pending: dict[str, list[int]] = {name: [0, 0] for name in state.cluster_queues}
         reserving: dict[str, int] = dict.fromkeys(state.cluster_queues, 0)
@@ -228,8 +242,9 @@ class SchedulerMetrics:
                 admitted[cq_name] += 1
                 _add(usage[cq_name], rec.usage)
         for gauge in (self.pending, self.reserving_active, self.admitted_active, self.cluster_queue_status,
-                      self.resource_reservation, self.resource_usage, self.nominal_quota):
+                      self.resource_reservation, self.resource_usage, self.nominal_quota, self.tree_quota):
             gauge.clear()
+        self._refresh_tree(state)
         for name in sorted(state.cluster_queues):
             cq = state.cluster_queues[name]
             self.pending.labels(name, PENDING_ACTIVE).set(pending[name][0])

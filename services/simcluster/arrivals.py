@@ -21,7 +21,7 @@ restarted stream resumes after what it had released.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -148,8 +148,10 @@ class ArrivalStream:
 
     @classmethod
     def from_files(cls, log: Log, files: Mapping[str, str], *, start: int | None = None, compress: int = 1,
-                   cluster: str = "sim", topics: Topics | None = None) -> ArrivalStream:
-        return cls(log, arrival_schedule(load(files), start=start, compress=compress, cluster=cluster),
+                   cluster: str = "sim", topics: Topics | None = None,
+                   expand: Callable[[list[Document]], list[Document]] | None = None) -> ArrivalStream:
+        """``expand``: front-end kinds to Kueue's (``services.app.convert.expand``), as ``load`` takes it."""
+        return cls(log, arrival_schedule(load(files, expand=expand), start=start, compress=compress, cluster=cluster),
                    topics=topics)
 
     @property

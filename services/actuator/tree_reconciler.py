@@ -1,0 +1,182 @@
+"""ACK's ElasticQuotaTree on a real cluster: the tree in ``kube-system`` kept as Kueue objects.
+
+A cluster that runs ACK's capacity scheduling has an ``ElasticQuotaTree`` and no Kueue queues.
+This reconciler makes the Kueue objects the tree stands for (exactly what ``kueuelog convert``
+prints: :func:`events.elasticquota.tree_manifests`) and keeps them in step with the tree, so the
+watcher, scheduler and actuator then work with ordinary Kueue objects:
+
+- every ``interval`` seconds it reads the trees in ``kube-system`` (one is in effect; a 404 means
+  the CRD is not installed: no tree);
+- it server-side-applies (field manager ``kueuelog-elasticquotatree``) each object, labelled
+  ``kueuelog.io/elastic-quota-tree: <tree>``, parents before children;
+- it deletes the labelled objects the tree no longer stands for (all of them when the tree is
+  gone), children before parents;
+- a tree that fails validation changes nothing: the objects of the last good tree stay, and the
+  error (naming node and field) is logged and counted, once per resourceVersion.
+
+Level-triggered polling, not a watch: the tree changes rarely and a pass is a handful of calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+import aiohttp
+import structlog
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from events.cluster import ELASTIC_QUOTA_TREE_LABEL, KUEUE_GROUP
+from events.elasticquota import EFFECTIVE_NAMESPACE, KIND, convert_trees
+from events.manifests import Document, ManifestError
+from services.actuator.kubeapi import KubeApiError, status_retriable
+
+TREE_LABEL: Final = ELASTIC_QUOTA_TREE_LABEL
+FIELD_MANAGER: Final = "kueuelog-elasticquotatree"
+TREES_PATH: Final = f"/apis/scheduling.sigs.k8s.io/v1beta1/namespaces/{EFFECTIVE_NAMESPACE}/elasticquotatrees"
+KUEUE: Final = f"/apis/{KUEUE_GROUP}/v1beta1"
+PLURALS: Final = {"ResourceFlavor": "resourceflavors", "Cohort": "cohorts", "ClusterQueue": "clusterqueues",
+                  "LocalQueue": "localqueues"}
+APPLY_ORDER: Final = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue")
+
+_log = structlog.get_logger(__name__)
+
+Key = tuple[str, str, str]  # kind, namespace, name
+
+
+async def raw_call(api: client.ApiClient, method: str, path: str, *, body: Any = None,
+                   query: list[tuple[str, str]] | None = None, content_type: str = "application/json",
+                   timeout: float = 30.0) -> Any:
+    """One API call on a plain path, JSON in and out; errors as :class:`KubeApiError`."""
+    try:
+        resp = await api.call_api(
+            path, method, query_params=query or [], body=body,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            auth_settings=["BearerToken"], _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(total=timeout),
+        )
+        try:
+            text = await resp.read()
+        finally:
+            resp.release()
+    except ApiException as e:
+        raise KubeApiError(f"{method} {path}: HTTP {e.status}: {e.reason}",
+                           retriable=status_retriable(int(e.status or 0)), status=int(e.status or 0)) from e
+    except (aiohttp.ClientError, TimeoutError, OSError) as e:
+        raise KubeApiError(f"{method} {path}: {type(e).__name__}: {e}", retriable=True) from e
+    if resp.status >= 300:
+        raise KubeApiError(f"{method} {path}: HTTP {resp.status}: {text[:200]!r}",
+                           retriable=status_retriable(resp.status), status=resp.status)
+    return json.loads(text) if text else None
+
+
+def object_path(kind: str, namespace: str, name: str = "") -> str:
+    plural = PLURALS[kind]
+    base = f"{KUEUE}/namespaces/{namespace}/{plural}" if namespace else f"{KUEUE}/{plural}"
+    return f"{base}/{name}" if name else base
+
+
+def desired_objects(trees: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The labelled Kueue objects the trees in kube-system stand for (raises ManifestError)."""
+    docs = [Document(f"cluster:{EFFECTIVE_NAMESPACE}", i + 1, {"apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+                                                              "kind": KIND, **t}) for i, t in enumerate(trees)]
+    translation = convert_trees(docs)
+    out = []
+    name = ""
+    for doc, body in translation.manifests:
+        name = str(doc.body["metadata"]["name"])
+        meta = dict(body["metadata"])
+        meta["labels"] = {**(meta.get("labels") or {}), TREE_LABEL: name}
+        out.append({**body, "metadata": meta})
+    return out, name
+
+
+def key_of(body: dict[str, Any]) -> Key:
+    meta = body.get("metadata") or {}
+    return str(body.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+@dataclass
+class TreeStats:
+    WHOSE: ClassVar[str] = "the ElasticQuotaTree reconciler's"
+    passes: int = 0
+    applied: int = 0  # objects server-side applied
+    deleted: int = 0  # objects deleted: no longer in the tree
+    invalid: int = 0  # tree versions refused (validation)
+    errors: int = 0  # API errors (the pass is retried at the next interval)
+
+
+class TreeReconciler:
+    """Keeps the Kueue objects of the ElasticQuotaTree in kube-system (see the module docstring)."""
+
+    def __init__(self, api: client.ApiClient, *, interval: float = 2.0, request_timeout: float = 30.0) -> None:
+        self.api, self.interval, self.request_timeout = api, interval, request_timeout
+        self.stats = TreeStats()
+        self._refused: str = ""  # resourceVersions of the last refused trees (reported once)
+
+    async def _call(self, method: str, path: str, *, body: Any = None, query: list[tuple[str, str]] | None = None,
+                    content_type: str = "application/json") -> Any:
+        return await raw_call(self.api, method, path, body=body, query=query, content_type=content_type,
+                              timeout=self.request_timeout)
+
+    async def _trees(self) -> list[dict[str, Any]] | None:
+        """The trees in kube-system; None when the CRD is not installed."""
+        try:
+            data = await self._call("GET", TREES_PATH)
+        except KubeApiError as e:
+            if e.not_found:
+                return None
+            raise
+        items = data.get("items") if isinstance(data, dict) else None
+        return [i for i in items or [] if isinstance(i, dict)]
+
+    async def _existing(self) -> list[Key]:
+        out: list[Key] = []
+        for kind in APPLY_ORDER:
+            data = await self._call("GET", f"{KUEUE}/{PLURALS[kind]}", query=[("labelSelector", TREE_LABEL)])
+            for item in (data or {}).get("items") or []:
+                meta = item.get("metadata") or {}
+                out.append((kind, str(meta.get("namespace") or ""), str(meta.get("name") or "")))
+        return out
+
+    async def reconcile(self) -> None:
+        """One pass: apply what the tree stands for, delete what it no longer does."""
+        self.stats.passes += 1
+        trees = await self._trees()
+        try:
+            desired, _ = desired_objects(trees or [])
+        except ManifestError as e:
+            versions = ",".join(str((t.get("metadata") or {}).get("resourceVersion")) for t in trees or [])
+            if versions != self._refused:
+                self._refused = versions
+                self.stats.invalid += 1
+                _log.error("elasticquotatree.invalid", error=str(e))
+            return
+        self._refused = ""
+        for body in sorted(desired, key=lambda b: APPLY_ORDER.index(str(b["kind"]))):
+            kind, namespace, name = key_of(body)
+            await self._call("PATCH", object_path(kind, namespace, name), body=body,
+                             query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
+                             content_type="application/apply-patch+yaml")
+            self.stats.applied += 1
+        wanted = {key_of(b) for b in desired}
+        stale = [k for k in await self._existing() if k not in wanted]
+        for kind, namespace, name in sorted(stale, key=lambda k: -APPLY_ORDER.index(k[0])):
+            with contextlib.suppress(KubeApiError):  # already gone is as good
+                await self._call("DELETE", object_path(kind, namespace, name))
+                self.stats.deleted += 1
+
+    async def run(self, stop: asyncio.Event) -> TreeStats:
+        while not stop.is_set():
+            try:
+                await self.reconcile()
+            except KubeApiError as e:
+                self.stats.errors += 1
+                _log.warning("elasticquotatree.error", error=str(e), retriable=e.retriable)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.interval)
+        return self.stats
