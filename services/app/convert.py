@@ -62,27 +62,34 @@ Converter = Callable[[Sequence[Document]], Conversion]
 """Every document of one registered kind, in input order, to their :class:`Conversion`."""
 
 REGISTRY: dict[tuple[str, str], Converter] = {}
+NATIVE: set[tuple[str, str]] = set()
+"""Front-end kinds the engine reads itself (T9k's Queue: ``events.t9k``): ``simulate`` keeps them as
+they are, and only ``convert`` prints their closest Kueue equivalent."""
 
 
-def register(api_version: str, kind: str, converter: Converter) -> None:
-    """Make ``(api_version, kind)`` a front-end kind (once per kind)."""
+def register(api_version: str, kind: str, converter: Converter, *, native: bool = False) -> None:
+    """Make ``(api_version, kind)`` a front-end kind (once per kind); ``native``: see :data:`NATIVE`."""
     key = (api_version, kind)
     if key in REGISTRY:
         raise ValueError(f"front end {kind} ({api_version}) is registered twice")
     REGISTRY[key] = converter
+    if native:
+        NATIVE.add(key)
 
 
 def _load_frontends() -> None:
     """Import the modules that register front ends (one line per front end; imported once)."""
-    import services.app.frontend_ack  # noqa: F401  (registers ElasticQuotaTree)
+    import services.app.frontend_ack  # registers ElasticQuotaTree
+    import services.app.frontend_t9k  # noqa: F401  (registers Queue, native)
 
 
-def _key(doc: Document) -> tuple[str, str] | None:
+def _key(doc: Document, printing: bool = True) -> tuple[str, str] | None:
     body = doc.body
     if not isinstance(body, dict):
         return None
     api_version, kind = body.get("apiVersion"), body.get("kind")
-    if isinstance(api_version, str) and isinstance(kind, str) and (api_version, kind) in REGISTRY:
+    key = (api_version, kind)
+    if isinstance(api_version, str) and isinstance(kind, str) and key in REGISTRY and (printing or key not in NATIVE):
         return (api_version, kind)
     return None
 
@@ -95,12 +102,13 @@ class Expansion:
     notes: list[str]
 
 
-def expand_all(docs: Sequence[Document]) -> Expansion:
-    """Every registered front end applied to ``docs`` (raises ManifestError on bad input)."""
+def expand_all(docs: Sequence[Document], *, printing: bool = True) -> Expansion:
+    """Every registered front end applied to ``docs`` (raises ManifestError on bad input); without
+    ``printing`` (``simulate``), the :data:`NATIVE` kinds are left as they are."""
     _load_frontends()
     by_kind: dict[tuple[str, str], list[Document]] = {}
     for doc in docs:
-        key = _key(doc)
+        key = _key(doc, printing)
         if key is not None:
             by_kind.setdefault(key, []).append(doc)
     conversions = [REGISTRY[k](group) for k, group in by_kind.items()]
@@ -111,7 +119,7 @@ def expand_all(docs: Sequence[Document]) -> Expansion:
     out: list[Document] = []
     rewrites = [c.rewrite for c in conversions if c.rewrite is not None]
     for doc in docs:
-        if _key(doc) is not None:
+        if _key(doc, printing) is not None:
             out.extend(produced.get(id(doc), []))
             continue
         out.extend(_rewritten(doc, rewrites))
@@ -128,7 +136,7 @@ def _rewritten(doc: Document, rewrites: Sequence[Rewrite]) -> list[Document]:
 
 def expand(docs: list[Document]) -> list[Document]:
     """:func:`expand_all` without the notes: the hook :func:`events.manifests.load` takes."""
-    return expand_all(docs).documents
+    return expand_all(docs, printing=False).documents
 
 
 def convert_files(files: dict[str, str]) -> tuple[list[Any], list[str]]:

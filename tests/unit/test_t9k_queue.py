@@ -253,3 +253,35 @@ def test_max_duration_evicts_a_workload_whose_pods_outlived_it_and_requeues_it()
     assert rec.conditions[ConditionType.REQUEUED].status == "True"
     run_cycle(state)
     assert rec.admission is not None and rec.reserved_at == start + limit + 1  # a fresh age
+
+
+# --- convert -----------------------------------------------------------------------------------
+
+
+def test_convert_prints_the_closest_kueue_equivalent_and_what_has_none() -> None:
+    from services.app.convert import convert_files
+    from services.app.simulate import fold_files, run
+
+    text = (_queue("  priority: 80\n  closed: true\n  maxDuration: 3w\n  quota:\n    requests:\n      cpu: 40\n")
+            + "\n---\n" + _JOB.format(cpu="4", scheduler="t9k-scheduler"))
+    manifests, notes = convert_files({"q.yaml": text})
+    kinds = [(m["kind"], m["metadata"]["name"]) for m in manifests]
+    assert kinds == [("ResourceFlavor", "t9k"), ("Cohort", "t9k"), ("WorkloadPriorityClass", "t9k-queue-demo"),
+                     ("ClusterQueue", "demo"), ("LocalQueue", "demo"), ("Job", "nb")]
+    cq = manifests[3]["spec"]
+    assert cq["cohort"] == "t9k" and cq["stopPolicy"] == "Hold"
+    assert cq["resourceGroups"][0]["flavors"][0]["resources"] == [
+        {"name": "cpu", "nominalQuota": "0", "borrowingLimit": "40"}]
+    assert manifests[2]["value"] == 80
+    assert manifests[5]["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "demo",
+                                                  "kueue.x-k8s.io/priority-class": "t9k-queue-demo"}
+    for field in ("spec.users", "spec.preemptible", "spec.maxDuration", "spec.nodeSelector",
+                  "spec.resourceShapeProfile", "status.allocated"):
+        assert any(field in n for n in notes), field
+    # What convert prints is Kueue alone, and simulate takes it (held: the queue is closed).
+    import yaml
+
+    state = run(fold_files({"out.yaml": yaml.safe_dump_all(manifests)}), None).state
+    (rec,) = state.workloads.values()
+    assert rec.admission is None and rec.obj.queue_name == "demo" and not t9k.is_t9k_workload(rec.obj)
+    assert rec.priority == 80
