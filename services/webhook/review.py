@@ -2,7 +2,9 @@
 
 - :func:`mutate_job`: a ``batch/v1`` Job created for a queue (Kueue's ``kueue.x-k8s.io/queue-name``
   label, or a T9k Queue named by its pod template with ``schedulerName: t9k-scheduler``) is
-  created suspended, as Kueue's job webhook does, so that no pod starts before admission.
+  created suspended, as Kueue's job webhook does, so that no pod starts before admission; on a
+  T9k Queue with a ``spec.nodeSelector`` its pod template also gets the required node affinity
+  that keeps its pods on those nodes (:func:`queue_affinity`).
 - :func:`validate_object`: a Kueue object (or a T9k Queue) is refused with the field and message
   ``kueuelog simulate`` gives for it (``events.manifests``).
 - :func:`validate_t9k_job`: a Job on a T9k Queue is refused at creation by the Queue's rules
@@ -66,16 +68,45 @@ def t9k_queue_of(job: Mapping[str, Any]) -> str | None:
     return None
 
 
-def mutate_job(review: Review) -> dict[str, Any]:
+def _requirements(sel: o.LabelSelector) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"key": k, "operator": "In", "values": [v]} for k, v in sel.match_labels]
+    out.extend({"key": r.key, "operator": r.operator, **({"values": list(r.values)} if r.values else {})}
+               for r in sel.match_expressions)
+    return out
+
+
+def queue_affinity(pod_spec: Mapping[str, Any], sel: o.LabelSelector) -> dict[str, Any]:
+    """The pod spec's ``affinity`` with the Queue's node selector required as well: its expressions
+    are added to every required term (terms are ORed, expressions within one ANDed), or make the
+    one term when there is none."""
+    affinity = json.loads(json.dumps(pod_spec.get("affinity") or {}))
+    node = affinity.setdefault("nodeAffinity", {})
+    required = node.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    for term in terms:
+        term["matchExpressions"] = [*(term.get("matchExpressions") or []), *_requirements(sel)]
+    required["nodeSelectorTerms"] = terms
+    return dict(affinity)
+
+
+def mutate_job(review: Review, queue: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``queue``: the T9k Queue the Job names, as read from the API (``None``: none, or not found)."""
     request = _request(review)
     job = request.get("object") or {}
     if request.get("operation") != "CREATE" or not isinstance(job, dict) or _job_queue(job) is None:
         return response(review, allowed=True)
     spec = job.get("spec") or {}
-    if spec.get("suspend") is True:
-        return response(review, allowed=True)
-    op = "replace" if "suspend" in spec else "add"
-    return response(review, allowed=True, patch=[{"op": op, "path": "/spec/suspend", "value": True}])
+    patch: list[dict[str, Any]] = []
+    if spec.get("suspend") is not True:
+        patch.append({"op": "replace" if "suspend" in spec else "add", "path": "/spec/suspend", "value": True})
+    pod_spec = (spec.get("template") or {}).get("spec")
+    if queue is not None and t9k_queue_of(job) is not None and isinstance(pod_spec, dict):
+        parsed, _ = _refusal({**queue, "apiVersion": t9k.API_VERSION, "kind": "Queue"})
+        sel = parsed.t9k.node_selector if isinstance(parsed, o.ClusterQueue) and parsed.t9k else None
+        if sel is not None and (sel.match_labels or sel.match_expressions):
+            patch.append({"op": "replace" if "affinity" in pod_spec else "add",
+                          "path": "/spec/template/spec/affinity", "value": queue_affinity(pod_spec, sel)})
+    return response(review, allowed=True, patch=patch)
 
 
 def _refusal(obj: Mapping[str, Any]) -> tuple[o.AnyObject | None, str | None]:

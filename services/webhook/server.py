@@ -39,15 +39,19 @@ class Cluster:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
 
-    async def lookup(self, queue: str, namespace: str) -> review.Lookup:
-        found: Mapping[str, Any] | None
+    async def queue(self, name: str) -> Mapping[str, Any] | None:
+        """The Queue ``t9k-system/<name>``, or ``None`` when there is none."""
         try:
-            found = await self.custom.get_namespaced_custom_object(
-                t9k.GROUP, "v1beta1", t9k.NAMESPACE, "queues", queue)
+            found: Mapping[str, Any] = await self.custom.get_namespaced_custom_object(
+                t9k.GROUP, "v1beta1", t9k.NAMESPACE, "queues", name)
         except ApiException as e:
             if e.status != 404:
                 raise
-            found = None
+            return None
+        return found
+
+    async def lookup(self, queue: str, namespace: str) -> review.Lookup:
+        found = await self.queue(queue)
         labels: dict[str, str] = {"kubernetes.io/metadata.name": namespace}
         try:
             ns = await self.core.read_namespace(namespace)
@@ -89,7 +93,12 @@ def _handler(decide: Decide) -> Callable[[web.Request], Awaitable[web.Response]]
 
 def application(cluster: Cluster | None) -> web.Application:
     async def mutate(body: review.Review) -> dict[str, Any]:
-        return review.mutate_job(body)
+        request = body["request"]
+        job = request.get("object") or {}
+        queue = review.t9k_queue_of(job) if isinstance(job, dict) else None
+        if queue is None or cluster is None or request.get("operation") != "CREATE":
+            return review.mutate_job(body)
+        return review.mutate_job(body, await cluster.queue(queue))
 
     async def validate(body: review.Review) -> dict[str, Any]:
         return review.validate_object(body)

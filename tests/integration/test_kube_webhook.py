@@ -187,6 +187,18 @@ async def test_a_queued_job_created_running_is_stored_suspended(webhooks: Webhoo
     assert not plain.spec.suspend  # not queued: not ours to hold
 
 
+async def test_the_seeds_node_selector_keeps_the_pods_on_peking_and_tianjin(webhooks: Webhooks) -> None:
+    zones = {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In",
+                                   "values": ["peking", "tianjin"]}]}
+    queue = await _queue(webhooks, "zones", {"users": ["admin"], "nodeSelector": zones})
+    job = await _create_job(webhooks.api, webhooks.namespace, _job("zoned", t9k_queue=queue, suspend=False))
+    assert job.spec.suspend is True
+    terms = job.spec.template.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+    (term,) = terms.node_selector_terms
+    (req,) = term.match_expressions
+    assert (req.key, req.operator, req.values) == ("topology.kubernetes.io/zone", "In", ["peking", "tianjin"])
+
+
 async def test_the_seeds_quota_refuses_4_cpus_when_38_of_40_are_allocated(webhooks: Webhooks) -> None:
     queue = await _queue(webhooks, "demo", {"users": ["admin"], "quota": {"requests": {"cpu": 40}}},
                          allocated={"cpu": "38"})

@@ -91,3 +91,37 @@ def test_validate_t9k_job_with_the_seeds_queue() -> None:
     assert missing["status"]["message"] == "Queue demo does not exist in namespace t9k-system"
     not_t9k = review.validate_t9k_job(_review(_job(kueue=True)), review.Lookup(None, {}))["response"]
     assert not_t9k["allowed"] is True
+
+
+_ZONES = {"metadata": {"name": "demo", "namespace": "t9k-system"}, "spec": {"nodeSelector": {
+    "matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["peking", "tianjin"]}]}}}
+_SEED_TERM = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["peking", "tianjin"]}
+
+
+def test_the_seeds_node_selector_becomes_required_node_affinity_at_creation() -> None:
+    answer = review.mutate_job(_review(_job(t9k_queue="demo")), _ZONES)
+    patch = _patch(answer)
+    assert patch == [
+        {"op": "add", "path": "/spec/suspend", "value": True},
+        {"op": "add", "path": "/spec/template/spec/affinity", "value": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [_SEED_TERM]}]}}}},
+    ]
+
+
+def test_the_queues_selector_is_anded_into_every_term_the_pod_already_has() -> None:
+    job = _job(t9k_queue="demo", suspend=True)
+    job["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]},
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}
+    queue = {**_ZONES, "spec": {"nodeSelector": {"matchLabels": {"pool": "a"}}}}
+    (op,) = _patch(review.mutate_job(_review(job), queue)) or []
+    assert op["op"] == "replace"
+    terms = op["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    pool = {"key": "pool", "operator": "In", "values": ["a"]}
+    assert terms == [{"matchExpressions": [{"key": "gpu", "operator": "Exists"}, pool]},
+                     {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}],
+                      "matchExpressions": [pool]}]
+    assert _patch(review.mutate_job(_review(_job(t9k_queue="demo")), {**_ZONES, "spec": {}})) == [
+        {"op": "add", "path": "/spec/suspend", "value": True}]
