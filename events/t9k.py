@@ -245,6 +245,16 @@ def queue_of_template(template: api.PodTemplateSpec) -> str | None:
     return labels[QUEUE_LABEL]
 
 
+def queue_of_job(job: Mapping[str, Any]) -> str | None:
+    """:func:`queue_of_template` for a Job as the API serialises it (camelCase JSON)."""
+    template = (job.get("spec") or {}).get("template") or {}
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    scheduler = (template.get("spec") or {}).get("schedulerName")
+    if isinstance(labels, Mapping) and QUEUE_LABEL in labels and scheduler == SCHEDULER_NAME:
+        return str(labels[QUEUE_LABEL])
+    return None
+
+
 def job_workload(where: Where, meta: api.ObjectMeta, spec: api.JobSpec, namespace: str,
                  creation_time: int | None) -> o.Workload | None:
     """A ``batch/v1`` Job queued on a T9k Queue as a Workload (``None`` when it names no Queue)."""

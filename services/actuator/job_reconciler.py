@@ -47,7 +47,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import conditions as cond
-from events import jobs
+from events import jobs, t9k
 from events import objects as o
 from events.cluster import (
     DECISION_ID_ANNOTATION,
@@ -109,7 +109,7 @@ class PriorityQuery:
     """Where the Workload's priority comes from; a PriorityClass named ``""`` means the
     cluster's default (``globalDefault``) PriorityClass, if any."""
 
-    kind: Literal["WorkloadPriorityClass", "PriorityClass"]
+    kind: Literal["WorkloadPriorityClass", "PriorityClass", "Queue"]  # Queue: a T9k Queue's spec.priority
     name: str
 
 
@@ -247,6 +247,8 @@ def _draft(job: Mapping[str, Any], ref: JobRef, cluster: str) -> WorkloadDraft:
         query = PriorityQuery("PriorityClass", "")
     elif wl.priority_ref.source == WORKLOAD_PRIORITY_CLASS_SOURCE:
         query = PriorityQuery("WorkloadPriorityClass", wl.priority_ref.name)
+    elif wl.priority_ref.source == t9k.PRIORITY_SOURCE:
+        query = PriorityQuery("Queue", wl.priority_ref.name)
     else:
         query = PriorityQuery("PriorityClass", wl.priority_ref.name)
     body = {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": meta,
@@ -269,7 +271,7 @@ def plan_job(job: Mapping[str, Any], *, policy: Policy = "suspend", cluster: str
     meta = _mapping(job, "metadata", "metadata", shown)
     labels = _string_map(meta, "labels", "metadata.labels", shown)
     annotations = _string_map(meta, "annotations", "metadata.annotations", shown)
-    queue = labels.get(QUEUE_NAME_LABEL)
+    queue = labels.get(QUEUE_NAME_LABEL) or t9k.queue_of_job(job)
     if queue is None or labels.get(REJECTED_LABEL) == "true":
         return JobPlan(ref)  # not queued, or rejected for good
     spec = _mapping(job, "spec", "spec", shown)
@@ -415,10 +417,12 @@ class JobReconciler:
     """
 
     def __init__(self, api: client.ApiClient, *, cluster: str, policy: Policy = "suspend",
-                 clock: Callable[[], int] = _wall_clock_ms, watch_timeout_s: int = 300) -> None:
+                 clock: Callable[[], int] = _wall_clock_ms, watch_timeout_s: int = 300, t9k: bool = False) -> None:
+        """``t9k``: also Jobs on a T9k Queue (named in the pod template, so every Job is watched)."""
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
         self.cluster, self.policy, self.clock, self.watch_timeout_s = cluster, policy, clock, watch_timeout_s
+        self._selector: str | None = None if t9k else QUEUE_NAME_LABEL
         self.stats = ReconcilerStats()
         # Typed as Any: called with _preload_content=False, they return raw responses, not models.
         self._batch: Any = client.BatchV1Api(api)
@@ -477,7 +481,7 @@ class JobReconciler:
         token: str | None = None
         while True:
             page = await _request("list Jobs", self._batch.list_job_for_all_namespaces(
-                label_selector=QUEUE_NAME_LABEL, limit=500, _continue=token, _preload_content=False))
+                label_selector=self._selector, limit=500, _continue=token, _preload_content=False))
             for item in page.get("items") or []:
                 job = _as_job(item)
                 meta = job.get("metadata") or {}
@@ -497,7 +501,7 @@ class JobReconciler:
     async def _watch(self, rv: str) -> str:
         try:
             resp = await self._batch.list_job_for_all_namespaces(
-                label_selector=QUEUE_NAME_LABEL, watch=True, resource_version=rv, allow_watch_bookmarks=True,
+                label_selector=self._selector, watch=True, resource_version=rv, allow_watch_bookmarks=True,
                 timeout_seconds=self.watch_timeout_s, _preload_content=False,
                 _request_timeout=aiohttp.ClientTimeout(total=None, sock_read=self.watch_timeout_s + 30))
         except ApiException as e:
@@ -651,6 +655,14 @@ class JobReconciler:
         return job
 
     async def _resolve_priority(self, query: PriorityQuery) -> ResolvedPriority:
+        if query.kind == "Queue":
+            # The value only: Kueue's Workload knows no such class source (and its priority is the
+            # Queue's, which the scheduler resolves itself from the Job).
+            queue = await _request(f"read Queue {t9k.NAMESPACE}/{query.name}",
+                                   self._custom.get_namespaced_custom_object(
+                                       t9k.GROUP, "v1beta1", t9k.NAMESPACE, "queues", query.name,
+                                       _preload_content=False))
+            return ResolvedPriority(value=int((queue.get("spec") or {}).get("priority") or 0))
         if query.kind == "WorkloadPriorityClass":
             wpc = await _request(f"read WorkloadPriorityClass {query.name}", self._custom.get_cluster_custom_object(
                 KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PRIORITY_CLASSES, query.name, _preload_content=False))

@@ -36,14 +36,14 @@ class ActuatorService:
                  policy: Policy = "suspend", qps: float = 20, burst: int = 40, status: ServiceStatus | None = None,
                  role: str = "actuator", poll_seconds: float = POLL_SECONDS,
                  reconciler_api: client.ApiClient | None = None, tuning: Tuning = KUBE_TUNING,
-                 elastic_quota_tree: bool = False) -> None:
+                 elastic_quota_tree: bool = False, t9k: bool = False) -> None:
         """``role`` is the leadership the caller acquired (checked on every step); ``reconciler_api``
         another client for the reconciler (default: the actuator's, which then shares its connections)."""
         self.role, self.poll_seconds = role, poll_seconds
         self.status = status or ServiceStatus("actuator", leading=True)
         self.port = KubePort(api, cluster=cluster, qps=qps, burst=burst, tuning=tuning)
         self.actuator = Actuator(log, self.port, topics=topics)
-        self.reconciler = JobReconciler(reconciler_api or api, cluster=cluster, policy=policy)
+        self.reconciler = JobReconciler(reconciler_api or api, cluster=cluster, policy=policy, t9k=t9k)
         # ACK's ElasticQuotaTree kept as Kueue objects (deploy/frontends/ack), when asked for.
         self.trees = TreeReconciler(reconciler_api or api) if elastic_quota_tree else None
         self.pods = PodReconciler(reconciler_api or api) if elastic_quota_tree else None

@@ -170,6 +170,7 @@ class ActuatorSettings(ServiceSettings):
     qps: float = 20
     burst: int = 40
     elastic_quota_tree: bool = False  # keep the Kueue objects of ACK's ElasticQuotaTree (tree_reconciler)
+    t9k: bool = False  # the job reconciler also takes Jobs on T9k Queues (events.t9k)
     name: ClassVar[ServiceName] = "actuator"
     writer: ClassVar[str | None] = "actuator"
     leads: ClassVar[str | None] = "actuator"
@@ -291,7 +292,8 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
         case "actuator":
             return ActuatorSettings(log=log, http=o.http, cluster=o.cluster, kube=kube if o.kube else None,
                                     policy=o.policy, qps=float(args.qps), burst=int(args.burst),
-                                    elastic_quota_tree=_elastic_quota_tree(args, environ, kube=o.kube))
+                                    elastic_quota_tree=_elastic_quota_tree(args, environ, kube=o.kube),
+                                    t9k=bool(getattr(args, "t9k", False)))
         case "simcluster":
             return SimclusterSettings(log=log, http=o.http, cluster=o.cluster, clock=clock, seed=seed,
                                       compress=int(args.compress))
@@ -527,6 +529,7 @@ async def _actuator(settings: ActuatorSettings, context: _Context, cfg: client.C
     async with api_client(cfg) as api:
         actuator = ActuatorService(context.log, api, cluster=settings.cluster, topics=topics,
                                    policy=settings.policy, qps=settings.qps, burst=settings.burst,
-                                   status=context.status, elastic_quota_tree=settings.elastic_quota_tree)
+                                   status=context.status, elastic_quota_tree=settings.elastic_quota_tree,
+                                   t9k=settings.t9k)
         context.registry.register(actuator.collector())
         await actuator.run(context.stop)

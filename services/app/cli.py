@@ -367,7 +367,8 @@ def _add_kube_options(run: argparse.ArgumentParser) -> None:
     kube.add_argument("--t9k", action=argparse.BooleanOptionalAction,
                       default=os.environ.get("KUEUELOG_T9K", "").strip().lower() in ("1", "true", "yes"),
                       help="watcher: also watch T9k Scheduler's Queues (scheduler.tensorstack.dev; the CRD must "
-                           "exist) (default: KUEUELOG_T9K, else off)")
+                           "exist); actuator --kube: the job reconciler also takes Jobs on a T9k Queue "
+                           "(default: KUEUELOG_T9K, else off)")
     kube.add_argument("--job-policy", choices=("suspend", "reject"), default=None,
                       help="a queued Job created running: suspend it until admitted, or reject it (label "
                            "kueuelog.io/rejected; it runs outside quota) (default: KUEUELOG_JOB_POLICY, else suspend)")

@@ -59,13 +59,7 @@ def _job_queue(job: Mapping[str, Any]) -> str | None:
     return t9k_queue_of(job)
 
 
-def t9k_queue_of(job: Mapping[str, Any]) -> str | None:
-    template = (job.get("spec") or {}).get("template") or {}
-    labels = (template.get("metadata") or {}).get("labels") or {}
-    scheduler = (template.get("spec") or {}).get("schedulerName")
-    if isinstance(labels, dict) and t9k.QUEUE_LABEL in labels and scheduler == t9k.SCHEDULER_NAME:
-        return str(labels[t9k.QUEUE_LABEL])
-    return None
+t9k_queue_of = t9k.queue_of_job
 
 
 def _requirements(sel: o.LabelSelector) -> list[dict[str, Any]]:

@@ -285,3 +285,23 @@ def test_convert_prints_the_closest_kueue_equivalent_and_what_has_none() -> None
     (rec,) = state.workloads.values()
     assert rec.admission is None and rec.obj.queue_name == "demo" and not t9k.is_t9k_workload(rec.obj)
     assert rec.priority == 80
+
+
+def test_the_job_reconciler_plans_a_workload_for_a_job_on_a_queue() -> None:
+    from services.actuator.job_reconciler import PriorityQuery, plan_job
+
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "nb", "namespace": "team-a", "uid": "u1", "resourceVersion": "1"},
+           "spec": {"suspend": True, "template": {
+               "metadata": {"labels": {t9k.QUEUE_LABEL: "demo"}},
+               "spec": {"schedulerName": t9k.SCHEDULER_NAME,
+                        "containers": [{"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}},
+           "status": {}}
+    plan = plan_job(job)
+    assert plan.workload is not None and plan.workload.priority == PriorityQuery("Queue", "demo")
+    assert plan.workload.body["spec"]["queueName"] == "demo"
+    running = {**job, "spec": {**job["spec"], "suspend": False}}
+    assert plan_job(running).suspend  # created running on a queue: held until admitted
+    other = {**job, "spec": {**job["spec"], "template": {**job["spec"]["template"], "spec": {
+        **job["spec"]["template"]["spec"], "schedulerName": "default-scheduler"}}}}
+    assert plan_job(other).nothing_to_do
