@@ -85,6 +85,7 @@ from services.actuator.kubeplan import (
     queue_status_patch,
     resource_version,
     status_patch,
+    t9k_queue_ref,
     workload_ref,
 )
 from services.actuator.loop import ActuationError, Staged, Tuning
@@ -133,8 +134,9 @@ class KubePort:
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
-                 pending_cache_size: int = 100_000, tuning: Tuning = KUBE_TUNING) -> None:
-        self.cluster = cluster
+                 pending_cache_size: int = 100_000, tuning: Tuning = KUBE_TUNING, t9k: bool = False) -> None:
+        """``t9k``: a ClusterQueue that is a T9k Queue gets the Queue's ``status.allocated`` written."""
+        self.cluster, self.t9k = cluster, t9k
         self.tuning = tuning
         self.max_conflicts = max_conflicts
         self.flavor_ttl_seconds = flavor_ttl_seconds
@@ -405,6 +407,11 @@ class KubePort:
     async def _flush_queues(self) -> None:
         """Write each changed ClusterQueue / LocalQueue status once; failures wait for the next step."""
         for name in sorted(self.counts.dirty_cluster_queues):
+            written = await self._write_t9k_queue(name) if self.t9k else None
+            if written is not None:  # a T9k Queue: no ClusterQueue object to write
+                if written:
+                    self.counts.dirty_cluster_queues.discard(name)
+                continue
             ref = cluster_queue_ref(name)
             if await self._write_queue(ref, functools.partial(self._cq_status, name)):
                 self.counts.dirty_cluster_queues.discard(name)
@@ -412,6 +419,21 @@ class KubePort:
             namespace, _, lq = key.partition("/")
             if await self._write_queue(local_queue_ref(namespace, lq), functools.partial(self._lq_status, key)):
                 self.counts.dirty_local_queues.discard(key)
+
+    async def _write_t9k_queue(self, name: str) -> bool | None:
+        """The Queue ``t9k-system/<name>``'s ``status.allocated``, kept from admitted usage: True when
+        done, False to try next step, None when there is no such Queue (a Kueue ClusterQueue)."""
+        ref = t9k_queue_ref(name)
+        try:
+            await self.kube.get(ref)  # is there such a Queue?
+        except KubeApiError as e:
+            if e.status == 404:
+                return None
+            if e.retriable:
+                return False
+            _log.warning("queue status not written", queue=str(ref), error=str(e))
+            return True
+        return await self._write_queue(ref, lambda _: self.counts.t9k_queue_status(name))
 
     def _cq_status(self, name: str, obj: Json) -> Json:
         self._quotas[name] = flavor_quotas(obj)

@@ -14,6 +14,7 @@ from typing import Any, Final, Literal
 
 from events import conditions as cond
 from events import objects as o
+from events import t9k
 from events.cluster import (
     DECISION_CYCLE_ANNOTATION,
     DECISION_ID_ANNOTATION,
@@ -62,6 +63,10 @@ def cluster_queue_ref(name: str) -> Ref:
 
 def local_queue_ref(namespace: str, name: str) -> Ref:
     return Ref("LocalQueue", KUEUE_GROUP, KUEUE_VERSION, "localqueues", name, namespace)
+
+
+def t9k_queue_ref(name: str) -> Ref:
+    return Ref("Queue", t9k.GROUP, "v1beta1", "queues", name, t9k.NAMESPACE)
 
 
 # --- pure: the Job's pod template ----------------------------------------------------------------
@@ -486,6 +491,16 @@ class QueueCounts:
         flavors = self._flavors(usage, quotas, borrowed=True)
         return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
                 "flavorsReservation": flavors, "flavorsUsage": flavors}
+
+    def t9k_queue_status(self, name: str) -> Json:
+        """A T9k Queue's ``status.allocated``: what its admitted workloads use, per resource (over
+        flavors), as Kubernetes writes quantities (``events.t9k``)."""
+        keys = sorted(k for k, h in self.workloads.items() if h.cluster_queue == name)
+        _, _, usage = self._tally(keys)
+        totals: dict[str, int] = {}
+        for (_, r), amount in sorted(usage.items()):
+            totals[r] = totals.get(r, 0) + amount
+        return {"allocated": {r: format_amount(r, v) for r, v in sorted(totals.items())}}
 
     def local_queue_status(self, key: str, quotas: FlavorQuotas = ()) -> Json:
         keys = sorted(k for k, lq in self.local_queue_of.items() if lq == key and k in self.workloads)

@@ -41,7 +41,7 @@ class ActuatorService:
         another client for the reconciler (default: the actuator's, which then shares its connections)."""
         self.role, self.poll_seconds = role, poll_seconds
         self.status = status or ServiceStatus("actuator", leading=True)
-        self.port = KubePort(api, cluster=cluster, qps=qps, burst=burst, tuning=tuning)
+        self.port = KubePort(api, cluster=cluster, qps=qps, burst=burst, tuning=tuning, t9k=t9k)
         self.actuator = Actuator(log, self.port, topics=topics)
         self.reconciler = JobReconciler(reconciler_api or api, cluster=cluster, policy=policy, t9k=t9k)
         # ACK's ElasticQuotaTree kept as Kueue objects (deploy/frontends/ack), when asked for.

@@ -122,5 +122,12 @@ async def test_jobs_on_a_t9k_queue_are_admitted_within_its_quota(
             await asyncio.sleep(3)  # the scheduler has had every chance to admit "second"
             assert not [t for t in tasks if t.done()]
             assert not await admitted("second"), "3 + 2 CPUs would exceed the Queue's quota of 4"
+
+            async def allocated() -> dict[str, Any] | None:
+                obj = await co.get_namespaced_custom_object(t9k.GROUP, "v1beta1", t9k.NAMESPACE, "queues", queue)
+                return (obj.get("status") or {}).get("allocated")
+
+            # status.allocated is kept from admitted usage (what the webhook's quota check reads).
+            assert await eventually(allocated, what="the Queue's status.allocated") == {"cpu": "3"}
     finally:
         log.close()

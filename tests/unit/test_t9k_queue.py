@@ -305,3 +305,23 @@ def test_the_job_reconciler_plans_a_workload_for_a_job_on_a_queue() -> None:
     other = {**job, "spec": {**job["spec"], "template": {**job["spec"]["template"], "spec": {
         **job["spec"]["template"]["spec"], "schedulerName": "default-scheduler"}}}}
     assert plan_job(other).nothing_to_do
+
+
+def test_the_actuator_keeps_a_queues_status_allocated_from_admitted_usage() -> None:
+    from events.messages import AdmitWorkload, EvictWorkload
+    from services.actuator.kubeplan import QueueCounts
+
+    def admit(name: str, cpu: int, gpu: int = 0) -> AdmitWorkload:
+        usage = (("cpu", cpu), ("nvidia.com/gpu", gpu)) if gpu else (("cpu", cpu),)
+        return AdmitWorkload(id=f"d-{name}", cycle=1, time=0, namespace="team-a", name=name, cluster_queue="demo",
+                             admission=o.Admission(cluster_queue="demo", pod_set_assignments=(o.PodSetAssignment(
+                                 name="main", flavors=tuple((r, t9k.FLAVOR) for r, _ in usage),
+                                 resource_usage=usage, count=1),)))
+
+    counts = QueueCounts()
+    counts.fold(admit("a", 38_000))
+    counts.fold(admit("b", 1_500, gpu=2))
+    assert counts.t9k_queue_status("demo") == {"allocated": {"cpu": "39500m", "nvidia.com/gpu": "2"}}
+    counts.fold(EvictWorkload(id="e", cycle=2, time=0, namespace="team-a", name="a", cluster_queue="demo",
+                              reason="Preempted", message=""))
+    assert counts.t9k_queue_status("demo") == {"allocated": {"cpu": "1500m", "nvidia.com/gpu": "2"}}
