@@ -257,7 +257,8 @@ def _simulate_parser(sub: Subcommands) -> None:
         help="run Kueue's admission on manifests, in simulated time",
         description=(
             "Apply Kueue manifests (ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, "
-            "Workload, batch/v1 Job with kueue.x-k8s.io/queue-name, Namespace, PriorityClass, Configuration) "
+            "Workload, batch/v1 Job with kueue.x-k8s.io/queue-name, Namespace, PriorityClass, Configuration; "
+            "T9k Queue and Jobs on it, whose creation refusals are reported as Workloads with reason Rejected) "
             "in order, run scheduling cycles and print every Workload with its status. Without --cycles, "
             "cycles repeat until nothing changes; evictions complete at once between cycles. "
             "Invalid input exits 2 with an error naming file, document, object and field."

@@ -169,10 +169,10 @@ class Preemptor:
             return None
         p = self.cq.preemption
         same = cand.admission is not None and cand.admission.cluster_queue == self.cq.name
-        if not same and cand.admission is not None and not self.permissive:
+        if not same and cand.admission is not None:
             owner = self.state.cluster_queues.get(cand.admission.cluster_queue)
             if owner is not None and owner.t9k is not None and not owner.t9k.preemptible:
-                return None  # T9k's spec.preemptible: false
+                return None  # T9k's spec.preemptible: false, whatever the policies (explanations too)
         policy = p.within_cluster_queue if same else p.reclaim_within_cohort
         if not self.permissive and not satisfies(policy, self.rec, cand):
             return None
