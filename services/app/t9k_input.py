@@ -32,11 +32,11 @@ def prepare(objects: Sequence[o.AnyObject]) -> tuple[list[o.AnyObject], list[Ref
     """(objects to fold, refused workloads with the reason), in input order."""
     queues = [ob for ob in objects if isinstance(ob, o.ClusterQueue) and ob.t9k is not None]
     kept: list[o.AnyObject] = [ob for ob in objects if not isinstance(ob, o.ResourceShapes)]
-    if not queues:
+    if not queues and not any(isinstance(ob, o.Workload) and t9k.is_t9k_workload(ob) for ob in kept):
         return kept, []
     shapes = next((ob for ob in reversed(objects) if isinstance(ob, o.ResourceShapes)), None)
     out: list[o.AnyObject] = []
-    if not any(isinstance(ob, o.ResourceFlavor) and ob.name == t9k.FLAVOR for ob in objects):
+    if queues and not any(isinstance(ob, o.ResourceFlavor) and ob.name == t9k.FLAVOR for ob in objects):
         out.append(o.ResourceFlavor(name=t9k.FLAVOR))
     refused: list[Refusal] = []
     current: dict[str, o.ClusterQueue] = {}
@@ -65,7 +65,7 @@ def prepare(objects: Sequence[o.AnyObject]) -> tuple[list[o.AnyObject], list[Ref
             for r, v in workload_requests(ob).items():
                 held_now[r] = held_now.get(r, 0) + v
         out.append(ob)
-    if not any(isinstance(ob, o.Cohort) and ob.name == t9k.COHORT for ob in objects):
+    if queues and not any(isinstance(ob, o.Cohort) and ob.name == t9k.COHORT for ob in objects):
         out.append(t9k.default_pool(queues))
     return out, refused
 

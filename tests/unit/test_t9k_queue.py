@@ -325,3 +325,20 @@ def test_the_actuator_keeps_a_queues_status_allocated_from_admitted_usage() -> N
     counts.fold(EvictWorkload(id="e", cycle=2, time=0, namespace="team-a", name="a", cluster_queue="demo",
                               reason="Preempted", message=""))
     assert counts.t9k_queue_status("demo") == {"allocated": {"cpu": "1500m", "nvidia.com/gpu": "2"}}
+
+
+def test_a_queue_whose_priority_changes_takes_its_waiting_workloads_along() -> None:
+    from events.messages import ObjectApplied
+    from services.app.simulate import fold_files_screened
+    from services.core.state import fold
+
+    job = _JOB.format(cpu="1", scheduler="t9k-scheduler")
+    state, refused = fold_files_screened({"q.yaml": _queue("  priority: 10\n") + "\n---\n" + job})
+    (rec,) = state.workloads.values()
+    assert rec.priority == 10 and refused == []
+    (cq,) = _load(_queue("  priority: 90\n"))
+    fold(state, ObjectApplied(time=1, object=cq))
+    assert rec.priority == 90
+    # A Job whose Queue does not exist (yet) is refused at creation, as the webhook would.
+    _, refused = fold_files_screened({"q.yaml": job})
+    assert [why for _, why in refused] == ["Queue demo does not exist in namespace t9k-system"]
