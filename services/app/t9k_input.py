@@ -19,6 +19,7 @@ from events import conditions as cond
 from events import objects as o
 from events import t9k
 from events.cluster import PENDING_REASON_ANNOTATION, ConditionType
+from services.app.exits import UsageError
 from services.core.render import workload_object
 from services.core.state import State, WorkloadRecord, resolve_priority
 from services.core.t9k import creation_refusal, workload_requests
@@ -34,6 +35,11 @@ def prepare(objects: Sequence[o.AnyObject]) -> tuple[list[o.AnyObject], list[Ref
     kept: list[o.AnyObject] = [ob for ob in objects if not isinstance(ob, o.ResourceShapes)]
     if not queues and not any(isinstance(ob, o.Workload) and t9k.is_t9k_workload(ob) for ob in kept):
         return kept, []
+    names = {cq.name for cq in queues}
+    clash = sorted({ob.name for ob in kept if isinstance(ob, o.ClusterQueue) and ob.t9k is None} & names)
+    if clash:
+        raise UsageError(f"ClusterQueue {clash[0]} and Queue {t9k.NAMESPACE}/{clash[0]} share a name: a T9k Queue "
+                         "is the ClusterQueue of its name to the engine; rename one of them")
     shapes = next((ob for ob in reversed(objects) if isinstance(ob, o.ResourceShapes)), None)
     out: list[o.AnyObject] = []
     if queues and not any(isinstance(ob, o.ResourceFlavor) and ob.name == t9k.FLAVOR for ob in objects):

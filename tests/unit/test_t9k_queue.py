@@ -342,3 +342,12 @@ def test_a_queue_whose_priority_changes_takes_its_waiting_workloads_along() -> N
     # A Job whose Queue does not exist (yet) is refused at creation, as the webhook would.
     _, refused = fold_files_screened({"q.yaml": job})
     assert [why for _, why in refused] == ["Queue demo does not exist in namespace t9k-system"]
+
+
+def test_a_queue_and_a_cluster_queue_of_the_same_name_are_refused() -> None:
+    from services.app.exits import UsageError
+    from services.app.simulate import fold_files_screened
+
+    cq = "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: demo}\nspec: {}\n"
+    with pytest.raises(UsageError, match="ClusterQueue demo and Queue t9k-system/demo share a name"):
+        fold_files_screened({"q.yaml": cq + "---\n" + _queue("  priority: 1\n")})
