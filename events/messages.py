@@ -143,6 +143,16 @@ class EvictWorkload(Decision, frozen=True, tag="evict"):
     preemptor: str = ""  # namespace/name
 
 
+class DeactivateWorkload(EvictWorkload, frozen=True, tag="evict.deactivate"):
+    """An eviction (reason ``Deactivated``) that also deactivates the workload: the actuator sets
+    ``spec.active=false``, and it is not requeued until spec.active is set back to true. Every
+    consumer of evictions handles it as one (it is an ``EvictWorkload``)."""
+
+    # The scheduler's cause (``DeactivationCause``), written into the Evicted reason as Kueue
+    # writes it ("DeactivatedDueTo<cause>"); empty when a user set spec.active=false.
+    underlying_cause: str = ""
+
+
 class MarkPending(Decision, frozen=True, tag="pending"):
     reason: PendingReason
     message: str
@@ -174,5 +184,5 @@ class CycleCompleted(msgspec.Struct, frozen=True, kw_only=True, tag="cycle", tag
     heads: tuple[HeadOutcome, ...] = ()
 
 
-AnyDecision = AdmitWorkload | EvictWorkload | MarkPending
-DecisionRecord = AdmitWorkload | EvictWorkload | MarkPending | CycleCompleted
+AnyDecision = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending
+DecisionRecord = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | CycleCompleted

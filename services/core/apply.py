@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload, MarkPending
+from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, DeactivateWorkload, EvictWorkload, MarkPending
 from services.core import effects
 from services.core.cycle import restart_held
 from services.core.state import State
@@ -42,7 +42,9 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
         if isinstance(d, AdmitWorkload):
             effects.commit_admission(state, rec, d.admission)
         elif isinstance(d, EvictWorkload):
-            effects.mark_evicted(state, rec, d.reason, d.message, d.preemption_reason)
+            deactivating = isinstance(d, DeactivateWorkload)
+            effects.mark_evicted(state, rec, d.reason, d.message, d.preemption_reason, deactivate=deactivating,
+                                 underlying_cause=d.underlying_cause if isinstance(d, DeactivateWorkload) else "")
         elif isinstance(d, MarkPending):
             effects.mark_pending(state, rec, d.message, d.reason, d.condition_reason)
     for h in record.heads:

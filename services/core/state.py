@@ -81,6 +81,8 @@ class State:
     # leaving it): a remembered flavor search is stale after that (Kueue's generation).
     epoch: int = 0  # every ClusterQueue at once: configuration changed
     generations: dict[str, int] = field(default_factory=dict)  # per ClusterQueue: a workload left it
+    # Inactive workloads still holding quota: the next cycle evicts them (services.core.deactivation).
+    deactivating: dict[str, None] = field(default_factory=dict)
     # --- not canonical ---
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
@@ -271,12 +273,16 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
         keep_scan = (state.config.flavor_fungibility_preserve_scan_progress
                      and old.obj.pod_sets == wl.pod_sets and old.priority == priority
                      and state.cluster_queue_for(old.obj)[0] == state.cluster_queue_for(wl)[0])
-        old.obj = wl
+        was_active, old.obj = old.obj.active, wl
         old.priority, old.priority_error = priority, error
         if old.admission is not None:
             touch_tree(state, old.admission.cluster_queue)  # a preemption candidate may have changed
         if wl.admission is not None and old.admission is None:
             _take_admission(state, old, wl.admission, wl.reserved_at if wl.reserved_at is not None else state.now)
+        if was_active != wl.active:
+            from services.core.deactivation import observe_spec
+
+            observe_spec(state, old, was_active)
         _enqueue(state, old)
         if not keep_scan:
             old.last_tried = None
@@ -287,6 +293,8 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
     if wl.admission is not None:
         at = wl.reserved_at if wl.reserved_at is not None else wl.creation_time
         _take_admission(state, rec, wl.admission, at if at is not None else state.now)
+        if not wl.active and not rec.evicting:
+            state.deactivating[key] = None  # arrived inactive but holding quota: the next cycle evicts it
     _enqueue(state, rec)
 
 
@@ -388,6 +396,9 @@ def _unqueue(state: State, rec: WorkloadRecord) -> None:
 def _enqueue(state: State, rec: WorkloadRecord) -> None:
     """Put a pending workload in its ClusterQueue's queue, or record why it has none."""
     if not rec.pending:
+        return
+    if not rec.active:
+        rec.pending_reason = PendingReason.INACTIVE  # deactivated: not queued until re-activated
         return
     cq, problem = state.cluster_queue_for(rec.obj)
     if problem:
