@@ -41,6 +41,8 @@ QUEUE_NAME_LABEL: Final = f"{KUEUE_GROUP}/queue-name"
 """On a Job (or Workload): the LocalQueue it is submitted to; a Job without it is not Kueue's."""
 PRIORITY_CLASS_LABEL: Final = f"{KUEUE_GROUP}/priority-class"
 """On a Job: the WorkloadPriorityClass its Workload takes its priority from."""
+MAX_EXEC_TIME_LABEL: Final = f"{KUEUE_GROUP}/max-exec-time-seconds"
+"""On a Job: its Workload's spec.maximumExecutionTimeSeconds."""
 MIN_PARALLELISM_ANNOTATION: Final = f"{KUEUE_GROUP}/job-min-parallelism"
 """On a Job: the least parallelism it accepts (partial admission)."""
 JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
@@ -76,6 +78,9 @@ PENDING_REASON_ANNOTATION: Final = f"{KUEUELOG_PREFIX}pending-reason"
 """On a pending Workload: our closed-set reason (``events.messages.PendingReason``)."""
 SIM_DURATION_ANNOTATION: Final = f"{KUEUELOG_PREFIX}sim-duration"
 """On a Workload (or its Job) in the simulated cluster: how long it runs once admitted."""
+SIM_READY_AFTER_ANNOTATION: Final = f"{KUEUELOG_PREFIX}sim-ready-after"
+"""On a Workload (or its Job) in a simulated cluster: how long after each start its pods become ready
+(a duration), or ``never``: a gang whose pods never all start."""
 
 
 # --- conditions -----------------------------------------------------------------------------------

@@ -59,6 +59,14 @@ class PodsReady(Event, frozen=True, tag="workload.pods-ready"):
     name: str
 
 
+class PodsNotReady(Event, frozen=True, tag="workload.pods-not-ready"):
+    """A pod of an admitted workload whose pods were all ready is no longer ready (it failed or was
+    lost): the workload waits for recovery (waitForPodsReady's ``recoveryTimeout``)."""
+
+    namespace: str
+    name: str
+
+
 class DecisionApplied(Event, frozen=True, tag="actuation.applied"):
     """An actuator applied a decision to its cluster."""
 
@@ -86,6 +94,7 @@ ClusterEvent = (
     | EvictionCompleted
     | ClockTicked
     | PodsReady
+    | PodsNotReady
     | DecisionApplied
     | ActuationFailed
 )
@@ -118,6 +127,8 @@ class PendingReason(StrEnum):
     PREEMPTION_NOT_ALLOWED = "PreemptionNotAllowed"
     SKIPPED_IN_CYCLE = "SkippedInCycle"
     INACTIVE = "Inactive"
+    WAITING_FOR_PODS_READY = "WaitingForPodsReady"  # blockAdmission: an admitted workload is not ready yet
+    BACKING_OFF = "BackingOff"  # evicted after a PodsReady timeout, waiting for status.requeueState.requeueAt
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):

@@ -437,10 +437,12 @@ def _scheduler_hook(registry: CollectorRegistry) -> StepHook:
 
 
 async def _scheduler(settings: SchedulerSettings, context: _Context) -> None:
+    from services.runtime.clock import wall_clock_ms
     from services.scheduler.runner import run_scheduler
 
+    # Real time: the scheduler appends a tick when one of its deadlines comes (waitForPodsReady).
     await run_scheduler(context.log, context.stop, topics=settings.log.topics, status=context.status,
-                        on_step=context.on_step, long_poll=True)
+                        on_step=context.on_step, long_poll=True, wall_clock=wall_clock_ms)
 
 
 def _arrivals(settings: SimclusterSettings, log: Log) -> ArrivalStream | None:

@@ -73,5 +73,14 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None) -> Simu
     return SimulationResult(state=state, cycles=ran, decisions=decisions, converged=converged)
 
 
-def simulate(paths: Sequence[str], cycles: int | None) -> SimulationResult:
-    return run(fold_files(read_manifests(paths)), cycles)
+def simulate(paths: Sequence[str], cycles: int | None, until_ms: int | None = None,
+             pods: int | None = None) -> SimulationResult:
+    state = fold_files(read_manifests(paths))
+    if until_ms is None:
+        return run(state, cycles)
+    from services.app.timeline import run_until
+
+    limit = cycles if cycles is not None else 20 * (len(state.workloads) + 10) * 10
+    timed = run_until(state, until_ms, limit, pods)
+    return SimulationResult(state=state, cycles=timed.cycles, decisions=timed.decisions,
+                            converged=timed.cycles < limit)

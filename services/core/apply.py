@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, DeactivateWorkload, EvictWorkload, MarkPending
-from services.core import effects
+from services.core import effects, podsready
 from services.core.cycle import restart_held
 from services.core.state import State
 
@@ -28,6 +28,7 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
     if state.cycles != record.cycle:
         raise ApplyError(f"cycle {record.cycle} recorded, but the state is at cycle {state.cycles}")
     restart_held(state)
+    podsready.release(state)
     for key in (*record.admitted_heads, *(h.key for h in record.heads)):
         rec = state.workloads.get(key)
         if rec is None:

@@ -35,7 +35,7 @@ from events.messages import (
     MarkPending,
     PendingReason,
 )
-from services.core import deactivation, effects, fairsharing
+from services.core import deactivation, effects, fairsharing, podsready
 from services.core.derived import Memo
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
@@ -359,6 +359,13 @@ def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: EvictionRe
     out.out.append(d)
 
 
+def _evict_timed_out(state: State, out: _Decisions) -> None:
+    """waitForPodsReady timeouts and maximum execution times (``services.core.podsready``)."""
+    for t in podsready.due(state):
+        message = deactivation.eviction_message(t.cause, t.message) if t.cause else t.message
+        evict(state, out, t.rec, t.reason, message, underlying_cause=t.cause, deactivate=bool(t.cause))
+
+
 def _evict_deactivated(state: State, out: _Decisions) -> None:
     """Inactive workloads give their quota back (Kueue's workload controller evicts them)."""
     for e in deactivation.take_evictions(state):
@@ -464,8 +471,10 @@ def run_cycle(state: State) -> CycleResult:
     state.cycles += 1
     out = _Decisions(state)
     _drain_stopped(state, out)
+    _evict_timed_out(state, out)
     _evict_deactivated(state, out)
     restart_held(state)
+    podsready.release(state)
     _mark_inactive(state, out)
     entries: list[Entry] = []
     for cq_name in sorted(state.index.queues):
@@ -542,6 +551,12 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
         e.forget_flavors = True
         e.requeue_reason = RequeueReason.PENDING_PREEMPTION
         e.pending_reason = PendingReason.PREEMPTION_PENDING
+        return
+    if podsready.blocks_admission(state):
+        # Kueue's scheduler waits here until every admitted workload is ready; so does this head.
+        e.message = podsready.WAITING_FOR_PODS_READY
+        e.pending_reason = PendingReason.WAITING_FOR_PODS_READY
+        e.requeue_reason = RequeueReason.FAILED_AFTER_NOMINATION
         return
     e.status = EntryStatus.NOMINATED
     _admit(state, out, e)

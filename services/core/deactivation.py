@@ -72,6 +72,9 @@ def observe_spec(state: State, rec: WorkloadRecord, was_active: bool) -> None:
     if was_active and not now_active:
         if rec.admission is not None and not rec.evicting and not rec.finished:
             state.deactivating[rec.key] = None
+        rec.requeue_at = None
+        rec.requeue_count = 0
+        state.backing_off.pop(rec.key, None)
     elif not was_active and now_active:
         reactivate(state, rec)
 
@@ -82,6 +85,9 @@ def reactivate(state: State, rec: WorkloadRecord) -> None:
     had_evicted = rec.deactivated or _evicted_inactive(rec)
     rec.deactivated = False
     rec.deactivation_cause = rec.deactivation_message = ""
+    rec.requeue_count = 0  # it starts over: no back-off left from before
+    rec.requeue_at = None
+    state.backing_off.pop(rec.key, None)
     if rec.pending and had_evicted:
         rec.set_condition(cond.reactivated(state.now))
     if rec.pending_reason == PendingReason.INACTIVE:
@@ -98,9 +104,14 @@ def take_evictions(state: State) -> list[Eviction]:
             state.deactivating.pop(key, None)
             continue
         cause = rec.deactivation_cause if rec.deactivated else ""
-        message = f"{DEACTIVATED_MESSAGE} due to {rec.deactivation_message}" if cause else DEACTIVATED_MESSAGE
+        message = eviction_message(cause, rec.deactivation_message)
         out.append(Eviction(rec, EvictionReason.DEACTIVATED, cause, message))
     return out
+
+
+def eviction_message(cause: str, why: str) -> str:
+    """The Evicted message of a deactivation: Kueue's "The workload is deactivated due to <why>"."""
+    return f"{DEACTIVATED_MESSAGE} due to {why}" if cause else DEACTIVATED_MESSAGE
 
 
 def note_evicted(state: State, rec: WorkloadRecord, *, deactivate: bool, cause: str, message: str) -> None:
@@ -116,6 +127,8 @@ def _mark(rec: WorkloadRecord, cause: str, message: str) -> None:
     rec.deactivated = True
     rec.deactivation_cause = cause
     rec.deactivation_message = message
+    rec.requeue_at = None  # Kueue clears status.requeueState of an inactive workload
+    rec.requeue_count = 0
 
 
 def _leave_queue(state: State, rec: WorkloadRecord) -> None:

@@ -68,6 +68,12 @@ class WorkloadRecord:
     deactivated: bool = False
     deactivation_cause: str = ""
     deactivation_message: str = ""
+    # Kueue's status.requeueState: PodsReady timeouts counted toward the back-off limit, and when
+    # (ms) the workload may be queued again (None: at once). See services.core.podsready.
+    requeue_count: int = 0
+    requeue_at: int | None = None
+    # Kueue's status.accumulatedPastExecutionTimeSeconds, in ms: time admitted before its last eviction.
+    past_execution_ms: int = 0
     # --- derived ---
     usage: dict[FR, int] = field(default_factory=dict, metadata=DERIVED)  # what its admission uses
     queued_in: str = field(default="", metadata=DERIVED)  # the ClusterQueue whose queue holds it while pending

@@ -46,6 +46,7 @@ from events.messages import (
     ObjectApplied,
     ObjectDeleted,
     PendingReason,
+    PodsNotReady,
     PodsReady,
     WorkloadFinished,
 )
@@ -83,6 +84,8 @@ class State:
     generations: dict[str, int] = field(default_factory=dict)  # per ClusterQueue: a workload left it
     # Inactive workloads still holding quota: the next cycle evicts them (services.core.deactivation).
     deactivating: dict[str, None] = field(default_factory=dict)
+    # Evicted after a PodsReady timeout and waiting for their back-off (requeue_at) to pass.
+    backing_off: dict[str, None] = field(default_factory=dict)
     # --- not canonical ---
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
@@ -165,8 +168,15 @@ def _fold_applied(state: State, event: ObjectApplied) -> None:
     _apply(state, event.object)
 
 
-def _fold_pods_ready(state: State, event: PodsReady) -> None:
-    _note(state, event.namespace, event.name, "pods ready", pods_ready=True)
+def _fold_pods_ready(state: State, event: PodsReady | PodsNotReady) -> None:
+    rec = state.workloads.get(f"{event.namespace}/{event.name}")
+    if rec is None:
+        note_anomaly(state, f"pods ready for unknown Workload {event.namespace}/{event.name}")
+        return
+    if rec.admission is not None:
+        from services.core.podsready import on_readiness
+
+        on_readiness(state, rec, ready=isinstance(event, PodsReady))
 
 
 def _fold_applied_decision(state: State, event: DecisionApplied) -> None:
@@ -195,13 +205,10 @@ def _on(cluster: str) -> str:
     return f" on cluster {cluster}" if cluster else ""
 
 
-def _note(state: State, namespace: str, name: str, what: str, *, pods_ready: bool = False) -> None:
+def _note(state: State, namespace: str, name: str, what: str) -> None:
     rec = state.workloads.get(f"{namespace}/{name}")
     if rec is None:
         note_anomaly(state, f"{what} for unknown Workload {namespace}/{name}")
-        return
-    if pods_ready and rec.admission is not None:
-        rec.set_condition(cond.pods_ready(state.now))
 
 
 def _apply(state: State, obj: o.AnyObject) -> None:
@@ -400,6 +407,10 @@ def _enqueue(state: State, rec: WorkloadRecord) -> None:
     if not rec.active:
         rec.pending_reason = PendingReason.INACTIVE  # deactivated: not queued until re-activated
         return
+    if rec.requeue_at is not None and rec.requeue_at > state.now:
+        state.backing_off[rec.key] = None  # evicted after a PodsReady timeout: podsready.release queues it
+        rec.pending_reason = PendingReason.BACKING_OFF
+        return
     cq, problem = state.cluster_queue_for(rec.obj)
     if problem:
         rec.set_condition(cond.inadmissible(problem, state.now))
@@ -414,6 +425,11 @@ def _enqueue(state: State, rec: WorkloadRecord) -> None:
         queue.inadmissible[rec.key] = None
     else:
         queue.push(rec)
+
+
+def enqueue(state: State, rec: WorkloadRecord) -> None:
+    """Put a pending workload in its queue (or record why it has none)."""
+    _enqueue(state, rec)
 
 
 class _Table(Protocol):
@@ -502,6 +518,7 @@ _FOLD: dict[type, Callable[[State, Any], None]] = {
     WorkloadFinished: _finish,
     EvictionCompleted: _eviction_completed,
     PodsReady: _fold_pods_ready,
+    PodsNotReady: _fold_pods_ready,
     DecisionApplied: _fold_applied_decision,
     ActuationFailed: _fold_actuation_failed,
     ClockTicked: _fold_tick,

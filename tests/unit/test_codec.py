@@ -30,6 +30,7 @@ from events.messages import (
     ObjectApplied,
     ObjectDeleted,
     PendingReason,
+    PodsNotReady,
     PodsReady,
     WorkloadFinished,
 )
@@ -56,6 +57,7 @@ EVENTS = [
     EvictionCompleted(time=4, namespace="ns", name="w"),
     ClockTicked(time=5),
     PodsReady(time=6, namespace="ns", name="w"),
+    PodsNotReady(time=6, namespace="ns", name="w"),
     DecisionApplied(time=7, decision_id="c1-0", namespace="ns", name="w", cluster="sim"),
     ActuationFailed(time=8, decision_id="c1-0", namespace="ns", name="w", error="boom", retriable=True),
 ]
