@@ -209,6 +209,21 @@ def blocks_admission(state: State) -> bool:
     return False
 
 
+def deadlines_of(state: State, rec: WorkloadRecord) -> list[tuple[str, int]]:
+    """(what, when) for every timer running on ``rec``, for ``explain``."""
+    out: list[tuple[str, int]] = []
+    if rec.admission is not None and not rec.evicting and rec.active:
+        ready = _ready_deadline(state, rec)
+        if ready is not None:
+            out.append(("PodsReady timeout: evicted (PodsReadyTimeout) if its pods are not all ready by", ready))
+        limit = _execution_deadline(rec)
+        if limit is not None:
+            out.append(("maximumExecutionTimeSeconds: deactivated at", limit))
+    if rec.pending and rec.requeue_at is not None:
+        out.append((f"backing off after PodsReady timeout #{rec.requeue_count}: queued again at", rec.requeue_at))
+    return out
+
+
 def next_deadline(state: State) -> int | None:
     """The earliest time after ``state.now`` at which a timeout, a maximum execution time or a
     back-off falls due (None: nothing is waiting): when a clock source should wake the scheduler."""
