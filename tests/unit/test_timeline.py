@@ -63,3 +63,10 @@ def test_without_until_time_stands_still() -> None:
 ])
 def test_sim_ready_after(annotations: tuple[tuple[str, str], ...], want: int | None) -> None:
     assert ready_after_ms(annotations) == want
+
+
+def test_the_readmes_example_is_the_case() -> None:
+    """docs/all-or-nothing.yaml (the README's example) holds the case's manifests, unchanged."""
+    _, *docs = list(yaml.safe_load_all(CASE.read_text(encoding="utf-8")))
+    example = Path(__file__).resolve().parents[2] / "docs" / "all-or-nothing.yaml"
+    assert list(yaml.safe_load_all(example.read_text(encoding="utf-8"))) == docs
