@@ -163,7 +163,10 @@ def _execution_deadline(rec: WorkloadRecord) -> int | None:
 
 
 def _watched(state: State) -> list[WorkloadRecord]:
-    """Admitted, active workloads not being evicted, in key order."""
+    """Admitted, active workloads not being evicted, in key order; none when no timer can run on
+    them (no waitForPodsReady, no maximumExecutionTimeSeconds seen), so that cycles cost nothing more."""
+    if not (state.config.wait_for_pods_ready or state.timed):
+        return []
     out = []
     for cq_name in sorted(state.index.admitted):
         for key in state.index.admitted[cq_name]:

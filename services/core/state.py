@@ -86,6 +86,9 @@ class State:
     deactivating: dict[str, None] = field(default_factory=dict)
     # Evicted after a PodsReady timeout and waiting for their back-off (requeue_at) to pass.
     backing_off: dict[str, None] = field(default_factory=dict)
+    # A workload with maximumExecutionTimeSeconds has been seen: cycles look for execution deadlines
+    # (without it and without waitForPodsReady they need not walk the admitted workloads).
+    timed: bool = False
     # --- not canonical ---
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
@@ -266,6 +269,8 @@ def _requeue_with(state: State, rec: WorkloadRecord, priority: int) -> None:
 
 def _apply_workload(state: State, wl: o.Workload) -> None:
     key = f"{wl.namespace}/{wl.name}"
+    if wl.maximum_execution_time_seconds is not None:
+        state.timed = True
     old = state.workloads.get(key)
     priority, error = resolve_priority(state, wl)
     if old is not None:

@@ -273,3 +273,23 @@ def test_a_user_re_activating_a_deactivated_workload_starts_over() -> None:
     assert _cond(state, "ns/job", ConditionType.REQUEUED) == ("True", "Reactivated")
     assert run_cycle(state).admitted_heads == ["ns/job"]
     assert state.workloads["ns/job"].requeue_count == 0
+
+
+def test_evictions_are_counted_by_reason() -> None:
+    from services.scheduler.metrics import SchedulerMetrics
+
+    state = _state(_wl("job", created=0), timeout="1m", requeuingStrategy={"backoffLimitCount": 1})
+    metrics = SchedulerMetrics()
+    run_cycle(state)
+    for at in (MIN, 3 * MIN):
+        _at(state, at)
+        metrics.observe(run_cycle(state).decisions, [], state)
+        fold(state, EvictionCompleted(time=T0 + at, namespace="ns", name="job"))
+        _at(state, at + MIN)
+        run_cycle(state)
+    registry = metrics.registry
+    for reason in ("PodsReadyTimeout", "Deactivated"):
+        got = registry.get_sample_value("kueue_evicted_workloads_total", {"cluster_queue": "cq", "reason": reason})
+        assert got == 1.0, reason
+    tagged = registry.get_sample_value("kueuelog_decisions_total", {"type": "evict.deactivate"})
+    assert tagged == 1.0
