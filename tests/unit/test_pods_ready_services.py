@@ -110,3 +110,14 @@ def test_the_deadline_ticker_appends_one_tick_when_the_deadline_comes(log: Sqlit
     [rec] = log.read(T.cluster_events, 0, 10)
     env = decode_envelope(rec.value)
     assert isinstance(env.event, ClockTicked) and env.event.time == deadline + 7 and env.source == SOURCE
+
+
+def test_the_documented_stuck_gang_demo_ends_with_the_gang_deactivated(log: SqliteLog) -> None:
+    """docs/stuck-gang.yaml, as ``kueuelog demo docs/stuck-gang.yaml`` runs it."""
+    path = Path(__file__).resolve().parents[2] / "docs" / "stuck-gang.yaml"
+    arrivals = ArrivalStream.from_files(log, {path.name: path.read_text(encoding="utf-8")}, topics=T)
+    result = drive_until_idle(log, topics=T, arrivals=arrivals)
+    by_job = {r.obj.owner.name: r for r in result.scheduler.state.workloads.values() if r.obj.owner}
+    assert not by_job["stuck"].active and by_job["stuck"].deactivation_cause == "RequeuingLimitExceeded"
+    assert by_job["fine"].finished
+    assert replay(log, T, verify=True).mismatches == []
