@@ -88,6 +88,12 @@ def reactivated(at: int) -> Condition:
     return condition(ConditionType.REQUEUED, True, RequeuedReason.REACTIVATED, "The workload was reactivated", at)
 
 
+def backoff_finished(at: int) -> Condition:
+    """A workload evicted by a PodsReady timeout is queued again: its requeueAt has passed."""
+    return condition(ConditionType.REQUEUED, True, RequeuedReason.BACKOFF_FINISHED, "The workload backoff was finished",
+                     at)
+
+
 def finished(succeeded: bool, message: str, at: int) -> Condition:
     if succeeded:
         return condition(ConditionType.FINISHED, True, ConditionReason.SUCCEEDED,

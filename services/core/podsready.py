@@ -31,7 +31,7 @@ scheduler exactly then.
 from __future__ import annotations
 
 from events import conditions as cond
-from events.cluster import ConditionReason, ConditionType, DeactivationCause, EvictionReason, RequeuedReason
+from events.cluster import ConditionReason, ConditionType, DeactivationCause, EvictionReason
 from events.messages import Condition
 from services.core.state import State, WorkloadRecord, enqueue
 
@@ -117,8 +117,7 @@ def release(state: State) -> None:
             continue
         del state.backing_off[key]
         rec.requeue_at = None
-        rec.set_condition(cond.condition(ConditionType.REQUEUED, True, RequeuedReason.BACKOFF_FINISHED,
-                                         "The workload backoff was finished", state.now))
+        rec.set_condition(cond.backoff_finished(state.now))
         rec.inadmissible = False
         enqueue(state, rec)
 

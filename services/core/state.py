@@ -412,10 +412,14 @@ def _enqueue(state: State, rec: WorkloadRecord) -> None:
     if not rec.active:
         rec.pending_reason = PendingReason.INACTIVE  # deactivated: not queued until re-activated
         return
-    if rec.requeue_at is not None and rec.requeue_at > state.now:
-        state.backing_off[rec.key] = None  # evicted after a PodsReady timeout: podsready.release queues it
-        rec.pending_reason = PendingReason.BACKING_OFF
-        return
+    if rec.requeue_at is not None:
+        if rec.requeue_at > state.now:
+            state.backing_off[rec.key] = None  # evicted after a PodsReady timeout: podsready.release queues it
+            rec.pending_reason = PendingReason.BACKING_OFF
+            return
+        # The back-off passed before the eviction completed: queued at once, as Kueue does.
+        rec.requeue_at = None
+        rec.set_condition(cond.backoff_finished(state.now))
     cq, problem = state.cluster_queue_for(rec.obj)
     if problem:
         rec.set_condition(cond.inadmissible(problem, state.now))

@@ -293,3 +293,27 @@ def test_evictions_are_counted_by_reason() -> None:
         assert got == 1.0, reason
     tagged = registry.get_sample_value("kueuelog_decisions_total", {"type": "evict.deactivate"})
     assert tagged == 1.0
+
+
+def test_an_eviction_completing_after_the_back_off_queues_at_once() -> None:
+    state = _state(_wl("job", created=0), timeout="1m")
+    run_cycle(state)
+    _at(state, MIN)
+    run_cycle(state)  # requeueAt = 2m
+    fold(state, EvictionCompleted(time=T0 + 3 * MIN, namespace="ns", name="job"))  # pods gone only at 3m
+    rec = state.workloads["ns/job"]
+    assert (rec.requeue_count, rec.requeue_at) == (1, None)
+    assert _cond(state, "ns/job", ConditionType.REQUEUED) == ("True", "BackoffFinished")
+    assert run_cycle(state).admitted_heads == ["ns/job"]
+
+
+def test_a_head_blocked_by_block_admission_does_not_keep_simulate_busy() -> None:
+    from services.app.simulate import run
+
+    state = build_state(a_configuration().wait_for_pods_ready(timeout="5m", blockAdmission=True),
+                        a_flavor("f1"), a_flavor("f2"),
+                        a_cluster_queue("cq").group(("f1", {"cpu": "4"}), ("f2", {"cpu": "4"})),
+                        a_local_queue("ns", "lq", "cq"), _wl("first", created=0), _wl("second", created=1))
+    result = run(state, None)
+    assert result.converged
+    assert state.workloads["ns/second"].pending_reason == PendingReason.WAITING_FOR_PODS_READY
