@@ -17,8 +17,9 @@ The API (all pure; time is ``state.now``):
 
 - :func:`is_active` — whether a record may be queued.
 - :func:`deactivate` — the scheduler deactivates a workload for ``cause``. Call it from ``fold``
-  (any workload) or from a cycle (a workload holding quota: its eviction is the decision that
-  records the deactivation, so ``replay`` reproduces it). The next cycle evicts it.
+  only (a change a cycle makes must be carried by a decision, or ``replay`` would not see it);
+  the next cycle evicts it. Inside a cycle, ``cycle.evict(..., deactivate=True,
+  underlying_cause=cause)`` evicts and deactivates at once, carried by its ``DeactivateWorkload``.
 - :func:`observe_spec` — ``fold`` saw a new spec of a known workload: deactivation by a user,
   or re-activation.
 - :func:`take_evictions` — the cycle's step: the inactive workloads holding quota, in key order,
