@@ -366,7 +366,9 @@ def _add_simulated_options(run: argparse.ArgumentParser) -> None:
     simulated.add_argument("--clock", choices=("simulated", "real"), default="real",
                            help="time for the simulated cluster (default: real)")
     simulated.add_argument("--seed", nargs="*", metavar="FILE",
-                           help="'all' only: manifests to submit as they arrive")
+                           help="all and simcluster: manifests to submit as they arrive; scheduler: manifests "
+                                "appended once at start, e.g. Kueue's Configuration (waitForPodsReady), which "
+                                "no watcher reads from a cluster")
     simulated.add_argument("--compress", type=int, default=1, metavar="N",
                            help="real clock: submit the seeded Jobs N times faster than their creationTimestamps")
     simulated.add_argument("--until-done", action=argparse.BooleanOptionalAction, default=None,
