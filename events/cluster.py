@@ -41,6 +41,8 @@ QUEUE_NAME_LABEL: Final = f"{KUEUE_GROUP}/queue-name"
 """On a Job (or Workload): the LocalQueue it is submitted to; a Job without it is not Kueue's."""
 PRIORITY_CLASS_LABEL: Final = f"{KUEUE_GROUP}/priority-class"
 """On a Job: the WorkloadPriorityClass its Workload takes its priority from."""
+MAX_EXEC_TIME_LABEL: Final = f"{KUEUE_GROUP}/max-exec-time-seconds"
+"""On a Job: its Workload's spec.maximumExecutionTimeSeconds."""
 MIN_PARALLELISM_ANNOTATION: Final = f"{KUEUE_GROUP}/job-min-parallelism"
 """On a Job: the least parallelism it accepts (partial admission)."""
 JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
@@ -86,6 +88,9 @@ ELASTIC_QUOTA_TREE_LABEL: Final = f"{KUEUELOG_PREFIX}elastic-quota-tree"
 RECLAIM_WITHIN_ANNOTATION: Final = f"{KUEUELOG_PREFIX}reclaim-within"
 """On a ClusterQueue: ``NominalQuota`` = reclaim in the cohort tree only for a workload that fits in
 its own nominal quota (ACK's rule for an ElasticQuotaTree leaf, ``events/elasticquota.py``)."""
+SIM_READY_AFTER_ANNOTATION: Final = f"{KUEUELOG_PREFIX}sim-ready-after"
+"""On a Workload (or its Job) in a simulated cluster: how long after each start its pods become ready
+(a duration), or ``never``: a gang whose pods never all start."""
 
 
 # --- conditions -----------------------------------------------------------------------------------
@@ -142,8 +147,24 @@ class EvictionReason(StrEnum):
     ADMISSION_CHECK = "AdmissionCheck"
     CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
     LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
-    DEACTIVATED = "InactiveWorkload"
+    DEACTIVATED = "Deactivated"  # spec.active is false; with an underlying cause, "DeactivatedDueTo<cause>"
     MAX_DURATION_EXCEEDED = "MaxDurationExceeded"  # T9k Queue's spec.maxDuration (events.t9k); requeued
+
+
+class DeactivationCause(StrEnum):
+    """Why the scheduler deactivated a workload (Kueue's ``DeactivationTarget`` reasons): the
+    underlying cause of its ``Deactivated`` eviction."""
+
+    REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
+    MAXIMUM_EXECUTION_TIME_EXCEEDED = "MaximumExecutionTimeExceeded"
+    ADMISSION_CHECK = "AdmissionCheck"
+
+
+class RequeuedReason(StrEnum):
+    """Reasons of ``Requeued=True`` that are not an eviction's (Kueue's workload controller)."""
+
+    REACTIVATED = "Reactivated"
+    BACKOFF_FINISHED = "BackoffFinished"
 
 
 class PreemptionReason(StrEnum):

@@ -18,6 +18,10 @@ field                         v1beta1                                v1beta2
 ``waitForPodsReady.timeout``  5m when absent; an explicit 0 is       30m when absent or 0
                               refused (must be specified)
 ``.blockAdmission``           true when absent (= ``enable``)        false when absent
+``.recoveryTimeout``          the timeout when absent                the same
+``.requeuingStrategy``        timestamp Eviction, backoffBaseSeconds the same
+                              60, backoffMaxSeconds 3600,
+                              backoffLimitCount none (for ever)
 ``resources.                  prefixes of resources Kueue ignores    the same
 excludeResourcePrefixes``
 ``featureGates``              FlavorFungibilityPreserveScanProgress, the same
@@ -48,6 +52,8 @@ V1BETA2_POD_READY_TIMEOUT_MS = 30 * 60_000
 DEFAULT_STRATEGIES = ("LessThanOrEqualToFinalShare", "LessThanInitialShare")
 STRATEGY_SETS = (("LessThanOrEqualToFinalShare",), ("LessThanInitialShare",), DEFAULT_STRATEGIES)
 _REQUEUING_TIMESTAMPS = ("Creation", "Eviction")
+DEFAULT_BACKOFF_BASE_SECONDS = 60
+DEFAULT_BACKOFF_MAX_SECONDS = 3600
 
 # Kueue's feature gates that change decisions and that a Configuration may switch, by the
 # o.Configuration field each sets; the others are followed at their Kueue default.
@@ -139,7 +145,7 @@ def _wait_for_pods_ready(
         timeout = default_timeout_ms
     elif timeout == 0:
         raise where.error("waitForPodsReady.timeout", "must be specified: a timeout of 0 is not allowed")
-    requeuing = wait.requeuing_strategy
+    requeuing = wait.requeuing_strategy or api.RequeuingStrategy()
     if requeuing is not None:
         if requeuing.timestamp is not None and requeuing.timestamp not in _REQUEUING_TIMESTAMPS:
             raise where.error("waitForPodsReady.requeuingStrategy.timestamp",
@@ -153,8 +159,17 @@ def _wait_for_pods_ready(
                 except v.Invalid as e:
                     raise where.error(e.field, e.message) from None
     block = block_by_default if wait.block_admission is None else wait.block_admission
-    return o.Configuration(wait_for_pods_ready=True, wait_for_pods_ready_timeout_ms=timeout,
-                           wait_for_pods_ready_block_admission=block)
+    recovery = _durations(where, wait).get("recoveryTimeout")
+    return o.Configuration(
+        wait_for_pods_ready=True, wait_for_pods_ready_timeout_ms=timeout, wait_for_pods_ready_block_admission=block,
+        wait_for_pods_ready_recovery_timeout_ms=recovery,
+        requeuing_timestamp=requeuing.timestamp or "Eviction",
+        requeuing_backoff_limit_count=requeuing.backoff_limit_count,
+        requeuing_backoff_base_seconds=(DEFAULT_BACKOFF_BASE_SECONDS if requeuing.backoff_base_seconds is None
+                                        else requeuing.backoff_base_seconds),
+        requeuing_backoff_max_seconds=(DEFAULT_BACKOFF_MAX_SECONDS if requeuing.backoff_max_seconds is None
+                                       else requeuing.backoff_max_seconds),
+    )
 
 
 def _feature_gates(where: Where, gates: dict[str, bool], out: o.Configuration) -> o.Configuration:

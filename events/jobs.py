@@ -20,6 +20,7 @@ from events import api
 from events import objects as o
 from events import validation as v
 from events.cluster import (
+    MAX_EXEC_TIME_LABEL,
     MIN_PARALLELISM_ANNOTATION,
     POD_PRIORITY_CLASS_SOURCE,
     PRIORITY_CLASS_LABEL,
@@ -83,6 +84,15 @@ def job_to_workload(
         # is the Job's (a Job without a template has none either).
         raise where.error("spec.template.spec.containers", "must have at least 1 item")
     pod_set = pod_set_from_template(where, "main", count, min_count, spec.template, "spec.template")
+    max_exec = None
+    if labels.get(MAX_EXEC_TIME_LABEL) is not None:
+        # Kueue's job integration copies the label to spec.maximumExecutionTimeSeconds (at least 1).
+        field = f"metadata.labels.{MAX_EXEC_TIME_LABEL}"
+        try:
+            max_exec = v.int_text(labels[MAX_EXEC_TIME_LABEL], field)
+            v.int32(max_exec, field, minimum=1)
+        except v.Invalid as e:
+            raise where.error(e.field, e.message) from None
     priority_ref = None
     if labels.get(PRIORITY_CLASS_LABEL):
         priority_ref = o.PriorityRef(source=WORKLOAD_PRIORITY_CLASS_SOURCE, name=labels[PRIORITY_CLASS_LABEL])
@@ -100,6 +110,7 @@ def job_to_workload(
         priority_ref=priority_ref,
         owner=o.OwnerReference(api_version="batch/v1", kind="Job", name=name, uid=uid),
         active=True,
+        maximum_execution_time_seconds=max_exec,
         labels=tuple(sorted(labels.items())),
         annotations=tuple(sorted(annotations.items())),
     )

@@ -889,6 +889,7 @@ def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespac
         priority_ref=priority_ref,
         owner=owner,
         active=spec.active is not False,
+        maximum_execution_time_seconds=spec.maximum_execution_time_seconds,
         admission=admission,
         reserved_at=_reserved_at(ctx, status),
         eviction=_eviction(ctx, status) if admission is not None else None,

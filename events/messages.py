@@ -59,6 +59,14 @@ class PodsReady(Event, frozen=True, tag="workload.pods-ready"):
     name: str
 
 
+class PodsNotReady(Event, frozen=True, tag="workload.pods-not-ready"):
+    """A pod of an admitted workload whose pods were all ready is no longer ready (it failed or was
+    lost): the workload waits for recovery (waitForPodsReady's ``recoveryTimeout``)."""
+
+    namespace: str
+    name: str
+
+
 class DecisionApplied(Event, frozen=True, tag="actuation.applied"):
     """An actuator applied a decision to its cluster."""
 
@@ -86,6 +94,7 @@ ClusterEvent = (
     | EvictionCompleted
     | ClockTicked
     | PodsReady
+    | PodsNotReady
     | DecisionApplied
     | ActuationFailed
 )
@@ -118,6 +127,8 @@ class PendingReason(StrEnum):
     PREEMPTION_NOT_ALLOWED = "PreemptionNotAllowed"
     SKIPPED_IN_CYCLE = "SkippedInCycle"
     INACTIVE = "Inactive"
+    WAITING_FOR_PODS_READY = "WaitingForPodsReady"  # blockAdmission: an admitted workload is not ready yet
+    BACKING_OFF = "BackingOff"  # evicted after a PodsReady timeout, waiting for status.requeueState.requeueAt
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -141,6 +152,16 @@ class EvictWorkload(Decision, frozen=True, tag="evict"):
     message: str
     preemption_reason: str = ""  # InClusterQueue, InCohortReclamation, ...
     preemptor: str = ""  # namespace/name
+
+
+class DeactivateWorkload(EvictWorkload, frozen=True, tag="evict.deactivate"):
+    """An eviction (reason ``Deactivated``) that also deactivates the workload: the actuator sets
+    ``spec.active=false``, and it is not requeued until spec.active is set back to true. Every
+    consumer of evictions handles it as one (it is an ``EvictWorkload``)."""
+
+    # The scheduler's cause (``DeactivationCause``), written into the Evicted reason as Kueue
+    # writes it ("DeactivatedDueTo<cause>"); empty when a user set spec.active=false.
+    underlying_cause: str = ""
 
 
 class MarkPending(Decision, frozen=True, tag="pending"):
@@ -174,5 +195,5 @@ class CycleCompleted(msgspec.Struct, frozen=True, kw_only=True, tag="cycle", tag
     heads: tuple[HeadOutcome, ...] = ()
 
 
-AnyDecision = AdmitWorkload | EvictWorkload | MarkPending
-DecisionRecord = AdmitWorkload | EvictWorkload | MarkPending | CycleCompleted
+AnyDecision = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending
+DecisionRecord = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | CycleCompleted

@@ -223,6 +223,12 @@ class Configuration(_Kind, frozen=True, tag="Configuration"):
     wait_for_pods_ready: bool = False
     wait_for_pods_ready_timeout_ms: int = 300_000
     wait_for_pods_ready_block_admission: bool = False
+    # None: the timeout, as Kueue defaults recoveryTimeout (apis/config/*/defaults.go).
+    wait_for_pods_ready_recovery_timeout_ms: int | None = None
+    requeuing_timestamp: str = "Eviction"  # or "Creation": the queue order of a workload requeued after a timeout
+    requeuing_backoff_limit_count: int | None = None  # None: requeued for ever
+    requeuing_backoff_base_seconds: int = 60
+    requeuing_backoff_max_seconds: int = 3600
     exclude_resource_prefixes: tuple[str, ...] = ()
     # Kueue's beta feature gate FlavorFungibilityPreserveScanProgress (on by default), switched
     # by ``featureGates``: a skipped workload resumes its flavor scan in the next cycle.
@@ -302,6 +308,7 @@ class Workload(_Kind, frozen=True, tag="Workload"):
     admission: Admission | None = None  # arrived already holding quota
     reserved_at: int | None = None  # when that quota was reserved (QuotaReserved lastTransitionTime)
     eviction: Eviction | None = None  # holding that quota, but already being evicted
+    maximum_execution_time_seconds: int | None = None  # spec.maximumExecutionTimeSeconds (a Job's label)
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
 

@@ -181,6 +181,11 @@ class ConfigurationBuilder(Builder):
         self.body["fairSharing"] = {"enable": True}
         return self
 
+    def wait_for_pods_ready(self, **fields: Any) -> ConfigurationBuilder:
+        """waitForPodsReady, on (``enable: true``), with these fields (camelCase)."""
+        self.body["waitForPodsReady"] = {"enable": True, **fields}
+        return self
+
     def feature_gate(self, name: str, enabled: bool) -> ConfigurationBuilder:
         self.body.setdefault("featureGates", {})[name] = enabled
         return self
@@ -207,6 +212,16 @@ class WorkloadBuilder(Builder):
     def priority_class(self, name: str) -> WorkloadBuilder:
         self.body["spec"]["priorityClassName"] = name
         self.body["spec"]["priorityClassSource"] = "kueue.x-k8s.io/workloadpriorityclass"
+        return self
+
+    def max_exec(self, seconds: int) -> WorkloadBuilder:
+        """spec.maximumExecutionTimeSeconds."""
+        self.body["spec"]["maximumExecutionTimeSeconds"] = seconds
+        return self
+
+    def active(self, value: bool) -> WorkloadBuilder:
+        """spec.active: false deactivates the workload."""
+        self.body["spec"]["active"] = value
         return self
 
     def created(self, seconds: int) -> WorkloadBuilder:

@@ -18,6 +18,8 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   ``Requeued`` and no ``status.admission``. Kueue writes the last three when the eviction
   completes; we write them at once and the watcher reports ``EvictionCompleted`` when the Job
   has no active pods.
+- ``DeactivateWorkload`` (an eviction that deactivates): the same, then the Workload's
+  ``spec.active=false``, as Kueue's workload controller writes it.
 - ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (Kueue's ``Pending`` /
   ``Inadmissible``) and our closed-set reason in ``kueuelog.io/pending-reason``, only when they
   changed (a cache of what was written spares the reads). A pending mark is status, not an
@@ -57,7 +59,7 @@ from kubernetes_asyncio import client
 
 from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
 from events.cluster import PENDING_REASON_ANNOTATION
-from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, MarkPending
+from events.messages import AdmitWorkload, AnyDecision, DeactivateWorkload, EvictWorkload, MarkPending
 from services.actuator.kubeapi import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
 from services.actuator.kubeplan import (
     Decision,
@@ -297,6 +299,10 @@ class KubePort:
                 await evict_pod(self._api, d.namespace, pod[0])
             desired = evicted_status(wl.get("status") or {}, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
+                if isinstance(d, DeactivateWorkload) and (wl.get("spec") or {}).get("active") is not False:
+                    # Kueue's deactivation: spec.active=false, which a user sets back to true to start over.
+                    await self.kube.patch(workload_ref(d.namespace, d.name), {"spec": {"active": False}},
+                                          not_found_retriable=False)
                 return
         raise KubeApiError(f"evict Workload {key}: still conflicting after {self.max_conflicts} re-reads",
                            retriable=True, status=409)

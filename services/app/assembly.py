@@ -145,6 +145,10 @@ class ServiceSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerSettings(ServiceSettings):
+    """With ``seed``, manifests appended to cluster-events once at start (Kueue's Configuration,
+    which no watcher reads from a cluster); content already seeded is not appended again."""
+
+    seed: tuple[str, ...] = ()
     name: ClassVar[ServiceName] = "scheduler"
     writer: ClassVar[str | None] = "scheduler"
     leads: ClassVar[str | None] = "scheduler"
@@ -259,8 +263,8 @@ def run_options(args: argparse.Namespace, environ: Mapping[str, str] = os.enviro
     kubeconfig = args.kubeconfig or environ.get("KUEUELOG_KUBECONFIG") or environ.get("KUBECONFIG") or None
     cluster = args.cluster or environ.get("KUEUELOG_CLUSTER") or ("default" if kube else "sim")
     policy = _policy(args.job_policy or environ.get("KUEUELOG_JOB_POLICY") or "suspend")
-    if args.seed and service not in ("all", "simcluster"):
-        raise SettingsError(f"--seed: 'run {service}' submits no manifests (only all and simcluster do)")
+    if args.seed and service not in ("all", "simcluster", "scheduler"):
+        raise SettingsError(f"--seed: 'run {service}' submits no manifests (only all, simcluster and scheduler do)")
     return RunOptions(service=service, kube=kube, kubeconfig=kubeconfig, context=args.context, cluster=cluster,
                       policy=policy, http=http_settings(args, environ))
 
@@ -285,7 +289,7 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
     clock: ClockMode = args.clock
     match o.service:
         case "scheduler":
-            return SchedulerSettings(log=log, http=o.http, cluster=o.cluster)
+            return SchedulerSettings(log=log, http=o.http, cluster=o.cluster, seed=seed)
         case "watcher":
             return WatcherSettings(log=log, http=o.http, cluster=o.cluster, kube=kube,
                                    t9k=bool(getattr(args, "t9k", False)))
@@ -454,10 +458,25 @@ def _scheduler_hook(registry: CollectorRegistry) -> StepHook:
 
 
 async def _scheduler(settings: SchedulerSettings, context: _Context) -> None:
+    from services.runtime.clock import wall_clock_ms
     from services.scheduler.runner import run_scheduler
 
+    seed_scheduler(settings, context.log, wall_clock_ms())
+    # Real time: the scheduler appends a tick when one of its deadlines comes (waitForPodsReady).
     await run_scheduler(context.log, context.stop, topics=settings.log.topics, status=context.status,
-                        on_step=context.on_step, long_poll=True)
+                        on_step=context.on_step, long_poll=True, wall_clock=wall_clock_ms)
+
+
+def seed_scheduler(settings: SchedulerSettings, log: Log, now: int) -> int:
+    """Append the ``--seed`` manifests once (ids from their content: a restart appends nothing new);
+    returns how many were appended. Bad input raises ManifestError, as a bad seed of ``run all``."""
+    from events.manifests import load
+    from services.simcluster.arrivals import read_files, seed_all
+
+    if not settings.seed:
+        return 0
+    objects = load(read_files(list(settings.seed)))
+    return seed_all(log, objects, topics=settings.log.topics, cluster=settings.cluster, now=now)
 
 
 def _arrivals(settings: SimclusterSettings, log: Log) -> ArrivalStream | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from events.cluster import SIM_DURATION_ANNOTATION, SIM_READY_AFTER_ANNOTATION
 from events.envelope import Topics
 from services.app.assembly import log_settings, open_log, run, run_settings
 from services.app.exits import classify
@@ -34,7 +35,20 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.cycles is not None and args.cycles < 0:
         print("error: --cycles must be a non-negative integer", file=sys.stderr)
         return 2
-    result = simulate(args.files, args.cycles)  # bad input: ManifestError, OSError (see exits.classify)
+    until = None
+    if args.until is not None:
+        from services.simcluster.durations import DurationError, parse_duration
+
+        try:
+            until = parse_duration(args.until)
+        except DurationError as e:
+            print(f"error: --until: {e}", file=sys.stderr)
+            return 2
+    if args.sim_pods is not None and (args.sim_pods < 0 or until is None):
+        print("error: --sim-pods must be a non-negative integer, and needs --until", file=sys.stderr)
+        return 2
+    # Bad input: ManifestError, OSError (see exits.classify).
+    result = simulate(args.files, args.cycles, until, args.sim_pods)
     doc = result_list(result)
     if args.output == "json":
         json.dump(doc, sys.stdout, indent=2)
@@ -266,6 +280,13 @@ def _simulate_parser(sub: Subcommands) -> None:
     )
     sim.add_argument("files", nargs="+", metavar="FILE", help="YAML files of Kubernetes objects")
     sim.add_argument("--cycles", type=int, default=None, metavar="N", help="run exactly N scheduling cycles")
+    sim.add_argument("--until", default=None, metavar="DURATION",
+                     help=f"advance simulated time this far (e.g. 2h): pods become ready after "
+                          f"{SIM_READY_AFTER_ANNOTATION} (or never), runs end after {SIM_DURATION_ANNOTATION}, "
+                          f"and waitForPodsReady timeouts, back-offs and maximum execution times fall due")
+    sim.add_argument("--sim-pods", type=int, default=None, metavar="N",
+                     help="with --until: the simulated cluster has room for N pods at once (default: for all); "
+                          "pods of Jobs started together are placed in turn, so gangs can each get a part")
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
     sim.set_defaults(func=_simulate)
 
@@ -397,7 +418,9 @@ def _add_simulated_options(run: argparse.ArgumentParser) -> None:
     simulated.add_argument("--clock", choices=("simulated", "real"), default="real",
                            help="time for the simulated cluster (default: real)")
     simulated.add_argument("--seed", nargs="*", metavar="FILE",
-                           help="'all' only: manifests to submit as they arrive")
+                           help="all and simcluster: manifests to submit as they arrive; scheduler: manifests "
+                                "appended once at start, e.g. Kueue's Configuration (waitForPodsReady), which "
+                                "no watcher reads from a cluster")
     simulated.add_argument("--compress", type=int, default=1, metavar="N",
                            help="real clock: submit the seeded Jobs N times faster than their creationTimestamps")
     simulated.add_argument("--until-done", action=argparse.BooleanOptionalAction, default=None,

@@ -25,6 +25,7 @@ from events.envelope import Topics
 from services.actuator.loop import Actuator
 from services.actuator.runner import run_actuator
 from services.actuator.sim_port import SimClusterPort
+from services.core.podsready import next_deadline
 from services.runtime.clock import ClockMode, wall_clock_ms
 from services.runtime.log import Log, LogError
 from services.runtime.supervise import (
@@ -40,6 +41,7 @@ from services.runtime.supervise import (
     sleep_unless,
     still_leading,
 )
+from services.scheduler.deadlines import tick_envelope
 from services.scheduler.runner import StepHook, run_scheduler
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream
@@ -93,9 +95,26 @@ class Loop:
         did = by_scheduler + step_actuator(self.actuator) + self.simcluster.step()
         if did:
             return Round.BUSY, by_scheduler
-        if advance_time(self.simcluster, self.arrivals):
+        if self._deadline_first() or advance_time(self.simcluster, self.arrivals):
             return Round.ADVANCED, 0
         return (Round.FINISHED if finished(self.simcluster, self.arrivals) else Round.STALLED), 0
+
+    def _deadline_first(self) -> bool:
+        """Simulated time, system idle: if the scheduler's next deadline (waitForPodsReady, back-off,
+        maximum execution time) comes before anything the cluster or the arrivals would report, jump
+        the clock there with a tick (``services.scheduler.deadlines``)."""
+        deadline = next_deadline(self.scheduler.state)
+        sim = self.simcluster
+        other = _earliest(sim.next_due(), self.arrivals.next_due() if self.arrivals is not None else None)
+        if deadline is None or (other is not None and other <= deadline) or not sim.system_idle():
+            return False
+        sim.log.append(sim.topics.cluster_events, [tick_envelope(deadline, sim.config.cluster)])
+        return True
+
+
+def _earliest(*times: int | None) -> int | None:
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
 
 
 def drive(loop: Loop, *, between: Callable[[Round], None] | None = None, max_rounds: int | None = None) -> int:
@@ -161,7 +180,8 @@ async def run_all(log: Log, *, clock: ClockMode = "simulated", stop: asyncio.Eve
     bell = Bell()
     common: dict[str, Any] = {"topics": topics, "bell": bell, "poll_seconds": poll_seconds}
     coros: list[Coroutine[Any, Any, object]] = [
-        run_scheduler(log, stop, status=status, on_step=on_step, **common),
+        run_scheduler(log, stop, status=status, on_step=on_step, wall_clock=wall_clock, cluster=config.cluster,
+                      **common),
         run_actuator(log, stop, port=SimClusterPort(topics, config.cluster), status=status, **common),
         run_simcluster(log, stop, clock=clock, config=config, arrivals=arrivals, done=done if until_done else None,
                        wall_clock=wall_clock, status=status, **common),

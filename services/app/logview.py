@@ -17,8 +17,17 @@ from dataclasses import dataclass, field
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope
 from events.envelope import Topics
 from events.manifests import format_time, parse_time
-from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, HeadOutcome, MarkPending, ObjectApplied
+from events.messages import (
+    AdmitWorkload,
+    CycleCompleted,
+    DeactivateWorkload,
+    EvictWorkload,
+    HeadOutcome,
+    MarkPending,
+    ObjectApplied,
+)
 from events.objects import Workload
+from services.core import podsready
 from services.core.state import State, WorkloadRecord
 from services.core.treeview import pending_in_tree_terms, preempted_in_tree_terms
 from services.runtime.log import Log
@@ -203,10 +212,27 @@ def _decision_text(d: object) -> str:
     if isinstance(d, EvictWorkload):
         by = f" by {d.preemptor}" if d.preemptor else ""
         kind = f" ({d.preemption_reason})" if d.preemption_reason else ""
+        if isinstance(d, DeactivateWorkload):
+            kind = f" ({d.underlying_cause})" if d.underlying_cause else ""
+            return f"evicted and deactivated: {d.reason}{kind}: {d.message}"
         return f"evicted: {d.reason}{kind}{by}: {d.message}"
     if isinstance(d, MarkPending):
         return f"pending ({d.reason}): {d.message}"
     return str(d)
+
+
+def _timers(state: State, rec: WorkloadRecord) -> list[str]:
+    """waitForPodsReady, back-off and maximum execution time, each with the time it falls due."""
+    out = [f"  {what} {format_time(when)}" for what, when in podsready.deadlines_of(state, rec)]
+    if rec.requeue_count:
+        out.append(f"  requeueState: count {rec.requeue_count}"
+                   + (f", requeueAt {format_time(rec.requeue_at)}" if rec.requeue_at is not None else ""))
+    if rec.past_execution_ms:
+        out.append(f"  accumulated past execution time: {rec.past_execution_ms // 1000}s")
+    if not rec.active:
+        why = f" ({rec.deactivation_cause}: {rec.deactivation_message})" if rec.deactivation_cause else ""
+        out.append(f"  deactivated{why}: set spec.active back to true to start it over")
+    return out
 
 
 def _status(log: Log, topics: Topics, names: set[str], at: int | None) -> list[str]:
@@ -225,6 +251,7 @@ def _status(log: Log, topics: Topics, names: set[str], at: int | None) -> list[s
         out.append(f"now (input offset {report.input_offset}): {key} is {status}{where}")
         out.extend(f"  {c.type}={c.status} {c.reason}: {c.message}" for c in rec.conditions.values())
         out.extend(_in_tree_terms(state, rec))
+        out.extend(_timers(report.scheduler.state, rec))
     return out
 
 

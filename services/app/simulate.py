@@ -84,9 +84,18 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None) -> Simu
     return SimulationResult(state=state, cycles=ran, decisions=decisions, converged=converged)
 
 
-def simulate(paths: Sequence[str], cycles: int | None) -> SimulationResult:
+def simulate(paths: Sequence[str], cycles: int | None, until_ms: int | None = None,
+             pods: int | None = None) -> SimulationResult:
     state, refused = fold_files_screened(read_manifests(paths))
-    result = run(state, cycles)
+    if until_ms is None:
+        result = run(state, cycles)
+    else:
+        from services.app.timeline import run_until
+
+        limit = cycles if cycles is not None else 20 * (len(state.workloads) + 10) * 10
+        timed = run_until(state, until_ms, limit, pods)
+        result = SimulationResult(state=state, cycles=timed.cycles, decisions=timed.decisions,
+                                  converged=timed.cycles < limit)
     result.refused = refused
     return result
 

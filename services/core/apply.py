@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload, MarkPending
-from services.core import effects
+from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, DeactivateWorkload, EvictWorkload, MarkPending
+from services.core import effects, podsready
 from services.core.cycle import restart_held
 from services.core.state import State
 
@@ -28,6 +28,7 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
     if state.cycles != record.cycle:
         raise ApplyError(f"cycle {record.cycle} recorded, but the state is at cycle {state.cycles}")
     restart_held(state)
+    podsready.release(state)
     for key in (*record.admitted_heads, *(h.key for h in record.heads)):
         rec = state.workloads.get(key)
         if rec is None:
@@ -42,7 +43,9 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
         if isinstance(d, AdmitWorkload):
             effects.commit_admission(state, rec, d.admission)
         elif isinstance(d, EvictWorkload):
-            effects.mark_evicted(state, rec, d.reason, d.message, d.preemption_reason)
+            deactivating = isinstance(d, DeactivateWorkload)
+            effects.mark_evicted(state, rec, d.reason, d.message, d.preemption_reason, deactivate=deactivating,
+                                 underlying_cause=d.underlying_cause if isinstance(d, DeactivateWorkload) else "")
         elif isinstance(d, MarkPending):
             effects.mark_pending(state, rec, d.message, d.reason, d.condition_reason)
     for h in record.heads:

@@ -21,11 +21,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import msgspec
+
 from events import conditions as cond
 from events import objects as o
 from events.cluster import NAMESPACE_NAME_LABEL, ConditionType, EvictionReason, PendingConditionReason
-from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, HeadOutcome, MarkPending, PendingReason
-from services.core import effects, fairsharing
+from events.messages import (
+    AdmitWorkload,
+    AnyDecision,
+    DeactivateWorkload,
+    EvictWorkload,
+    HeadOutcome,
+    MarkPending,
+    PendingReason,
+)
+from services.core import deactivation, effects, fairsharing, podsready
 from services.core.derived import Memo
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
@@ -334,14 +344,33 @@ class _Overlay:
 
 
 def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: EvictionReason, message: str,
-          preemption_reason: str = "", preemptor: str = "") -> None:
-    effects.mark_evicted(state, rec, reason, message, preemption_reason)
+          preemption_reason: str = "", preemptor: str = "", *, underlying_cause: str = "",
+          deactivate: bool = False) -> None:
     assert rec.admission is not None
-    out.out.append(EvictWorkload(
+    cq_name = rec.admission.cluster_queue
+    effects.mark_evicted(state, rec, reason, message, preemption_reason, underlying_cause=underlying_cause,
+                         deactivate=deactivate)
+    d = EvictWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
-        cluster_queue=rec.admission.cluster_queue, reason=reason, message=message,
+        cluster_queue=cq_name, reason=reason, message=message,
         preemption_reason=preemption_reason, preemptor=preemptor,
-    ))
+    )
+    if deactivate:
+        d = DeactivateWorkload(**msgspec.structs.asdict(d), underlying_cause=underlying_cause)
+    out.out.append(d)
+
+
+def _evict_timed_out(state: State, out: _Decisions) -> None:
+    """waitForPodsReady timeouts and maximum execution times (``services.core.podsready``)."""
+    for t in podsready.due(state):
+        message = deactivation.eviction_message(t.cause, t.message) if t.cause else t.message
+        evict(state, out, t.rec, t.reason, message, underlying_cause=t.cause, deactivate=bool(t.cause))
+
+
+def _evict_deactivated(state: State, out: _Decisions) -> None:
+    """Inactive workloads give their quota back (Kueue's workload controller evicts them)."""
+    for e in deactivation.take_evictions(state):
+        evict(state, out, e.rec, e.reason, e.message, underlying_cause=e.underlying_cause, deactivate=True)
 
 
 def _admit(state: State, out: _Decisions, e: Entry) -> None:
@@ -445,7 +474,10 @@ def run_cycle(state: State) -> CycleResult:
     _drain_stopped(state, out)
     for rec, message in expired_admissions(state):
         evict(state, out, rec, EvictionReason.MAX_DURATION_EXCEEDED, message)
+    _evict_timed_out(state, out)
+    _evict_deactivated(state, out)
     restart_held(state)
+    podsready.release(state)
     _mark_inactive(state, out)
     entries: list[Entry] = []
     for cq_name in sorted(state.index.queues):
@@ -522,6 +554,12 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
         e.forget_flavors = True
         e.requeue_reason = RequeueReason.PENDING_PREEMPTION
         e.pending_reason = PendingReason.PREEMPTION_PENDING
+        return
+    if podsready.blocks_admission(state):
+        # Kueue's scheduler waits here until every admitted workload is ready; so does this head.
+        e.message = podsready.WAITING_FOR_PODS_READY
+        e.pending_reason = PendingReason.WAITING_FOR_PODS_READY
+        e.requeue_reason = RequeueReason.FAILED_AFTER_NOMINATION
         return
     e.status = EntryStatus.NOMINATED
     _admit(state, out, e)

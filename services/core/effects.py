@@ -12,6 +12,7 @@ from events import conditions as cond
 from events import objects as o
 from events.cluster import ConditionType, EvictionReason, PendingConditionReason
 from events.messages import HeadOutcome
+from services.core import deactivation, podsready
 from services.core.state import ClusterQueueQueue, State, WorkloadRecord, generation, reserve_quota, touch_tree
 
 
@@ -24,16 +25,19 @@ def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission) -> Non
     checks_pending = cq is not None and bool(cq.admission_checks)
     for c in cond.admission(rec.conditions, adm.cluster_queue, now, checks_pending=checks_pending):
         rec.set_condition(c)
+    podsready.on_admitted(state, rec)
     rec.pending_reason = ""
 
 
 def mark_evicted(state: State, rec: WorkloadRecord, reason: EvictionReason, message: str,
-                 preemption_reason: str) -> None:
+                 preemption_reason: str, *, underlying_cause: str = "", deactivate: bool = False) -> None:
     rec.evicting = True
     if rec.admission is not None:
         touch_tree(state, rec.admission.cluster_queue)  # evicted candidates come first
-    for c in cond.eviction(reason, message, preemption_reason, state.now):
+    for c in cond.eviction(reason, message, preemption_reason, state.now, underlying_cause=underlying_cause):
         rec.set_condition(c)
+    podsready.on_evicted(state, rec, reason)
+    deactivation.note_evicted(state, rec, deactivate=deactivate, cause=underlying_cause, message=message)
 
 
 def mark_pending(state: State, rec: WorkloadRecord, message: str, reason: str,

@@ -168,7 +168,7 @@ def _queues(state: State) -> dict[str, ClusterQueueQueue]:
     for key in sorted(state.workloads):
         rec = state.workloads[key]
         rec.queued_in = ""
-        if not rec.pending:
+        if not rec.pending or not rec.active or key in state.backing_off:
             continue
         cq_name, problem = state.cluster_queue_for(rec.obj)
         if problem:

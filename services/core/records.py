@@ -63,6 +63,17 @@ class WorkloadRecord:
     # Issued preemptions and waits for its victims: heads its BestEffortFIFO queue until admitted,
     # so that a workload unparked meanwhile cannot take its place every time (as in Kueue's main).
     sticky: bool = False
+    # The scheduler deactivated it (Kueue's DeactivationTarget, then spec.active=false): why, and
+    # the message. Inactive while set or while its spec says ``active: false`` (``deactivation``).
+    deactivated: bool = False
+    deactivation_cause: str = ""
+    deactivation_message: str = ""
+    # Kueue's status.requeueState: PodsReady timeouts counted toward the back-off limit, and when
+    # (ms) the workload may be queued again (None: at once). See services.core.podsready.
+    requeue_count: int = 0
+    requeue_at: int | None = None
+    # Kueue's status.accumulatedPastExecutionTimeSeconds, in ms: time admitted before its last eviction.
+    past_execution_ms: int = 0
     # --- derived ---
     usage: dict[FR, int] = field(default_factory=dict, metadata=DERIVED)  # what its admission uses
     queued_in: str = field(default="", metadata=DERIVED)  # the ClusterQueue whose queue holds it while pending
@@ -79,6 +90,11 @@ class WorkloadRecord:
     @property
     def pending(self) -> bool:
         return self.admission is None and not self.finished
+
+    @property
+    def active(self) -> bool:
+        """Kueue's ``IsActive``: neither its spec nor the scheduler deactivated it (``services.core.deactivation``)."""
+        return self.obj.active and not self.deactivated
 
     def set_condition(self, c: Condition) -> None:
         old = self.conditions.get(c.type)

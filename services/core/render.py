@@ -96,8 +96,27 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
                       "lastTransitionTime": format_time(state.now)})
     if conds:
         status["conditions"] = conds
+    _timing(rec, spec, status)
     return {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": meta, "spec": spec,
             "status": status}
+
+
+def _timing(rec: WorkloadRecord, spec: dict[str, Any], status: dict[str, Any]) -> None:
+    """maximumExecutionTimeSeconds, the requeue state and the past execution time, as Kueue writes
+    them at the version rendered (v1beta1 keeps Kueue's own misspelling of the last one)."""
+    if rec.obj.maximum_execution_time_seconds is not None:
+        spec["maximumExecutionTimeSeconds"] = rec.obj.maximum_execution_time_seconds
+    if not rec.active:
+        spec["active"] = False
+    if rec.requeue_count or rec.requeue_at is not None:
+        state: dict[str, Any] = {"count": rec.requeue_count}
+        if rec.requeue_at is not None:
+            state["requeueAt"] = format_time(rec.requeue_at)
+        status["requeueState"] = state
+    if rec.past_execution_ms:
+        field = ("accumulatedPastExexcutionTimeSeconds" if KUEUE_API_VERSION.endswith("v1beta1")
+                 else "accumulatedPastExecutionTimeSeconds")
+        status[field] = rec.past_execution_ms // 1000
 
 
 def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[str, str] | None:

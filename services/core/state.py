@@ -47,6 +47,7 @@ from events.messages import (
     ObjectApplied,
     ObjectDeleted,
     PendingReason,
+    PodsNotReady,
     PodsReady,
     WorkloadFinished,
 )
@@ -82,6 +83,13 @@ class State:
     # leaving it): a remembered flavor search is stale after that (Kueue's generation).
     epoch: int = 0  # every ClusterQueue at once: configuration changed
     generations: dict[str, int] = field(default_factory=dict)  # per ClusterQueue: a workload left it
+    # Inactive workloads still holding quota: the next cycle evicts them (services.core.deactivation).
+    deactivating: dict[str, None] = field(default_factory=dict)
+    # Evicted after a PodsReady timeout and waiting for their back-off (requeue_at) to pass.
+    backing_off: dict[str, None] = field(default_factory=dict)
+    # A workload with maximumExecutionTimeSeconds has been seen: cycles look for execution deadlines
+    # (without it and without waitForPodsReady they need not walk the admitted workloads).
+    timed: bool = False
     # --- not canonical ---
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
@@ -173,8 +181,15 @@ def _fold_applied(state: State, event: ObjectApplied) -> None:
     _apply(state, event.object)
 
 
-def _fold_pods_ready(state: State, event: PodsReady) -> None:
-    _note(state, event.namespace, event.name, "pods ready", pods_ready=True)
+def _fold_pods_ready(state: State, event: PodsReady | PodsNotReady) -> None:
+    rec = state.workloads.get(f"{event.namespace}/{event.name}")
+    if rec is None:
+        note_anomaly(state, f"pods ready for unknown Workload {event.namespace}/{event.name}")
+        return
+    if rec.admission is not None:
+        from services.core.podsready import on_readiness
+
+        on_readiness(state, rec, ready=isinstance(event, PodsReady))
 
 
 def _fold_applied_decision(state: State, event: DecisionApplied) -> None:
@@ -203,13 +218,10 @@ def _on(cluster: str) -> str:
     return f" on cluster {cluster}" if cluster else ""
 
 
-def _note(state: State, namespace: str, name: str, what: str, *, pods_ready: bool = False) -> None:
+def _note(state: State, namespace: str, name: str, what: str) -> None:
     rec = state.workloads.get(f"{namespace}/{name}")
     if rec is None:
         note_anomaly(state, f"{what} for unknown Workload {namespace}/{name}")
-        return
-    if pods_ready and rec.admission is not None:
-        rec.set_condition(cond.pods_ready(state.now))
 
 
 def _apply(state: State, obj: o.AnyObject) -> None:
@@ -281,6 +293,8 @@ def _requeue_with(state: State, rec: WorkloadRecord, priority: int) -> None:
 
 def _apply_workload(state: State, wl: o.Workload) -> None:
     key = f"{wl.namespace}/{wl.name}"
+    if wl.maximum_execution_time_seconds is not None:
+        state.timed = True
     old = state.workloads.get(key)
     priority, error = resolve_priority(state, wl)
     if old is not None:
@@ -295,12 +309,16 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
         keep_scan = (state.config.flavor_fungibility_preserve_scan_progress
                      and old.obj.pod_sets == wl.pod_sets and old.priority == priority
                      and state.cluster_queue_for(old.obj)[0] == state.cluster_queue_for(wl)[0])
-        old.obj = wl
+        was_active, old.obj = old.obj.active, wl
         old.priority, old.priority_error = priority, error
         if old.admission is not None:
             touch_tree(state, old.admission.cluster_queue)  # a preemption candidate may have changed
         if wl.admission is not None and old.admission is None:
             _take_admission(state, old, wl.admission, wl.reserved_at if wl.reserved_at is not None else state.now)
+        if was_active != wl.active:
+            from services.core.deactivation import observe_spec
+
+            observe_spec(state, old, was_active)
         _enqueue(state, old)
         if not keep_scan:
             old.last_tried = None
@@ -311,6 +329,8 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
     if wl.admission is not None:
         at = wl.reserved_at if wl.reserved_at is not None else wl.creation_time
         _take_admission(state, rec, wl.admission, at if at is not None else state.now)
+        if not wl.active and not rec.evicting:
+            state.deactivating[key] = None  # arrived inactive but holding quota: the next cycle evicts it
     _enqueue(state, rec)
 
 
@@ -413,6 +433,17 @@ def _enqueue(state: State, rec: WorkloadRecord) -> None:
     """Put a pending workload in its ClusterQueue's queue, or record why it has none."""
     if not rec.pending:
         return
+    if not rec.active:
+        rec.pending_reason = PendingReason.INACTIVE  # deactivated: not queued until re-activated
+        return
+    if rec.requeue_at is not None:
+        if rec.requeue_at > state.now:
+            state.backing_off[rec.key] = None  # evicted after a PodsReady timeout: podsready.release queues it
+            rec.pending_reason = PendingReason.BACKING_OFF
+            return
+        # The back-off passed before the eviction completed: queued at once, as Kueue does.
+        rec.requeue_at = None
+        rec.set_condition(cond.backoff_finished(state.now))
     cq, problem = state.cluster_queue_for(rec.obj)
     if problem:
         rec.set_condition(cond.inadmissible(problem, state.now))
@@ -427,6 +458,11 @@ def _enqueue(state: State, rec: WorkloadRecord) -> None:
         queue.inadmissible[rec.key] = None
     else:
         queue.push(rec)
+
+
+def enqueue(state: State, rec: WorkloadRecord) -> None:
+    """Put a pending workload in its queue (or record why it has none)."""
+    _enqueue(state, rec)
 
 
 class _Table(Protocol):
@@ -515,6 +551,7 @@ _FOLD: dict[type, Callable[[State, Any], None]] = {
     WorkloadFinished: _finish,
     EvictionCompleted: _eviction_completed,
     PodsReady: _fold_pods_ready,
+    PodsNotReady: _fold_pods_ready,
     DecisionApplied: _fold_applied_decision,
     ActuationFailed: _fold_actuation_failed,
     ClockTicked: _fold_tick,

@@ -12,7 +12,9 @@ Why each role needs what it has:
   an idempotent producer, and reads cluster events back to rebuild its memory after a restart.
 - **scheduler**: reads cluster events; writes decisions, snapshots and dead letters in
   transactions (transactional id ``P.scheduler.<shard>``) together with its input position
-  (group ``P.scheduler``); elects a leader in group ``P.scheduler.<shard>`` on the leases topic.
+  (group ``P.scheduler``); elects a leader in group ``P.scheduler.<shard>`` on the leases topic;
+  appends a clock tick to cluster events when one of its deadlines comes (waitForPodsReady's
+  timeouts and back-off, ``services.scheduler.deadlines``).
 - **actuator**: reads decisions; writes its reports to cluster events and, for the simulated
   cluster, commands to the sim-cluster topic, in transactions with its position (group and
   transactional id ``P.actuator``...); elects a leader like the scheduler.
@@ -86,7 +88,7 @@ def role_acls(topics: Topics) -> dict[str, list[Acl]]:
     acls = {
         "watcher": [_topic(topics.cluster_events, Op.READ, Op.WRITE), _topic(topics.dead_letters, Op.WRITE),
                     Acl(Resource.CLUSTER, "kafka-cluster", Pattern.LITERAL, (Op.IDEMPOTENT_WRITE,))],
-        "scheduler": [_topic(topics.cluster_events, Op.READ), _topic(topics.decisions, Op.READ, Op.WRITE),
+        "scheduler": [_topic(topics.cluster_events, Op.READ, Op.WRITE), _topic(topics.decisions, Op.READ, Op.WRITE),
                       _topic(topics.snapshots, Op.READ, Op.WRITE), _topic(topics.dead_letters, Op.WRITE),
                       *_writer(p, "scheduler")],
         "actuator": [_topic(topics.decisions, Op.READ), _topic(topics.cluster_events, Op.WRITE),

@@ -20,6 +20,7 @@ from services.runtime.supervise import (
     ride_out,
     still_leading,
 )
+from services.scheduler.deadlines import DeadlineTicker
 from services.scheduler.service import Scheduler
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ def observe_scheduler(metrics: SchedulerMetrics) -> StepHook:
 
 async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None = None, bell: Bell | None = None,
                         poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
-                        on_step: StepHook | None = None, long_poll: bool = False) -> Scheduler:
+                        on_step: StepHook | None = None, long_poll: bool = False,
+                        wall_clock: Callable[[], int] | None = None, cluster: str = "") -> Scheduler:
     """The single writer: becomes leader (embedded log: a file lock; Kafka: the election, where a
     standby waits), recovers, then steps until ``stop``. When the log fails in a way that may
     pass (a broker restarting), the in-memory state may be ahead of what was committed, so the
@@ -63,11 +65,17 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
     ``long_poll`` (a scheduler alone in its process, on Kafka): when idle, wait in a fetch for the
     next cluster event rather than sleeping ``poll_seconds``, so an event is folded as soon as it
     is committed (in a shared process the Bell wakes it instead, and a fetch would hold up the
-    others' reads of the same topic)."""
+    others' reads of the same topic).
+
+    ``wall_clock`` (real time): when the state's next deadline (a PodsReady timeout, a back-off,
+    a maximum execution time) comes, a ``ClockTicked`` is appended to cluster-events
+    (:class:`~services.scheduler.deadlines.DeadlineTicker`), so the next step folds it and decides.
+    Simulated time leaves that to its driver."""
     bell = bell or Bell()
     topics = topics or Topics()
     scheduler = Scheduler(log, topics=topics)
     waiter = log.waiter if long_poll else None
+    deadlines = DeadlineTicker(log, wall_clock, topics=topics, cluster=cluster) if wall_clock is not None else None
     if not await lead(log, "scheduler", stop):
         return scheduler
     if status is not None:
@@ -85,6 +93,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                     if on_step is not None:
                         on_step(scheduler, None)  # nothing written yet: gauges of the recovered state
                 did = scheduler.step()
+                ticked = deadlines is not None and deadlines.tick(scheduler.state)
             except LogError as e:
                 fresh = True
                 await ride_out("scheduler", e, backoff, stop, status)
@@ -94,6 +103,8 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
             if did and on_step is not None:
                 on_step(scheduler, scheduler.last_events)
             still_leading(log, "scheduler")
+            if ticked:
+                continue  # the tick is the next input: step again at once
             if not did and waiter is not None:
                 await waiter.wait_for_records(topics.cluster_events, scheduler.next_input, poll_seconds)
             else:

@@ -33,6 +33,7 @@ from events.messages import (
     CycleCompleted,
     DecisionApplied,
     EvictWorkload,
+    PodsNotReady,
     PodsReady,
 )
 from events.validation import event_problem
@@ -44,8 +45,10 @@ from services.core.state import State, fold
 from services.runtime.log import Log, Record, read_backwards
 
 GROUP = "scheduler"
-# Events that cannot change what a cycle decides (until waitForPodsReady makes readiness count).
-NO_SCHEDULING_EFFECT = (DecisionApplied, ActuationFailed, PodsReady)
+# Events that cannot change what a cycle decides; readiness does too while waitForPodsReady is on
+# (blockAdmission waits for it; a loss of readiness starts a recovery timeout).
+NO_SCHEDULING_EFFECT = (DecisionApplied, ActuationFailed)
+READINESS = (PodsReady, PodsNotReady)
 MAX_CYCLES_PER_BATCH = 1000
 # A step ends after this many heads, commits, and folds what arrived meanwhile: with saturated
 # queues every release of quota sends a cohort's parked workloads back, and retrying them one head
@@ -140,7 +143,8 @@ class Scheduler:
             return self._dead_letter(offset, value, key, problem)
         fold(self.state, env.event)
         self.stats.events += 1
-        if not isinstance(env.event, NO_SCHEDULING_EFFECT):
+        if not isinstance(env.event, NO_SCHEDULING_EFFECT) and (
+                self.state.config.wait_for_pods_ready or not isinstance(env.event, READINESS)):
             self._needs_cycle = True
         return None
 

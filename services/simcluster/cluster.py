@@ -68,7 +68,7 @@ from events.simcluster import (
     sim_cluster_topic,
 )
 from services.runtime.log import Log, Record, at_end, caught_up
-from services.simcluster.durations import AnnotationIndex, duration_of
+from services.simcluster.durations import AnnotationIndex, duration_of, ready_after_of
 
 GROUP: Final = "simcluster"
 SOURCE: Final = "simcluster"
@@ -80,6 +80,7 @@ ClockMode = Literal["simulated", "real"]
 _log = structlog.get_logger(__name__)
 
 _READY, _FINISH = 0, 1  # timeline order at equal times: pods become ready before they finish
+NEVER: Final = -1  # a RunStarted's ready_at and end_at for a run whose pods never all become ready
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +124,11 @@ def fold_status(state: SimState, record: RunStarted | Reported) -> bool:
         state.run_counts[key] = record.run
         state.runs[key] = Run(record.run, record.decision_id, record.time, record.ready_at, record.end_at)
         state.handled.add(record.decision_id)
-        if record.ready_at <= record.end_at:
+        # A stuck gang (kueuelog.io/sim-ready-after: never) has nothing to report until a stop.
+        if record.ready_at != NEVER and record.ready_at <= record.end_at:
             heapq.heappush(state.timeline, (record.ready_at, _READY, key, record.run))
-        heapq.heappush(state.timeline, (record.end_at, _FINISH, key, record.run))
+        if record.end_at != NEVER:
+            heapq.heappush(state.timeline, (record.end_at, _FINISH, key, record.run))
     else:
         counter = (str(record.kind), key)
         if state.report_counts.get(counter, 0) >= record.n:
@@ -274,6 +277,7 @@ class SimCluster:
             self._annotations_fresh = True
             annotations = self.index.lookup(key)
         duration = duration_of(annotations, self.config.default_duration_ms)
+        ready_after = ready_after_of(annotations, self.config.pods_ready_delay_ms)
         running = self.state.runs.get(key)
         if running is not None:
             # The scheduler admits only a workload that holds no quota, so a stop was lost
@@ -283,7 +287,9 @@ class SimCluster:
         self._record(out, RunStarted(
             time=now, cluster=self.config.cluster, decision_id=cmd.decision_id, namespace=cmd.namespace,
             name=cmd.name, run=self.state.run_counts.get(key, 0) + 1,
-            ready_at=now + self.config.pods_ready_delay_ms, end_at=now + duration.ms,
+            # A gang that never gets all its pods never runs to its end either: it hangs until evicted.
+            ready_at=NEVER if ready_after is None else now + ready_after,
+            end_at=NEVER if ready_after is None else now + duration.ms,
             duration_source=duration.source,
         ))
 

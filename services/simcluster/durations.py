@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from events.cluster import SIM_DURATION_ANNOTATION
+from events.cluster import SIM_DURATION_ANNOTATION, SIM_READY_AFTER_ANNOTATION
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope
 from events.envelope import Topics
 from events.messages import ObjectApplied, ObjectDeleted
@@ -66,6 +66,24 @@ def duration_of(annotations: tuple[tuple[str, str], ...] | None, default_ms: int
     except DurationError as e:
         # Bad input never stops the line: the workload still runs, for the default time.
         return Duration(default_ms, f"default (invalid annotation: {e})")
+
+
+NEVER = "never"
+
+
+def ready_after_of(annotations: tuple[tuple[str, str], ...] | None, default_ms: int) -> int | None:
+    """How long after a start the workload's pods are all ready: ``kueuelog.io/sim-ready-after``
+    (a duration, or ``never``: a gang whose pods never all start; None), else ``default_ms``. A
+    bad value counts as the default, as a bad ``sim-duration`` does."""
+    raw = dict(annotations or ()).get(SIM_READY_AFTER_ANNOTATION)
+    if raw is None:
+        return default_ms
+    if raw.strip() == NEVER:
+        return None
+    try:
+        return parse_duration(raw)
+    except DurationError:
+        return default_ms
 
 
 @dataclass

@@ -12,10 +12,12 @@ cluster (or an arrival stream) jumps the clock, and every jump appends the
 events that were due at the new time — ``WorkloadFinished``, ``PodsReady``, an
 arriving object — each carrying that time; the scheduler's clock advances by
 folding them. A ``ClockTicked`` with the same time would fold to nothing and
-only lengthen the log. (Should the core grow its own deadlines — the
-waitForPodsReady timeout, requeue back-off — the jump target must include the
-scheduler's next deadline, which the scheduler would then have to publish,
-e.g. on ``CycleCompleted``; the tick would then be the event that carries it.)
+only lengthen the log.
+
+The core's own deadlines (the waitForPodsReady timeout, the requeuing back-off,
+the maximum execution time) do not wait for this ticker's interval: the scheduler
+appends a tick exactly when its next one comes (``services.scheduler.deadlines``,
+in real time; the simulated driver jumps there), in every deployment.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ JSON) — into envelopes, the way ``events.manifests`` turns a manifest into an
 object: the same validation, the same normalised objects, the same Job ->
 Workload rules (Kueue's workload name from the Job's name and uid). On top of
 that it reads what only a live cluster says about a Job: it finished
-(``WorkloadFinished``), all its pods are ready (``PodsReady``), the pods of an
+(``WorkloadFinished``), all its pods are ready (``PodsReady``) or, after that, no
+longer all (``PodsNotReady``), the pods of an
 evicted Job are gone (``EvictionCompleted``). A Workload owned by a Job is
 ignored: the Job is its source of truth. A Job the job reconciler rejected (label
 ``kueuelog.io/rejected=true``: created running, so it runs outside quota) is not queued:
@@ -54,6 +55,7 @@ from events.messages import (
     EvictionCompleted,
     ObjectApplied,
     ObjectDeleted,
+    PodsNotReady,
     PodsReady,
     WorkloadFinished,
 )
@@ -276,6 +278,10 @@ def _job_status(
     pods = wl.pod_sets[0].count if wl.pod_sets else 0
     if not suspended and counts["ready"] + counts["succeeded"] >= pods:
         return running, [("pods-ready", PodsReady(time=time_ms, namespace=wl.namespace, name=wl.name), "")], []
+    if not suspended and counts["active"] > 0:
+        # Not all ready: news only after a readiness was published (a lost pod, waitForPodsReady's
+        # recovery); while it is starting, the memory (``Published``) keeps it quiet.
+        return running, [("pods-not-ready", PodsNotReady(time=time_ms, namespace=wl.namespace, name=wl.name), "")], []
     annotations = meta.get("annotations")
     decision = annotations.get(EVICTED_ANNOTATION) if isinstance(annotations, Mapping) else None
     if suspended and decision and counts["active"] == 0:
@@ -318,6 +324,8 @@ def _status_news(entry: Entry, env: Envelope) -> Entry | None:
         return replace(entry, finished=True)
     if isinstance(ev, PodsReady) and not entry.ready:
         return replace(entry, ready=True)
+    if isinstance(ev, PodsNotReady) and entry.ready:
+        return replace(entry, ready=False)
     if isinstance(ev, EvictionCompleted) and entry.evicted != env.correlation_id:
         return replace(entry, evicted=env.correlation_id, ready=False)
     return None
@@ -420,7 +428,7 @@ class Published:
             if found is not None:
                 self.commit(Change(found, self.entries.get(found), None, []))
             return
-        if not isinstance(ev, WorkloadFinished | PodsReady | EvictionCompleted):
+        if not isinstance(ev, WorkloadFinished | PodsReady | PodsNotReady | EvictionCompleted):
             return
         found = self._sources.get(Ref("Workload", ev.namespace, ev.name))
         entry = self.entries.get(found) if found is not None else None
@@ -431,6 +439,8 @@ class Published:
             entry = replace(entry, finished=True)
         elif isinstance(ev, PodsReady):
             entry = replace(entry, ready=True)
+        elif isinstance(ev, PodsNotReady):
+            entry = replace(entry, ready=False)
         else:
             entry = replace(entry, evicted=env.correlation_id, ready=False)
         self.commit(Change(source, self.entries[source], entry, []))

@@ -27,13 +27,14 @@ from events import objects as o
 from events.cluster import DECISION_ID_ANNOTATION as ANN_DECISION
 from events.cluster import EVICTED_ANNOTATION as ANN_EVICTED
 from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
-from events.cluster import QUEUE_NAME_LABEL
+from events.cluster import QUEUE_NAME_LABEL, EvictionReason
 from events.codec import decode_envelope, encode
 from events.envelope import Topics
 from events.messages import (
     ActuationFailed,
     AdmitWorkload,
     CycleCompleted,
+    DeactivateWorkload,
     DecisionApplied,
     EvictWorkload,
     MarkPending,
@@ -439,3 +440,26 @@ async def test_retries_run_out_into_a_retriable_failure(
     # Evicting a Workload that is gone: nothing to stop, and no point in retrying.
     assert isinstance(gone, ActuationFailed) and gone.retriable is False
     assert task.result().stats.retries == 2
+
+
+async def test_a_deactivating_eviction_suspends_the_job_and_sets_spec_active_false(
+        kueue_crds: None, kube_namespace: str, kube_api_client: client.ApiClient, log: SqliteLog) -> None:
+    k = Cluster(kube_api_client, kube_namespace)
+    await k.queues()
+    job = await k.job("stuck")
+    wl_name = await k.workload(job)
+    t0 = 1_700_000_000_000
+    common = {"namespace": kube_namespace, "name": wl_name, "cluster_queue": k.cq}
+    async with running(log, kube_api_client):
+        write(log, AdmitWorkload(id="c1-0", cycle=1, time=t0 + 1000, admission=k.admission(), **common), done(1, 1))
+        write(log, DeactivateWorkload(id="c2-0", cycle=2, time=t0 + 2000, reason=EvictionReason.DEACTIVATED,
+                                      message="The workload is deactivated due to exceeding the maximum number of "
+                                              "re-queuing retries", underlying_cause="RequeuingLimitExceeded",
+                                      **common), done(2, 1))
+        await eventually(caught_up(log), what="the actuator to commit cycle 2")
+    assert (await k.read_job("stuck"))["spec"]["suspend"] is True
+    wl = await k.read("workloads", wl_name)
+    assert wl["spec"]["active"] is False
+    assert conditions(wl)["Evicted"][:2] == ("True", "DeactivatedDueToRequeuingLimitExceeded")
+    assert conditions(wl)["Requeued"][:2] == ("False", "DeactivatedDueToRequeuingLimitExceeded")
+    assert "admission" not in wl["status"]

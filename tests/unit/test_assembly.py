@@ -49,6 +49,7 @@ def settings(*argv: str) -> RunSettings:
 def test_each_service_gets_its_own_settings(env: pytest.MonkeyPatch) -> None:
     log = LogSettings(path="x", create=True)
     assert settings("scheduler", "--log", "x") == SchedulerSettings(log=log, http=HttpSettings(), cluster="sim")
+    assert settings("scheduler", "--log", "x", "--seed", "c.yaml") == SchedulerSettings(log=log, seed=("c.yaml",))
     assert settings("watcher", "--log", "x") == WatcherSettings(log=log, cluster="default", kube=KubeSettings())
     assert settings("actuator", "--log", "x") == ActuatorSettings(log=log, kube=None)
     assert settings("actuator", "--log", "x", "--kube", "--context", "c") == ActuatorSettings(
@@ -117,7 +118,7 @@ def test_kafka_from_the_environment_only_without_an_embedded_log(env: pytest.Mon
     pytest.param({"KUEUELOG_HTTP_PORT": "1"}, ["scheduler", "--log", "x", "--http-port", "-1"],
                  "--http-port: -1 is not a port number (0 turns the HTTP endpoints off)", id="--http-port"),
     pytest.param({}, ["actuator", "--log", "x", "--seed", "a.yaml"],
-                 "--seed: 'run actuator' submits no manifests (only all and simcluster do)", id="--seed"),
+                 "--seed: 'run actuator' submits no manifests (only all, simcluster and scheduler do)", id="--seed"),
     pytest.param({}, ["scheduler"], "no log given: use --log PATH (the embedded log) or --bootstrap-servers",
                  id="no log"),
     pytest.param({}, ["scheduler", "--log", "x", "--bootstrap-servers", "b:1"],
@@ -169,3 +170,26 @@ def test_an_embedded_writer_never_loses_its_lock(two_views: tuple[SqliteLog, Sql
 def test_one_leadership_lost_a_final_log_error() -> None:
     assert kafka.LeadershipLost is LeadershipLost
     assert issubclass(LeadershipLost, LogError) and not LeadershipLost("x").retriable
+
+
+def test_run_scheduler_seed_appends_the_configuration_once(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from events.codec import decode_envelope
+    from events.messages import ObjectApplied
+    from events.objects import Configuration
+    from services.app.assembly import seed_scheduler
+
+    config = tmp_path / "kueue-config.yaml"
+    config.write_text("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"
+                      "waitForPodsReady:\n  timeout: 2m\n", encoding="utf-8")
+    s = settings("scheduler", "--log", str(tmp_path / "log"), "--seed", str(config))
+    assert isinstance(s, SchedulerSettings)
+    log = SqliteLog(tmp_path / "log")
+    try:
+        assert seed_scheduler(s, log, 1_000) == 1
+        assert seed_scheduler(s, log, 2_000) == 0, "a restart appends nothing new"
+        [rec] = log.read(s.log.topics.cluster_events, 0, 10)
+        ev = decode_envelope(rec.value).event
+        assert isinstance(ev, ObjectApplied) and isinstance(ev.object, Configuration)
+        assert ev.object.wait_for_pods_ready and ev.object.wait_for_pods_ready_timeout_ms == 120_000
+    finally:
+        log.close()

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from events import codec
 from events import objects as o
+from events.cluster import EvictionReason
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope, encode
 from events.envelope import SCHEMA_VERSION, Envelope, event_key
 from events.messages import (
@@ -20,6 +21,7 @@ from events.messages import (
     AdmitWorkload,
     ClockTicked,
     CycleCompleted,
+    DeactivateWorkload,
     DecisionApplied,
     EvictionCompleted,
     EvictWorkload,
@@ -28,6 +30,7 @@ from events.messages import (
     ObjectApplied,
     ObjectDeleted,
     PendingReason,
+    PodsNotReady,
     PodsReady,
     WorkloadFinished,
 )
@@ -54,6 +57,7 @@ EVENTS = [
     EvictionCompleted(time=4, namespace="ns", name="w"),
     ClockTicked(time=5),
     PodsReady(time=6, namespace="ns", name="w"),
+    PodsNotReady(time=6, namespace="ns", name="w"),
     DecisionApplied(time=7, decision_id="c1-0", namespace="ns", name="w", cluster="sim"),
     ActuationFailed(time=8, decision_id="c1-0", namespace="ns", name="w", error="boom", retriable=True),
 ]
@@ -61,6 +65,8 @@ DECISIONS = [
     AdmitWorkload(id="c1-0", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM, time=9),
     EvictWorkload(id="c1-1", cycle=1, namespace="ns", name="w", reason="Preempted", message="m",
                   preemption_reason="InClusterQueue", preemptor="ns/x"),
+    DeactivateWorkload(id="c1-3", cycle=1, namespace="ns", name="w", reason=EvictionReason.DEACTIVATED,
+                       message="The workload is deactivated due to x", underlying_cause="RequeuingLimitExceeded"),
     MarkPending(id="c1-2", cycle=1, namespace="ns", name="w", reason=PendingReason.WAITING_FOR_QUOTA, message="m"),
     CycleCompleted(cycle=1, input_offset=10, time=9, decisions=3, admitted_heads=("ns/w",),
                    heads=(HeadOutcome(key="ns/y", cluster_queue="cq", parked=True, last_tried=((0, 0, -1),)),)),

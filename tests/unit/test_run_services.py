@@ -274,8 +274,10 @@ def test_environment(clean_env: pytest.MonkeyPatch) -> None:
                  id="bad KUEUELOG_HTTP_PORT"),
     pytest.param({}, ["scheduler", "--http-port", "70000"], "--http-port: 70000 is not a port number", 2,
                  id="port out of range"),
-    pytest.param({}, ["scheduler", "--seed", "a.yaml"], "--seed: 'run scheduler' submits no manifests", 2,
+    pytest.param({}, ["watcher", "--seed", "a.yaml"], "--seed: 'run watcher' submits no manifests", 2,
                  id="--seed where nothing is submitted"),
+    pytest.param({}, ["scheduler", "--seed", "no-such-kueue-config.yaml"],
+                 "cannot read no-such-kueue-config.yaml", 2, id="scheduler --seed of a file that is not there"),
 ])
 def test_bad_settings_exit_naming_them(clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                        tmp_path: Path, env: dict[str, str], argv: list[str], error: str,

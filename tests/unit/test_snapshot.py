@@ -20,7 +20,8 @@ from events import objects as o
 from events.codec import encode
 from events.envelope import Envelope, Topics
 from events.manifests import Document, normalize
-from events.messages import ClusterEvent, EvictionCompleted, ObjectApplied, WorkloadFinished
+from events.messages import ClockTicked, ClusterEvent, EvictionCompleted, ObjectApplied, PodsReady, WorkloadFinished
+from services.core import deactivation
 from services.core.cycle import run_cycle
 from services.core.records import WorkloadRecord, canonical_fields
 from services.core.snapshot import FORMAT, decode_state, encode_state
@@ -39,6 +40,7 @@ from tests.builders import (
 )
 
 T = Topics()
+T0 = 1_735_689_600_000  # 2025-01-01T00:00:00Z, where the builders' creation times start
 
 
 def _objects() -> list[Builder | o.AnyObject]:
@@ -48,19 +50,23 @@ def _objects() -> list[Builder | o.AnyObject]:
         a_cluster_queue("cq-a").cohort("team").flavor("f", cpu="4").preemption(within="LowerPriority"),
         a_cluster_queue("cq-stop").flavor("f", cpu="2"),
         a_cluster_queue("cq-b").flavor("f", cpu="2"),
+        a_cluster_queue("cq-slow").flavor("f", cpu="1"),
         a_local_queue("ns", "lq-a", "cq-a"),
         a_local_queue("ns", "lq-stop", "cq-stop"),
         a_local_queue("ns", "lq-b", "cq-b"),
+        a_local_queue("ns", "lq-slow", "cq-slow"),
         a_namespace("ns", team="a"),
         a_priority_class("high", 100),
         a_priority_class("low", 1, workload=False),
         o.AdmissionCheck(name="check", controller_name="kueue.x-k8s.io/provisioning-request"),
         o.ProvisioningRequestConfig(name="prc", provisioning_class_name="queued-provisioning.gke.io"),
-        o.Configuration(wait_for_pods_ready_timeout_ms=60_000),
+        o.Configuration(wait_for_pods_ready=True, wait_for_pods_ready_timeout_ms=60_000),
         a_workload("ns", "low-1").queue("lq-a").request(cpu="2").created(1),
         a_workload("ns", "low-2").queue("lq-a").request(cpu="2").created(2),
         a_workload("ns", "drained").queue("lq-stop").request(cpu="1").created(3),
         a_workload("ns", "done").queue("lq-b").request(cpu="1").created(3),
+        a_workload("ns", "offline").queue("lq-b").request(cpu="1").created(3),
+        a_workload("ns", "slow").queue("lq-slow").request(cpu="1").created(3).max_exec(3600),
         a_workload("ns", "too-big").queue("lq-a").request(cpu="100").created(4),
         a_workload("ns", "unclassed").queue("lq-a").request(cpu="1").priority_class("missing").created(5),
     ]
@@ -81,16 +87,24 @@ def history() -> list[ClusterEvent | str]:
     events.append(_event(a_workload("ns", "urgent").queue("lq-a").request(cpu="4").priority(100).created(11), 91))
     events.append(_event(a_workload("ns", "wide").queue("lq-b").request(cpu="3").created(12), 92))
     events.append(WorkloadFinished(time=20_000, namespace="ns", name="done"))
+    events += [PodsReady(time=T0 + 15_000, namespace="ns", name=n) for n in ("low-1", "low-2", "drained", "offline")]
+    events.append(ClockTicked(time=T0 + 80_000))  # slow's pods never became ready: the timeout evicts it
     events += ["cycle"] * 4  # drained is evicted; urgent preempts and waits; wide is parked
     events.append(EvictionCompleted(time=20_000, namespace="ns", name="drained"))
+    events.append(EvictionCompleted(time=T0 + 80_000, namespace="ns", name="slow"))  # and it backs off
     events.append(WorkloadFinished(time=20_000, namespace="ns", name="nobody"))  # an anomaly
+    events.append("deactivate ns/too-big")  # the scheduler deactivates a pending workload
+    # A user deactivates an admitted one: its eviction waits for the next cycle.
+    events.append(_event(a_workload("ns", "offline").queue("lq-b").request(cpu="1").created(3).active(False), 93))
     return events
 
 
 def play(events: list[ClusterEvent | str]) -> State:
     state = State()
     for ev in events:
-        if isinstance(ev, str):
+        if isinstance(ev, str) and ev.startswith("deactivate "):
+            deactivation.deactivate(state, state.workloads[ev.split()[1]], "RequeuingLimitExceeded", "a test")
+        elif isinstance(ev, str):
             run_cycle(state)
         else:
             fold(state, ev)
@@ -150,7 +164,9 @@ def test_a_restored_state_decides_as_the_original() -> None:
     decided: dict[int, list[bytes]] = {id(state): [], id(restored): []}
     for s in (state, restored):
         for ev in tail:
-            if isinstance(ev, str):
+            if isinstance(ev, str) and ev.startswith("deactivate "):
+                deactivation.deactivate(s, s.workloads[ev.split()[1]], "RequeuingLimitExceeded", "a test")
+            elif isinstance(ev, str):
                 result = run_cycle(s)
                 decided[id(s)].append(encode((result.decisions, result.heads)))
             else:

@@ -21,6 +21,7 @@ from events.messages import (
     EvictionCompleted,
     ObjectApplied,
     ObjectDeleted,
+    PodsNotReady,
     PodsReady,
     WorkloadFinished,
 )
@@ -236,8 +237,9 @@ J = "Job:team-a/train"
     pytest.param(a_served_job(parallelism=3, suspend=False, status={"active": 3, "ready": 2, "succeeded": 1}),
                  [env(J, "100", "pods-ready", PodsReady(time=NOW, namespace="team-a", name=WL))],
                  id="ready + succeeded reach the pod count: pods ready"),
-    pytest.param(a_served_job(parallelism=3, suspend=False, status={"active": 3, "ready": 2}), [],
-                 id="one pod short: not ready"),
+    pytest.param(a_served_job(parallelism=3, suspend=False, status={"active": 3, "ready": 2}),
+                 [env(J, "100", "pods-not-ready", PodsNotReady(time=NOW, namespace="team-a", name=WL))],
+                 id="one pod short: not ready (news for the memory only after a readiness)"),
     pytest.param(a_served_job(suspend=True, status={"ready": 1}), [], id="a suspended Job is never ready"),
     pytest.param(a_served_job(suspend=True, annotations={EVICTED_ANNOTATION: "c12-3"}, status={"active": 0}),
                  [env(J, "100", "eviction-completed", EvictionCompleted(time=NOW, namespace="team-a", name=WL),
@@ -399,6 +401,20 @@ def test_job_life_publishes_each_fact_once() -> None:
     assert len(memory) == 0
     assert memory.vanished(Ref("Job", "team-a", "train"), cluster=CLUSTER, resource_version="12",
                            time_ms=NOW).envelopes == []
+
+
+def test_a_lost_readiness_is_published_once_after_a_readiness() -> None:
+    memory = Published()
+    steps = [
+        (a_served_job("1"), ["ObjectApplied"]),
+        (a_served_job("2", suspend=False, status={"active": 1}), []),  # starting: not news
+        (a_served_job("3", suspend=False, status={"active": 1, "ready": 1}), ["PodsReady"]),
+        (a_served_job("4", suspend=False, status={"active": 1, "ready": 0}), ["PodsNotReady"]),  # a pod failed
+        (a_served_job("5", suspend=False, status={"active": 1, "ready": 0}), []),
+        (a_served_job("6", suspend=False, status={"active": 1, "ready": 1}), ["PodsReady"]),  # recovered
+    ]
+    for i, (job, want) in enumerate(steps):
+        assert kinds_of(publish(memory, run("Job", job))) == want, f"step {i}"
 
 
 def _with_node_selector(job: dict[str, Any]) -> dict[str, Any]:
