@@ -134,6 +134,8 @@ def read_tree(doc: Document) -> Tree:
     if not isinstance(name, str) or not name:
         raise ctx.error("metadata.name", "required field is missing")
     namespace = meta.get("namespace") or "default"
+    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS_LABEL_RE.fullmatch(namespace):
+        raise ctx.error("metadata.namespace", f"invalid value {str(namespace)[:100]!r}: must be a namespace name")
     ctx = _Ctx(doc, KIND, f"{namespace}/{name}")
     extra = sorted(set(body) - {"apiVersion", "kind", "metadata", "spec", "status"})
     if extra:
@@ -370,19 +372,35 @@ def pod_workload(meta: dict[str, Any], pod_spec: Any, namespace: str, queue: str
     return {"apiVersion": KUEUE_V1, "kind": "Workload", "metadata": wl_meta, "spec": spec}
 
 
-def replica_pods(body: dict[str, Any]) -> list[tuple[dict[str, Any], Any]]:
+MAX_REPLICAS: Final = 10_000
+"""The most pods ``simulate`` makes of one Deployment / StatefulSet / ReplicaSet (ours)."""
+
+
+def _object(ctx: _Ctx, value: Any, field: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ctx.error(field, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def replica_pods(ctx: _Ctx, body: dict[str, Any]) -> list[tuple[dict[str, Any], Any]]:
     """(metadata, pod spec) of each replica of a Deployment / StatefulSet / ReplicaSet, named
     ``<owner>-<ordinal>`` (the simulated cluster's stand-in for the controllers' names)."""
-    meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
+    meta = _object(ctx, body.get("metadata"), "metadata")
+    spec = _object(ctx, body.get("spec"), "spec")
     replicas = spec.get("replicas", 1)
-    template = spec.get("template") or {}
-    tmeta = template.get("metadata") or {}
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= MAX_REPLICAS:
+        raise ctx.error("spec.replicas", f"must be an integer from 0 to {MAX_REPLICAS} (the most kueuelog "
+                                         f"simulates), got {str(replicas)[:40]}")
+    template = _object(ctx, spec.get("template"), "spec.template")
+    tmeta = _object(ctx, template.get("metadata"), "spec.template.metadata")
+    pod_spec = _object(ctx, template.get("spec"), "spec.template.spec")
     out = []
-    for i in range(replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 0):
+    for i in range(replicas):
         pmeta = {"name": f"{meta.get('name')}-{i}", "labels": tmeta.get("labels"),
                  "annotations": tmeta.get("annotations"), "creationTimestamp": meta.get("creationTimestamp")}
-        out.append(({k: val for k, val in pmeta.items() if val is not None}, template.get("spec") or {}))
+        out.append(({k: val for k, val in pmeta.items() if val is not None}, pod_spec))
     return out
 
 
@@ -413,8 +431,17 @@ class Router:
 
     def _pods(self, doc: Document, body: dict[str, Any], meta: dict[str, Any], namespace: str,
               key: tuple[Any, Any]) -> list[Document]:
+        name = meta.get("name")
+        ctx = _Ctx(doc, str(key[1]), f"{namespace}/{name}" if isinstance(name, str) else "")
+        if not isinstance(name, str) or not name:
+            raise ctx.error("metadata.name", "required field is missing (simulate names no pods from generateName)")
+        if len(name) > 240 or not _DNS_SUBDOMAIN_RE.fullmatch(name):
+            raise ctx.error("metadata.name", f"invalid value {name[:100]!r}: must be a lowercase RFC 1123 subdomain")
         queue = str(_labels(meta).get(QUEUE_NAME_LABEL) or DEFAULT_LOCAL_QUEUE)
-        pods = [(meta, body.get("spec") or {})] if key == ("v1", "Pod") else replica_pods(body)
+        if key == ("v1", "Pod"):
+            pods = [(meta, _object(ctx, body.get("spec"), "spec"))]
+        else:
+            pods = replica_pods(ctx, body)
         return [Document(doc.file, doc.index, pod_workload(m, s, namespace, queue)) for m, s in pods]
 
 

@@ -359,3 +359,33 @@ def test_explain_on_the_log_speaks_in_tree_terms(tmp_path: Path) -> None:
     assert any(line.startswith("  tree: reclaimed 5 cpu of root.b.1's min from root.a.")
                for line in explain(log, topics, victims[0]))
     log.close()
+
+
+@pytest.mark.parametrize(
+    ("doc", "where", "words"),
+    [
+        pytest.param({"spec": {"replicas": 2**40}}, "(Deployment namespace1/d): spec.replicas",
+                     "must be an integer from 0 to 10000", id="too many replicas"),
+        pytest.param({"spec": {"replicas": "3"}}, "(Deployment namespace1/d): spec.replicas", "got 3",
+                     id="replicas not an integer"),
+        pytest.param({"spec": {"template": "x"}}, "(Deployment namespace1/d): spec.template",
+                     "expected an object, got str", id="template not an object"),
+        pytest.param({"metadata": {"name": "Bad_Name", "namespace": "namespace1"}},
+                     "(Deployment namespace1/Bad_Name): metadata.name", "RFC 1123", id="bad name"),
+        pytest.param({"metadata": {"name": None, "namespace": "namespace1"}}, "(Deployment): metadata.name",
+                     "required field is missing", id="no name"),
+    ],
+)
+def test_a_bad_deployment_in_a_bound_namespace_is_refused_by_field(doc: dict, where: str, words: str) -> None:  # type: ignore[type-arg]
+    import yaml
+
+    from events.manifests import ManifestError
+
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "namespace1"},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}}}}
+    for key, value in doc.items():
+        body[key] = {**body[key], **value} if isinstance(value, dict) else value  # type: ignore[dict-item]
+    with pytest.raises(ManifestError) as e:
+        load({"t.yaml": TREE, "d.yaml": yaml.safe_dump(body)}, expand=expand)
+    assert where in str(e.value)
+    assert words in str(e.value)
