@@ -77,6 +77,21 @@ async def test_the_tree_in_kube_system_is_kept_as_kueue_objects(kube_api_client:
             "namespace3/default": "root.b.1", "namespace4/default": "root.b.2"}
         assert sorted(await _names(api, "resourceflavors")) == ["default"]
 
+        # The tree's status: per node min / max / used; a leaf's used is its ClusterQueue's usage.
+        await custom.patch_cluster_custom_object_status(KUEUE, KV, "clusterqueues", "root.a.1", {"status": {
+            "flavorsUsage": [{"name": "default", "resources": [{"name": "cpu", "total": "15"}]}]}},
+            _content_type="application/merge-patch+json")
+        await reconciler.reconcile()
+        got = await custom.get_namespaced_custom_object(GROUP, VERSION, "kube-system", PLURAL, "elasticquotatree")
+        assert "status" in got, (reconciler.stats, got)
+        nodes = {n["name"]: n for n in got["status"]["nodes"]}
+        assert nodes["root.a.1"] == {"name": "root.a.1", "parent": "root.a", "min": {"cpu": "10", "memory": "10Gi"},
+                                     "max": {"cpu": "20", "memory": "20Gi"}, "used": {"cpu": "15"}}
+        assert nodes["root"]["used"] == {"cpu": "15"} and nodes["root.b"]["used"] == {}
+        writes = reconciler.stats.status_writes
+        await reconciler.reconcile()
+        assert reconciler.stats.status_writes == writes, "written only when it changed"
+
         # root.b.2 leaves the tree (root.b's min shrinks with it): its ClusterQueue and LocalQueue go.
         tree = await custom.get_namespaced_custom_object(GROUP, VERSION, "kube-system", PLURAL, "elasticquotatree")
         b = tree["spec"]["root"]["children"][1]
