@@ -389,3 +389,26 @@ def test_a_bad_deployment_in_a_bound_namespace_is_refused_by_field(doc: dict, wh
         load({"t.yaml": TREE, "d.yaml": yaml.safe_dump(body)}, expand=expand)
     assert where in str(e.value)
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "preemption", "words"),
+    [
+        pytest.param("Nominal", {"reclaimWithinCohort": "Any"}, "unsupported value 'Nominal'", id="bad value"),
+        pytest.param("NominalQuota", {}, "needs spec.preemption.reclaimWithinCohort other than Never", id="Never"),
+        pytest.param("NominalQuota", {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "LowerPriority"}},
+                     "cannot be combined with spec.preemption.borrowWithinCohort", id="borrowWithinCohort"),
+    ],
+)
+def test_the_reclaim_annotation_is_refused_where_it_cannot_hold(annotation: str, preemption: dict, words: str) -> None:  # type: ignore[type-arg]
+    import yaml
+
+    from events.manifests import ManifestError
+
+    cq = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+          "metadata": {"name": "cq", "annotations": {"kueuelog.io/reclaim-within": annotation}},
+          "spec": {"cohort": "c", "preemption": preemption}}
+    with pytest.raises(ManifestError) as e:
+        load({"cq.yaml": yaml.safe_dump(cq)})
+    assert e.value.field == "metadata.annotations.kueuelog.io/reclaim-within"
+    assert words in e.value.message
