@@ -68,6 +68,7 @@ REPLICATED: Final = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"), ("ap
 RULE_MIN_MAX: Final = "min must be less than or equal to max within one quota (同一个弹性配额中的Min≤Max)"
 RULE_CHILDREN: Final = "the children's min must sum to at most the parent's min (子级弹性配额的Min之和≤父级的Min)"
 RULE_ROOT: Final = "the root's min must equal its max (Root节点的Min=Max)"
+RULE_CAPACITY: Final = "the root's min must not exceed the cluster's resources (Root节点的Min=Max≤集群总资源)"
 RULE_LEAF_NS: Final = "only leaf quotas own namespaces (Namespace只与弹性配额的叶子节点有对应关系)"
 RULE_ONE_LEAF: Final = "a namespace belongs to one leaf only (同一个Namespace只能归属于一个叶子节点)"
 RULE_UNIQUE: Final = "quota names must be unique within the tree"
@@ -228,6 +229,18 @@ def _check_children(ctx: _Ctx, node: QuotaNode) -> None:
             names = " + ".join(f"{c.name} {_text(r, c.min.get(r, 0))}" for c in node.children)
             raise ctx.error(f"{node.path}.min.{r}", f"{node.name}: children's min {names} = {_text(r, total)} > "
                                                     f"min {_text(r, own)}: {RULE_CHILDREN}")
+
+
+def capacity_problem(tree: Tree, capacity: dict[str, int]) -> str | None:
+    """Where the cluster's capacity is known (``capacity``: resource -> allocatable, summed over
+    nodes): the root's min must not exceed it. A message naming node, field and rule, or None."""
+    root = tree.root
+    for r, low in sorted(root.min.items()):
+        have = capacity.get(r)
+        if have is not None and low > have:
+            return (f"ElasticQuotaTree {tree.namespace}/{tree.name}: {root.path}.min.{r}: {root.name}: min "
+                    f"{_text(r, low)} > the cluster's {_text(r, have)} allocatable: {RULE_CAPACITY}")
+    return None
 
 
 # --- translation ---------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ watcher, scheduler and actuator then work with ordinary Kueue objects:
   gone), children before parents;
 - the tree's ``status`` gets, per node, its ``min``, ``max`` and ``used`` (a leaf's from its
   ClusterQueue's ``status.flavorsUsage``, which the actuator writes; a parent's the sum);
+- where nodes report ``status.allocatable``, a root ``min`` above their sum is refused (the seed's
+  ``Root min = max <= the cluster's resources``); without nodes nothing is known, nothing checked;
 - a tree that fails validation changes nothing: the objects of the last good tree stay, and the
   error (naming node and field) is logged and counted, once per resourceVersion.
 
@@ -33,7 +35,15 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events.cluster import ELASTIC_QUOTA_TREE_LABEL, KUEUE_GROUP
-from events.elasticquota import EFFECTIVE_NAMESPACE, KIND, QuotaNode, Tree, convert_trees, read_tree
+from events.elasticquota import (
+    EFFECTIVE_NAMESPACE,
+    KIND,
+    QuotaNode,
+    Tree,
+    capacity_problem,
+    convert_trees,
+    read_tree,
+)
 from events.manifests import Document, ManifestError
 from events.quantity import QuantityError, format_amount, to_amount
 from services.actuator.kubeapi import KubeApiError, status_retriable
@@ -191,6 +201,13 @@ class TreeReconciler:
                 self.stats.invalid += 1
                 _log.error("elasticquotatree.invalid", error=str(e))
             return
+        problem = await self._over_capacity(trees or [], tree_name)
+        if problem is not None:
+            if problem != self._refused:
+                self._refused = problem
+                self.stats.invalid += 1
+                _log.error("elasticquotatree.invalid", error=problem)
+            return
         self._refused = ""
         for body in sorted(desired, key=lambda b: APPLY_ORDER.index(str(b["kind"]))):
             kind, namespace, name = key_of(body)
@@ -206,12 +223,31 @@ class TreeReconciler:
                 await self._call("DELETE", object_path(kind, namespace, stale_name))
                 self.stats.deleted += 1
 
-    async def _status(self, trees: list[dict[str, Any]], name: str) -> None:
-        """The tree in effect gets its per-node usage as ``status`` (when it changed)."""
+    def _tree(self, trees: list[dict[str, Any]], name: str) -> tuple[dict[str, Any], Tree] | None:
         body = next((t for t in trees if (t.get("metadata") or {}).get("name") == name), None)
         if body is None:
+            return None
+        return body, read_tree(Document(f"cluster:{EFFECTIVE_NAMESPACE}", 1, {**body, "kind": KIND}))
+
+    async def _over_capacity(self, trees: list[dict[str, Any]], name: str) -> str | None:
+        """The seed's ``root min <= the cluster's resources``, where nodes report allocatable."""
+        found = self._tree(trees, name)
+        if found is None:
+            return None
+        nodes = (await self._call("GET", "/api/v1/nodes") or {}).get("items") or []
+        capacity: dict[str, int] = {}
+        for node in nodes:
+            for resource, value in ((node.get("status") or {}).get("allocatable") or {}).items():
+                with contextlib.suppress(QuantityError):
+                    capacity[resource] = capacity.get(resource, 0) + to_amount(resource, value)
+        return capacity_problem(found[1], capacity) if nodes else None
+
+    async def _status(self, trees: list[dict[str, Any]], name: str) -> None:
+        """The tree in effect gets its per-node usage as ``status`` (when it changed)."""
+        found = self._tree(trees, name)
+        if found is None:
             return
-        tree = read_tree(Document(f"cluster:{EFFECTIVE_NAMESPACE}", 1, {**body, "kind": KIND}))
+        body, tree = found
         cqs = await self._call("GET", f"{KUEUE}/clusterqueues", query=[("labelSelector", f"{TREE_LABEL}={name}")])
         usage = {str((cq.get("metadata") or {}).get("name")): _leaf_usage(cq) for cq in (cqs or {}).get("items") or []}
         status = tree_status(tree, usage)

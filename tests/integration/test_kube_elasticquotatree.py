@@ -3,6 +3,7 @@ kube-system, and the reconciler that keeps the Kueue objects the tree stands for
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,27 @@ async def test_a_tree_outside_kube_system_is_not_in_effect(kube_api_client: clie
         assert reconciler.stats.invalid == 0
     finally:
         await custom.delete_namespaced_custom_object(GROUP, VERSION, "namespace1", PLURAL, "elasticquotatree")
+
+
+async def test_a_root_min_above_the_nodes_allocatable_is_refused(kube_api_client: client.ApiClient) -> None:
+    """The seed's Root min = max <= the cluster's resources, where nodes say what they have."""
+    api = kube_api_client
+    await _install(api)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    await core.create_node({"metadata": {"name": "eqt-node"}})
+    try:
+        await core.patch_node_status("eqt-node", {"status": {"allocatable": {"cpu": "30", "memory": "224Gi"}}})
+        await custom.create_namespaced_custom_object(GROUP, VERSION, "kube-system", PLURAL, copy.deepcopy(TREE))
+        reconciler = TreeReconciler(api)
+        await reconciler.reconcile()
+        assert reconciler.stats.invalid == 1
+        assert await _names(api, "clusterqueues") == {}
+        # The seed's node (56 vCPU, 224 GiB) has room for the root's 40.
+        await core.patch_node_status("eqt-node", {"status": {"allocatable": {"cpu": "56", "memory": "224Gi"}}})
+        await reconciler.reconcile()
+        assert sorted(await _names(api, "clusterqueues")) == ["root.a.1", "root.a.2", "root.b.1", "root.b.2"]
+    finally:
+        with contextlib.suppress(ApiException):
+            await custom.delete_namespaced_custom_object(GROUP, VERSION, "kube-system", PLURAL, "elasticquotatree")
+        await TreeReconciler(api).reconcile()
+        await core.delete_node("eqt-node")

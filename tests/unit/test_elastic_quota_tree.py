@@ -412,3 +412,16 @@ def test_the_reclaim_annotation_is_refused_where_it_cannot_hold(annotation: str,
         load({"cq.yaml": yaml.safe_dump(cq)})
     assert e.value.field == "metadata.annotations.kueuelog.io/reclaim-within"
     assert words in e.value.message
+
+
+def test_root_min_above_the_clusters_capacity_names_the_rule() -> None:
+    from events.elasticquota import capacity_problem, read_tree
+    from events.manifests import Document, read_documents
+
+    (doc,) = read_documents("tree.yaml", TREE)
+    tree = read_tree(Document(doc.file, doc.index, doc.body))
+    assert capacity_problem(tree, {"cpu": 56_000, "memory": 224 * 2**30}) is None
+    assert capacity_problem(tree, {}) is None, "unknown capacity: nothing to check"
+    assert capacity_problem(tree, {"cpu": 30_000}) == (
+        "ElasticQuotaTree kube-system/elasticquotatree: spec.root.min.cpu: root: min 40 > the cluster's 30 "
+        "allocatable: the root's min must not exceed the cluster's resources (Root节点的Min=Max≤集群总资源)")
