@@ -141,6 +141,7 @@ def read_tree(doc: Document) -> Tree:
     extra = sorted(set(body) - {"apiVersion", "kind", "metadata", "spec", "status"})
     if extra:
         raise ctx.error(extra[0], "unknown field")
+    _check_depth(ctx, body.get("spec"))
     spec = ctx.convert(body.get("spec") or {}, _RawSpec, "spec")
     if spec.root is None:
         raise ctx.error("spec.root", "required field is missing")
@@ -157,7 +158,28 @@ def _amounts(ctx: _Ctx, raw: dict[str, Any] | None, path: str) -> dict[str, int]
     return out
 
 
-def _node(ctx: _Ctx, raw: _RawNode, path: str, parent: QuotaNode | None) -> QuotaNode:
+def _check_depth(ctx: _Ctx, spec: Any) -> None:
+    """Refuse a tree deeper than MAX_DEPTH before anything recurses into it (iteratively)."""
+    root = spec.get("root") if isinstance(spec, dict) else None
+    stack: list[tuple[Any, str, int]] = [(root, "spec.root", 1)]
+    while stack:
+        node, path, depth = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if depth > MAX_DEPTH:
+            raise ctx.error(path, f"the tree is nested deeper than {MAX_DEPTH} levels")
+        children = node.get("children")
+        if isinstance(children, list):
+            stack.extend((c, f"{path}.children[{i}]", depth + 1) for i, c in enumerate(children))
+
+
+MAX_DEPTH: Final = 32
+"""The deepest tree taken, root included (ours: a tree read from the API server has no YAML bound)."""
+
+
+def _node(ctx: _Ctx, raw: _RawNode, path: str, parent: QuotaNode | None, depth: int = 1) -> QuotaNode:
+    if depth > MAX_DEPTH:
+        raise ctx.error(path, f"the tree is nested deeper than {MAX_DEPTH} levels")
     if not raw.name:
         raise ctx.error(f"{path}.name", "required field is missing")
     if len(raw.name) > 253 or not _DNS_SUBDOMAIN_RE.fullmatch(raw.name):
@@ -174,7 +196,7 @@ def _node(ctx: _Ctx, raw: _RawNode, path: str, parent: QuotaNode | None) -> Quot
     for i, ns in enumerate(node.namespaces):
         if len(ns) > 63 or not _DNS_LABEL_RE.fullmatch(ns):
             raise ctx.error(f"{path}.namespaces[{i}]", f"invalid value {ns[:100]!r}: must be a namespace name")
-    node.children = [_node(ctx, c, f"{path}.children[{i}]", node) for i, c in enumerate(raw.children or [])]
+    node.children = [_node(ctx, c, f"{path}.children[{i}]", node, depth + 1) for i, c in enumerate(raw.children or [])]
     return node
 
 

@@ -425,3 +425,18 @@ def test_root_min_above_the_clusters_capacity_names_the_rule() -> None:
     assert capacity_problem(tree, {"cpu": 30_000}) == (
         "ElasticQuotaTree kube-system/elasticquotatree: spec.root.min.cpu: root: min 40 > the cluster's 30 "
         "allocatable: the root's min must not exceed the cluster's resources (Root节点的Min=Max≤集群总资源)")
+
+
+def test_a_tree_deeper_than_32_levels_is_refused_before_anything_recurses() -> None:
+    from events.elasticquota import read_tree
+    from events.manifests import Document, ManifestError
+
+    node: dict[str, object] = {"name": "leaf"}
+    for i in range(2000):
+        node = {"name": f"n{i}", "children": [node]}
+    body = {"apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+            "metadata": {"name": "t", "namespace": "kube-system"}, "spec": {"root": node}}
+    with pytest.raises(ManifestError) as e:
+        read_tree(Document("api", 1, body))
+    assert e.value.message == "the tree is nested deeper than 32 levels"
+    assert e.value.field == "spec.root" + ".children[0]" * 32
