@@ -68,6 +68,7 @@ REPLICATED: Final = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"), ("ap
 RULE_MIN_MAX: Final = "min must be less than or equal to max within one quota (同一个弹性配额中的Min≤Max)"
 RULE_CHILDREN: Final = "the children's min must sum to at most the parent's min (子级弹性配额的Min之和≤父级的Min)"
 RULE_ROOT: Final = "the root's min must equal its max (Root节点的Min=Max)"
+RULE_CAPACITY: Final = "the root's min must not exceed the cluster's resources (Root节点的Min=Max≤集群总资源)"
 RULE_LEAF_NS: Final = "only leaf quotas own namespaces (Namespace只与弹性配额的叶子节点有对应关系)"
 RULE_ONE_LEAF: Final = "a namespace belongs to one leaf only (同一个Namespace只能归属于一个叶子节点)"
 RULE_UNIQUE: Final = "quota names must be unique within the tree"
@@ -134,10 +135,13 @@ def read_tree(doc: Document) -> Tree:
     if not isinstance(name, str) or not name:
         raise ctx.error("metadata.name", "required field is missing")
     namespace = meta.get("namespace") or "default"
+    if not isinstance(namespace, str) or len(namespace) > 63 or not _DNS_LABEL_RE.fullmatch(namespace):
+        raise ctx.error("metadata.namespace", f"invalid value {str(namespace)[:100]!r}: must be a namespace name")
     ctx = _Ctx(doc, KIND, f"{namespace}/{name}")
     extra = sorted(set(body) - {"apiVersion", "kind", "metadata", "spec", "status"})
     if extra:
         raise ctx.error(extra[0], "unknown field")
+    _check_depth(ctx, body.get("spec"))
     spec = ctx.convert(body.get("spec") or {}, _RawSpec, "spec")
     if spec.root is None:
         raise ctx.error("spec.root", "required field is missing")
@@ -154,7 +158,28 @@ def _amounts(ctx: _Ctx, raw: dict[str, Any] | None, path: str) -> dict[str, int]
     return out
 
 
-def _node(ctx: _Ctx, raw: _RawNode, path: str, parent: QuotaNode | None) -> QuotaNode:
+def _check_depth(ctx: _Ctx, spec: Any) -> None:
+    """Refuse a tree deeper than MAX_DEPTH before anything recurses into it (iteratively)."""
+    root = spec.get("root") if isinstance(spec, dict) else None
+    stack: list[tuple[Any, str, int]] = [(root, "spec.root", 1)]
+    while stack:
+        node, path, depth = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if depth > MAX_DEPTH:
+            raise ctx.error(path, f"the tree is nested deeper than {MAX_DEPTH} levels")
+        children = node.get("children")
+        if isinstance(children, list):
+            stack.extend((c, f"{path}.children[{i}]", depth + 1) for i, c in enumerate(children))
+
+
+MAX_DEPTH: Final = 32
+"""The deepest tree taken, root included (ours: a tree read from the API server has no YAML bound)."""
+
+
+def _node(ctx: _Ctx, raw: _RawNode, path: str, parent: QuotaNode | None, depth: int = 1) -> QuotaNode:
+    if depth > MAX_DEPTH:
+        raise ctx.error(path, f"the tree is nested deeper than {MAX_DEPTH} levels")
     if not raw.name:
         raise ctx.error(f"{path}.name", "required field is missing")
     if len(raw.name) > 253 or not _DNS_SUBDOMAIN_RE.fullmatch(raw.name):
@@ -171,7 +196,7 @@ def _node(ctx: _Ctx, raw: _RawNode, path: str, parent: QuotaNode | None) -> Quot
     for i, ns in enumerate(node.namespaces):
         if len(ns) > 63 or not _DNS_LABEL_RE.fullmatch(ns):
             raise ctx.error(f"{path}.namespaces[{i}]", f"invalid value {ns[:100]!r}: must be a namespace name")
-    node.children = [_node(ctx, c, f"{path}.children[{i}]", node) for i, c in enumerate(raw.children or [])]
+    node.children = [_node(ctx, c, f"{path}.children[{i}]", node, depth + 1) for i, c in enumerate(raw.children or [])]
     return node
 
 
@@ -226,6 +251,18 @@ def _check_children(ctx: _Ctx, node: QuotaNode) -> None:
             names = " + ".join(f"{c.name} {_text(r, c.min.get(r, 0))}" for c in node.children)
             raise ctx.error(f"{node.path}.min.{r}", f"{node.name}: children's min {names} = {_text(r, total)} > "
                                                     f"min {_text(r, own)}: {RULE_CHILDREN}")
+
+
+def capacity_problem(tree: Tree, capacity: dict[str, int]) -> str | None:
+    """Where the cluster's capacity is known (``capacity``: resource -> allocatable, summed over
+    nodes): the root's min must not exceed it. A message naming node, field and rule, or None."""
+    root = tree.root
+    for r, low in sorted(root.min.items()):
+        have = capacity.get(r)
+        if have is not None and low > have:
+            return (f"ElasticQuotaTree {tree.namespace}/{tree.name}: {root.path}.min.{r}: {root.name}: min "
+                    f"{_text(r, low)} > the cluster's {_text(r, have)} allocatable: {RULE_CAPACITY}")
+    return None
 
 
 # --- translation ---------------------------------------------------------------------------------
@@ -370,19 +407,35 @@ def pod_workload(meta: dict[str, Any], pod_spec: Any, namespace: str, queue: str
     return {"apiVersion": KUEUE_V1, "kind": "Workload", "metadata": wl_meta, "spec": spec}
 
 
-def replica_pods(body: dict[str, Any]) -> list[tuple[dict[str, Any], Any]]:
+MAX_REPLICAS: Final = 10_000
+"""The most pods ``simulate`` makes of one Deployment / StatefulSet / ReplicaSet (ours)."""
+
+
+def _object(ctx: _Ctx, value: Any, field: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ctx.error(field, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def replica_pods(ctx: _Ctx, body: dict[str, Any]) -> list[tuple[dict[str, Any], Any]]:
     """(metadata, pod spec) of each replica of a Deployment / StatefulSet / ReplicaSet, named
     ``<owner>-<ordinal>`` (the simulated cluster's stand-in for the controllers' names)."""
-    meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
+    meta = _object(ctx, body.get("metadata"), "metadata")
+    spec = _object(ctx, body.get("spec"), "spec")
     replicas = spec.get("replicas", 1)
-    template = spec.get("template") or {}
-    tmeta = template.get("metadata") or {}
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not 0 <= replicas <= MAX_REPLICAS:
+        raise ctx.error("spec.replicas", f"must be an integer from 0 to {MAX_REPLICAS} (the most kueuelog "
+                                         f"simulates), got {str(replicas)[:40]}")
+    template = _object(ctx, spec.get("template"), "spec.template")
+    tmeta = _object(ctx, template.get("metadata"), "spec.template.metadata")
+    pod_spec = _object(ctx, template.get("spec"), "spec.template.spec")
     out = []
-    for i in range(replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else 0):
+    for i in range(replicas):
         pmeta = {"name": f"{meta.get('name')}-{i}", "labels": tmeta.get("labels"),
                  "annotations": tmeta.get("annotations"), "creationTimestamp": meta.get("creationTimestamp")}
-        out.append(({k: val for k, val in pmeta.items() if val is not None}, template.get("spec") or {}))
+        out.append(({k: val for k, val in pmeta.items() if val is not None}, pod_spec))
     return out
 
 
@@ -413,8 +466,17 @@ class Router:
 
     def _pods(self, doc: Document, body: dict[str, Any], meta: dict[str, Any], namespace: str,
               key: tuple[Any, Any]) -> list[Document]:
+        name = meta.get("name")
+        ctx = _Ctx(doc, str(key[1]), f"{namespace}/{name}" if isinstance(name, str) else "")
+        if not isinstance(name, str) or not name:
+            raise ctx.error("metadata.name", "required field is missing (simulate names no pods from generateName)")
+        if len(name) > 240 or not _DNS_SUBDOMAIN_RE.fullmatch(name):
+            raise ctx.error("metadata.name", f"invalid value {name[:100]!r}: must be a lowercase RFC 1123 subdomain")
         queue = str(_labels(meta).get(QUEUE_NAME_LABEL) or DEFAULT_LOCAL_QUEUE)
-        pods = [(meta, body.get("spec") or {})] if key == ("v1", "Pod") else replica_pods(body)
+        if key == ("v1", "Pod"):
+            pods = [(meta, _object(ctx, body.get("spec"), "spec"))]
+        else:
+            pods = replica_pods(ctx, body)
         return [Document(doc.file, doc.index, pod_workload(m, s, namespace, queue)) for m, s in pods]
 
 

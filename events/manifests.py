@@ -634,6 +634,9 @@ def _reclaim_within(ctx: _Ctx, body: Mapping[str, Any], preemption: o.Preemption
         raise ctx.error(field, f"unsupported value {str(value)[:100]!r}: supported values: 'NominalQuota'")
     if preemption.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER:
         raise ctx.error(field, "needs spec.preemption.reclaimWithinCohort other than Never")
+    if preemption.borrow_within_cohort != o.BorrowWithinCohortPolicy.NEVER:
+        raise ctx.error(field, "cannot be combined with spec.preemption.borrowWithinCohort (which preempts while "
+                               "borrowing, beyond the nominal quota)")
     return msgspec.structs.replace(preemption, reclaim_within_nominal=True)
 
 

@@ -11,6 +11,10 @@ watcher, scheduler and actuator then work with ordinary Kueue objects:
   ``kueuelog.io/elastic-quota-tree: <tree>``, parents before children;
 - it deletes the labelled objects the tree no longer stands for (all of them when the tree is
   gone), children before parents;
+- the tree's ``status`` gets, per node, its ``min``, ``max`` and ``used`` (a leaf's from its
+  ClusterQueue's ``status.flavorsUsage``, which the actuator writes; a parent's the sum);
+- where nodes report ``status.allocatable``, a root ``min`` above their sum is refused (the seed's
+  ``Root min = max <= the cluster's resources``); without nodes nothing is known, nothing checked;
 - a tree that fails validation changes nothing: the objects of the last good tree stay, and the
   error (naming node and field) is logged and counted, once per resourceVersion.
 
@@ -31,8 +35,17 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events.cluster import ELASTIC_QUOTA_TREE_LABEL, KUEUE_GROUP
-from events.elasticquota import EFFECTIVE_NAMESPACE, KIND, convert_trees
+from events.elasticquota import (
+    EFFECTIVE_NAMESPACE,
+    KIND,
+    QuotaNode,
+    Tree,
+    capacity_problem,
+    convert_trees,
+    read_tree,
+)
 from events.manifests import Document, ManifestError
+from events.quantity import QuantityError, format_amount, to_amount
 from services.actuator.kubeapi import KubeApiError, status_retriable
 
 TREE_LABEL: Final = ELASTIC_QUOTA_TREE_LABEL
@@ -95,6 +108,37 @@ def desired_objects(trees: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
     return out, name
 
 
+def _leaf_usage(cq: dict[str, Any]) -> dict[str, int]:
+    """A ClusterQueue's usage per resource, summed over flavors, from the status the actuator writes."""
+    out: dict[str, int] = {}
+    for flavor in (cq.get("status") or {}).get("flavorsUsage") or []:
+        for entry in (flavor or {}).get("resources") or []:
+            resource, total = entry.get("name"), entry.get("total")
+            if isinstance(resource, str) and total is not None:
+                with contextlib.suppress(QuantityError):
+                    out[resource] = out.get(resource, 0) + to_amount(resource, total)
+    return out
+
+
+def tree_status(tree: Tree, usage: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The tree's ``status``: per node (parents first) its min, max and used, as quantities; a leaf's
+    used is its ClusterQueue's (``usage``: leaf name -> resource -> amount), a parent's the sum."""
+    def used(node: QuotaNode) -> dict[str, int]:
+        if node.is_leaf:
+            return dict(usage.get(node.name, {}))
+        total: dict[str, int] = {}
+        for child in node.children:
+            for r, v in used(child).items():
+                total[r] = total.get(r, 0) + v
+        return total
+
+    def text(values: dict[str, int]) -> dict[str, str]:
+        return {r: format_amount(r, v) for r, v in sorted(values.items())}
+
+    return {"nodes": [{"name": n.name, "parent": n.parent.name if n.parent else "", "min": text(n.min),
+                       "max": text(n.max), "used": text(used(n))} for n in tree.root.walk()]}
+
+
 def key_of(body: dict[str, Any]) -> Key:
     meta = body.get("metadata") or {}
     return str(body.get("kind")), str(meta.get("namespace") or ""), str(meta.get("name") or "")
@@ -108,6 +152,7 @@ class TreeStats:
     deleted: int = 0  # objects deleted: no longer in the tree
     invalid: int = 0  # tree versions refused (validation)
     errors: int = 0  # API errors (the pass is retried at the next interval)
+    status_writes: int = 0  # the tree's status (per-node usage) written
 
 
 class TreeReconciler:
@@ -148,13 +193,20 @@ class TreeReconciler:
         self.stats.passes += 1
         trees = await self._trees()
         try:
-            desired, _ = desired_objects(trees or [])
+            desired, tree_name = desired_objects(trees or [])
         except ManifestError as e:
             versions = ",".join(str((t.get("metadata") or {}).get("resourceVersion")) for t in trees or [])
             if versions != self._refused:
                 self._refused = versions
                 self.stats.invalid += 1
                 _log.error("elasticquotatree.invalid", error=str(e))
+            return
+        problem = await self._over_capacity(trees or [], tree_name)
+        if problem is not None:
+            if problem != self._refused:
+                self._refused = problem
+                self.stats.invalid += 1
+                _log.error("elasticquotatree.invalid", error=problem)
             return
         self._refused = ""
         for body in sorted(desired, key=lambda b: APPLY_ORDER.index(str(b["kind"]))):
@@ -163,12 +215,47 @@ class TreeReconciler:
                              query=[("fieldManager", FIELD_MANAGER), ("force", "true")],
                              content_type="application/apply-patch+yaml")
             self.stats.applied += 1
+        await self._status(trees or [], tree_name)
         wanted = {key_of(b) for b in desired}
         stale = [k for k in await self._existing() if k not in wanted]
-        for kind, namespace, name in sorted(stale, key=lambda k: -APPLY_ORDER.index(k[0])):
+        for kind, namespace, stale_name in sorted(stale, key=lambda k: -APPLY_ORDER.index(k[0])):
             with contextlib.suppress(KubeApiError):  # already gone is as good
-                await self._call("DELETE", object_path(kind, namespace, name))
+                await self._call("DELETE", object_path(kind, namespace, stale_name))
                 self.stats.deleted += 1
+
+    def _tree(self, trees: list[dict[str, Any]], name: str) -> tuple[dict[str, Any], Tree] | None:
+        body = next((t for t in trees if (t.get("metadata") or {}).get("name") == name), None)
+        if body is None:
+            return None
+        return body, read_tree(Document(f"cluster:{EFFECTIVE_NAMESPACE}", 1, {**body, "kind": KIND}))
+
+    async def _over_capacity(self, trees: list[dict[str, Any]], name: str) -> str | None:
+        """The seed's ``root min <= the cluster's resources``, where nodes report allocatable."""
+        found = self._tree(trees, name)
+        if found is None:
+            return None
+        nodes = (await self._call("GET", "/api/v1/nodes") or {}).get("items") or []
+        capacity: dict[str, int] = {}
+        for node in nodes:
+            for resource, value in ((node.get("status") or {}).get("allocatable") or {}).items():
+                with contextlib.suppress(QuantityError):
+                    capacity[resource] = capacity.get(resource, 0) + to_amount(resource, value)
+        return capacity_problem(found[1], capacity) if nodes else None
+
+    async def _status(self, trees: list[dict[str, Any]], name: str) -> None:
+        """The tree in effect gets its per-node usage as ``status`` (when it changed)."""
+        found = self._tree(trees, name)
+        if found is None:
+            return
+        body, tree = found
+        cqs = await self._call("GET", f"{KUEUE}/clusterqueues", query=[("labelSelector", f"{TREE_LABEL}={name}")])
+        usage = {str((cq.get("metadata") or {}).get("name")): _leaf_usage(cq) for cq in (cqs or {}).get("items") or []}
+        status = tree_status(tree, usage)
+        if body.get("status") == status:
+            return
+        await self._call("PATCH", f"{TREES_PATH}/{name}/status", body={"status": status},
+                         content_type="application/merge-patch+json")
+        self.stats.status_writes += 1
 
     async def run(self, stop: asyncio.Event) -> TreeStats:
         while not stop.is_set():

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from events.cluster import ConditionStatus, ConditionType
 from events.quantity import format_amount
 from services.core.quota import Node
 from services.core.state import State, WorkloadRecord
@@ -145,9 +146,9 @@ def pending_in_tree_terms(state: State, rec: WorkloadRecord) -> list[str]:
 
 def preempted_in_tree_terms(state: State, rec: WorkloadRecord) -> str:
     """For a workload preempted to give a tree leaf back its min: what was reclaimed from whom."""
-    cond = rec.conditions.get("Preempted")
+    cond = rec.conditions.get(ConditionType.PREEMPTED)
     victim_cq = rec.obj.queue_name and _queue_of(state, rec)
-    if cond is None or cond.status != "True" or not victim_cq or not _is_tree_leaf(state, victim_cq):
+    if cond is None or cond.status != ConditionStatus.TRUE or not victim_cq or not _is_tree_leaf(state, victim_cq):
         return ""
     preemptor = next((r for _, r in sorted(state.workloads.items()) if r.obj.uid and f"UID: {r.obj.uid}," in
                       cond.message), None)

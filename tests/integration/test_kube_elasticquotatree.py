@@ -3,6 +3,7 @@ kube-system, and the reconciler that keeps the Kueue objects the tree stands for
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,21 @@ async def test_the_tree_in_kube_system_is_kept_as_kueue_objects(kube_api_client:
             "namespace3/default": "root.b.1", "namespace4/default": "root.b.2"}
         assert sorted(await _names(api, "resourceflavors")) == ["default"]
 
+        # The tree's status: per node min / max / used; a leaf's used is its ClusterQueue's usage.
+        await custom.patch_cluster_custom_object_status(KUEUE, KV, "clusterqueues", "root.a.1", {"status": {
+            "flavorsUsage": [{"name": "default", "resources": [{"name": "cpu", "total": "15"}]}]}},
+            _content_type="application/merge-patch+json")
+        await reconciler.reconcile()
+        got = await custom.get_namespaced_custom_object(GROUP, VERSION, "kube-system", PLURAL, "elasticquotatree")
+        assert "status" in got, (reconciler.stats, got)
+        nodes = {n["name"]: n for n in got["status"]["nodes"]}
+        assert nodes["root.a.1"] == {"name": "root.a.1", "parent": "root.a", "min": {"cpu": "10", "memory": "10Gi"},
+                                     "max": {"cpu": "20", "memory": "20Gi"}, "used": {"cpu": "15"}}
+        assert nodes["root"]["used"] == {"cpu": "15"} and nodes["root.b"]["used"] == {}
+        writes = reconciler.stats.status_writes
+        await reconciler.reconcile()
+        assert reconciler.stats.status_writes == writes, "written only when it changed"
+
         # root.b.2 leaves the tree (root.b's min shrinks with it): its ClusterQueue and LocalQueue go.
         tree = await custom.get_namespaced_custom_object(GROUP, VERSION, "kube-system", PLURAL, "elasticquotatree")
         b = tree["spec"]["root"]["children"][1]
@@ -116,3 +132,27 @@ async def test_a_tree_outside_kube_system_is_not_in_effect(kube_api_client: clie
         assert reconciler.stats.invalid == 0
     finally:
         await custom.delete_namespaced_custom_object(GROUP, VERSION, "namespace1", PLURAL, "elasticquotatree")
+
+
+async def test_a_root_min_above_the_nodes_allocatable_is_refused(kube_api_client: client.ApiClient) -> None:
+    """The seed's Root min = max <= the cluster's resources, where nodes say what they have."""
+    api = kube_api_client
+    await _install(api)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    await core.create_node({"metadata": {"name": "eqt-node"}})
+    try:
+        await core.patch_node_status("eqt-node", {"status": {"allocatable": {"cpu": "30", "memory": "224Gi"}}})
+        await custom.create_namespaced_custom_object(GROUP, VERSION, "kube-system", PLURAL, copy.deepcopy(TREE))
+        reconciler = TreeReconciler(api)
+        await reconciler.reconcile()
+        assert reconciler.stats.invalid == 1
+        assert await _names(api, "clusterqueues") == {}
+        # The seed's node (56 vCPU, 224 GiB) has room for the root's 40.
+        await core.patch_node_status("eqt-node", {"status": {"allocatable": {"cpu": "56", "memory": "224Gi"}}})
+        await reconciler.reconcile()
+        assert sorted(await _names(api, "clusterqueues")) == ["root.a.1", "root.a.2", "root.b.1", "root.b.2"]
+    finally:
+        with contextlib.suppress(ApiException):
+            await custom.delete_namespaced_custom_object(GROUP, VERSION, "kube-system", PLURAL, "elasticquotatree")
+        await TreeReconciler(api).reconcile()
+        await core.delete_node("eqt-node")

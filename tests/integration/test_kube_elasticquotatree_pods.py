@@ -110,6 +110,27 @@ async def _frontend(api: client.ApiClient, plane: LocalControlPlane) -> None:
                                                  "elasticquotatrees", TREE)
 
 
+async def _drop_frontend_rbac(api: client.ApiClient, plane: LocalControlPlane) -> None:
+    """Take deploy/frontends/ack's extra rights away again (other tests check deploy/base's alone)
+    and wait until the authorizer has seen it."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    with contextlib.suppress(ApiException):
+        await rbac.delete_cluster_role_binding("kueuelog-actuator-elasticquotatree")
+    with contextlib.suppress(ApiException):
+        await rbac.delete_cluster_role("kueuelog-actuator-elasticquotatree")
+    async with as_service_account(plane, "kueuelog-actuator") as actuator:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                await client.CoreV1Api(actuator).list_namespaced_pod(NS, limit=1)
+            except ApiException as e:
+                if e.status == 403:
+                    return
+                raise
+            await asyncio.sleep(0.2)
+    raise AssertionError("the actuator can still list pods after the front end's RBAC was deleted")
+
+
 def _replica(deployment: dict[str, Any], i: int) -> dict[str, Any]:
     """The pod the ReplicaSet controller would make (no controller runs here)."""
     template = deployment["spec"]["template"]
@@ -170,6 +191,7 @@ async def test_a_deployment_past_the_leafs_max_is_held_then_released_when_quota_
             await core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
         with contextlib.suppress(ApiException):
             await apps.delete_namespaced_deployment("nginx", NS)
+        await _drop_frontend_rbac(api, kube_control_plane)
 
 
 async def test_a_job_without_a_queue_label_in_a_bound_namespace_is_queued_and_admitted(
@@ -205,3 +227,4 @@ async def test_a_job_without_a_queue_label_in_a_bound_namespace_is_queued_and_ad
         with contextlib.suppress(ApiException):
             await client.CustomObjectsApi(api).delete_namespaced_custom_object(
                 "scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", "elasticquotatree")
+        await _drop_frontend_rbac(api, kube_control_plane)

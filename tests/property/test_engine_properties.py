@@ -66,12 +66,16 @@ def worlds(draw: st.DrawFn) -> list[o.AnyObject]:
         borrow = o.BorrowWithinCohortPolicy.NEVER
         if reclaim != o.ReclaimWithinCohort.NEVER and draw(st.booleans()):
             borrow = o.BorrowWithinCohortPolicy.LOWER_PRIORITY
+        # kueuelog's ElasticQuotaTree rule (kueuelog.io/reclaim-within: NominalQuota), now and then.
+        within_nominal = (reclaim != o.ReclaimWithinCohort.NEVER and borrow == o.BorrowWithinCohortPolicy.NEVER
+                          and draw(st.booleans()))
         objs.append(o.ClusterQueue(
             name=f"cq{i}", cohort=cohort, namespace_selector=o.LabelSelector(),
             resource_groups=(o.ResourceGroup(covered_resources=("cpu",), flavors=flavors),),
             queueing_strategy=draw(st.sampled_from(list(o.QueueingStrategy))),
             preemption=o.PreemptionPolicy(within_cluster_queue=draw(st.sampled_from(WITHIN + WITHIN[1:])),
-                                          reclaim_within_cohort=reclaim, borrow_within_cohort=borrow),
+                                          reclaim_within_cohort=reclaim, borrow_within_cohort=borrow,
+                                          reclaim_within_nominal=within_nominal),
         ))
         objs.append(o.LocalQueue(namespace="ns", name=f"lq{i}", cluster_queue=f"cq{i}"))
     return objs
@@ -117,6 +121,7 @@ class Run:
         self.admitted_now: set[str] = set()
         self.n = 0
         self.checks = 0
+        self.within_nominal_reclaims = 0  # reclaims by a ClusterQueue with reclaim_within_nominal, checked
         for obj in world:
             self.apply(ObjectApplied(time=0, object=obj))
         self.queues = sum(1 for obj in world if isinstance(obj, o.LocalQueue))
@@ -181,6 +186,30 @@ class Run:
             # The victim's ClusterQueue must have been borrowing on some flavor it uses.
             assert any(node.usage.get(fr, 0) > node.subtree.get(fr, 0) for fr in victim.usage), (
                 f"{key} preempted from {cq}, which was within its nominal quota")
+            self.check_reclaim_within_nominal(key, preemptor_key.message)
+
+    def check_reclaim_within_nominal(self, key: str, message: str) -> None:
+        """A ClusterQueue with reclaim_within_nominal reclaims only for a workload that fits in its own
+        nominal quota on some flavor (its own workloads being evicted left out)."""
+        s = self.state
+        preemptor = next((r for r in s.workloads.values() if f"(UID: {r.obj.uid}," in message), None)
+        if preemptor is None or preemptor.queued_in not in s.cluster_queues:
+            return
+        cq = s.cluster_queues[preemptor.queued_in]
+        if not cq.preemption.reclaim_within_nominal:
+            return
+        request = sum(v * ps.count for ps in preemptor.obj.pod_sets for r, v in ps.requests if r == "cpu")
+        used: dict[str, int] = {}
+        for r in s.workloads.values():
+            if r.admission is not None and not r.evicting and r.admission.cluster_queue == cq.name:
+                for (flavor, resource), v in r.usage.items():
+                    if resource == "cpu":
+                        used[flavor] = used.get(flavor, 0) + v
+        nominal = {fq.name: q.nominal for g in cq.resource_groups for fq in g.flavors for res, q in fq.resources
+                   if res == "cpu"}
+        assert any(used.get(f, 0) + request <= n for f, n in nominal.items()), (
+            f"{key} reclaimed for {preemptor.key} although {cq.name} would exceed its nominal quota")
+        self.within_nominal_reclaims += 1
 
     def check(self) -> None:
         s = self.state
@@ -234,7 +263,7 @@ def test_fold_and_cycles_are_deterministic(world: list[o.AnyObject], history: li
 
 def test_histories_exercise_admission_and_preemption() -> None:
     """Guard against a generator that never reaches the interesting paths."""
-    seen = {"admit": 0, "preempt": 0}
+    seen = {"admit": 0, "preempt": 0, "within_nominal": 0}
 
     @settings(max_examples=150, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow])
@@ -243,6 +272,7 @@ def test_histories_exercise_admission_and_preemption() -> None:
         run = Run(world)
         for action in history:
             run.step(action)
+        seen["within_nominal"] += run.within_nominal_reclaims
         for rec in run.state.workloads.values():
             if "Admitted" in rec.conditions:
                 seen["admit"] += 1
@@ -252,6 +282,7 @@ def test_histories_exercise_admission_and_preemption() -> None:
     play()
     assert seen["admit"] > 100
     assert seen["preempt"] > 0
+    assert seen["within_nominal"] > 0, "no reclaim by a ClusterQueue with reclaim_within_nominal was checked"
 
 
 class RecordingRun(Run):

@@ -359,3 +359,84 @@ def test_explain_on_the_log_speaks_in_tree_terms(tmp_path: Path) -> None:
     assert any(line.startswith("  tree: reclaimed 5 cpu of root.b.1's min from root.a.")
                for line in explain(log, topics, victims[0]))
     log.close()
+
+
+@pytest.mark.parametrize(
+    ("doc", "where", "words"),
+    [
+        pytest.param({"spec": {"replicas": 2**40}}, "(Deployment namespace1/d): spec.replicas",
+                     "must be an integer from 0 to 10000", id="too many replicas"),
+        pytest.param({"spec": {"replicas": "3"}}, "(Deployment namespace1/d): spec.replicas", "got 3",
+                     id="replicas not an integer"),
+        pytest.param({"spec": {"template": "x"}}, "(Deployment namespace1/d): spec.template",
+                     "expected an object, got str", id="template not an object"),
+        pytest.param({"metadata": {"name": "Bad_Name", "namespace": "namespace1"}},
+                     "(Deployment namespace1/Bad_Name): metadata.name", "RFC 1123", id="bad name"),
+        pytest.param({"metadata": {"name": None, "namespace": "namespace1"}}, "(Deployment): metadata.name",
+                     "required field is missing", id="no name"),
+    ],
+)
+def test_a_bad_deployment_in_a_bound_namespace_is_refused_by_field(doc: dict, where: str, words: str) -> None:  # type: ignore[type-arg]
+    import yaml
+
+    from events.manifests import ManifestError
+
+    body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "namespace1"},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}}}}
+    for key, value in doc.items():
+        body[key] = {**body[key], **value} if isinstance(value, dict) else value  # type: ignore[dict-item]
+    with pytest.raises(ManifestError) as e:
+        load({"t.yaml": TREE, "d.yaml": yaml.safe_dump(body)}, expand=expand)
+    assert where in str(e.value)
+    assert words in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "preemption", "words"),
+    [
+        pytest.param("Nominal", {"reclaimWithinCohort": "Any"}, "unsupported value 'Nominal'", id="bad value"),
+        pytest.param("NominalQuota", {}, "needs spec.preemption.reclaimWithinCohort other than Never", id="Never"),
+        pytest.param("NominalQuota", {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "LowerPriority"}},
+                     "cannot be combined with spec.preemption.borrowWithinCohort", id="borrowWithinCohort"),
+    ],
+)
+def test_the_reclaim_annotation_is_refused_where_it_cannot_hold(annotation: str, preemption: dict, words: str) -> None:  # type: ignore[type-arg]
+    import yaml
+
+    from events.manifests import ManifestError
+
+    cq = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue",
+          "metadata": {"name": "cq", "annotations": {"kueuelog.io/reclaim-within": annotation}},
+          "spec": {"cohort": "c", "preemption": preemption}}
+    with pytest.raises(ManifestError) as e:
+        load({"cq.yaml": yaml.safe_dump(cq)})
+    assert e.value.field == "metadata.annotations.kueuelog.io/reclaim-within"
+    assert words in e.value.message
+
+
+def test_root_min_above_the_clusters_capacity_names_the_rule() -> None:
+    from events.elasticquota import capacity_problem, read_tree
+    from events.manifests import Document, read_documents
+
+    (doc,) = read_documents("tree.yaml", TREE)
+    tree = read_tree(Document(doc.file, doc.index, doc.body))
+    assert capacity_problem(tree, {"cpu": 56_000, "memory": 224 * 2**30}) is None
+    assert capacity_problem(tree, {}) is None, "unknown capacity: nothing to check"
+    assert capacity_problem(tree, {"cpu": 30_000}) == (
+        "ElasticQuotaTree kube-system/elasticquotatree: spec.root.min.cpu: root: min 40 > the cluster's 30 "
+        "allocatable: the root's min must not exceed the cluster's resources (Root节点的Min=Max≤集群总资源)")
+
+
+def test_a_tree_deeper_than_32_levels_is_refused_before_anything_recurses() -> None:
+    from events.elasticquota import read_tree
+    from events.manifests import Document, ManifestError
+
+    node: dict[str, object] = {"name": "leaf"}
+    for i in range(2000):
+        node = {"name": f"n{i}", "children": [node]}
+    body = {"apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
+            "metadata": {"name": "t", "namespace": "kube-system"}, "spec": {"root": node}}
+    with pytest.raises(ManifestError) as e:
+        read_tree(Document("api", 1, body))
+    assert e.value.message == "the tree is nested deeper than 32 levels"
+    assert e.value.field == "spec.root" + ".children[0]" * 32
