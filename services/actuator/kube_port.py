@@ -57,7 +57,7 @@ from kubernetes_asyncio import client
 
 from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
 from events.cluster import PENDING_REASON_ANNOTATION
-from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, MarkPending
+from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, EvictWorkload, MarkPending
 from services.actuator.kubeapi import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
 from services.actuator.kubeplan import (
     Decision,
@@ -67,6 +67,7 @@ from services.actuator.kubeplan import (
     QueueCounts,
     admitted_status,
     annotations_of,
+    checked_status,
     cluster_queue_ref,
     evicted_status,
     flavor_names,
@@ -157,7 +158,7 @@ class KubePort:
     async def before_batch(self) -> None:
         await self._do_later()
 
-    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]:
+    async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
         await self._admit(decision)
         self._applied(decision)
         return ()
@@ -175,7 +176,7 @@ class KubePort:
     async def after_batch(self) -> None:
         await self._flush_queues()
 
-    def _applied(self, d: AdmitWorkload | EvictWorkload) -> None:
+    def _applied(self, d: AdmitWorkload | AdmitChecked | EvictWorkload) -> None:
         key = f"{d.namespace}/{d.name}"
         self._later.pop(f"pending:{key}", None)
         self._pending_cache.pop(key, None)  # a pending mark after this one is news again
@@ -241,10 +242,13 @@ class KubePort:
                 return None
             raise
 
-    async def _admit(self, d: AdmitWorkload) -> None:
+    async def _admit(self, d: AdmitWorkload | AdmitChecked) -> None:
+        # With admission checks the Job starts only once they are all Ready (AdmitChecked); a
+        # podSetUpdate that conflicts with the flavors means it fails to start (Kueue's FailedToStart).
+        starts = (not d.admission_checks) if isinstance(d, AdmitWorkload) else not d.failed_to_start
         for _ in range(self.max_conflicts):
             wl = await self._workload(d)
-            owned = await self._job_of(wl, d)
+            owned = await self._job_of(wl, d) if starts else None
             if owned is not None:
                 ref, job = owned
                 verdict = idempotency(job, d)
@@ -258,7 +262,8 @@ class KubePort:
                     self._later.pop(f"restore:{d.namespace}/{d.name}", None)
                 else:
                     self.stats.already_applied += 1
-            desired = admitted_status(wl.get("status") or {}, d)
+            status = wl.get("status") or {}
+            desired = admitted_status(status, d) if isinstance(d, AdmitWorkload) else checked_status(status, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
                 return
         raise KubeApiError(f"admit Workload {d.namespace}/{d.name}: still conflicting after {self.max_conflicts} "

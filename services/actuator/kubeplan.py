@@ -14,6 +14,7 @@ from typing import Any, Final, Literal
 
 from events import conditions as cond
 from events import objects as o
+from events.checkstatus import check_state_json
 from events.cluster import (
     DECISION_CYCLE_ANNOTATION,
     DECISION_ID_ANNOTATION,
@@ -26,12 +27,14 @@ from events.cluster import (
 from events.kueue_versions import STORAGE_VERSION
 from events.manifests import format_time, parse_time
 from events.messages import (
+    AdmitChecked,
     AdmitWorkload,
     Condition,
     EvictWorkload,
     MarkPending,
 )
 from events.quantity import QuantityError, format_amount, to_amount
+from services.actuator import checkplan
 from services.actuator.kubeapi import InvalidObject, Ref
 
 KUEUE_VERSION: Final = STORAGE_VERSION
@@ -41,7 +44,7 @@ Workload status we write (admission, conditions) is spelled alike in v1beta1 and
 LocalQueue's usage is v1beta2's ``flavorsUsage`` (v1beta1 ``flavorUsage`` is cleared)."""
 
 Json = dict[str, Any]
-Decision = AdmitWorkload | EvictWorkload | MarkPending
+Decision = AdmitWorkload | AdmitChecked | EvictWorkload | MarkPending
 
 
 def workload_ref(namespace: str, name: str) -> Ref:
@@ -95,7 +98,7 @@ def flavor_scheduling(obj: Mapping[str, Any]) -> FlavorScheduling:
     return FlavorScheduling(name, tuple(sorted(labels.items())), tuple(tolerations))
 
 
-def flavor_names(d: AdmitWorkload) -> tuple[str, ...]:
+def flavor_names(d: AdmitWorkload | AdmitChecked) -> tuple[str, ...]:
     """The flavors a Job's admission assigns (a Job is one pod set, ``main``), sorted."""
     psas = d.admission.pod_set_assignments
     if len(psas) != 1:
@@ -195,7 +198,7 @@ def recorded_decision(job: Mapping[str, Any]) -> tuple[str, int]:
 Verdict = Literal["apply", "applied", "stale"]
 
 
-def idempotency(job: Mapping[str, Any], d: AdmitWorkload | EvictWorkload) -> Verdict:
+def idempotency(job: Mapping[str, Any], d: AdmitWorkload | AdmitChecked | EvictWorkload) -> Verdict:
     """Whether the Job still needs ``d``: "applied" when it records ``d`` itself, "stale" when it
     records a newer cycle's decision (``d`` was superseded: never go back), else "apply"."""
     rid, rcycle = recorded_decision(job)
@@ -210,10 +213,13 @@ def resource_version(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
-def job_admit_patch(job: Mapping[str, Any], d: AdmitWorkload, flavors: Sequence[FlavorScheduling]) -> Json:
+def job_admit_patch(job: Mapping[str, Any], d: AdmitWorkload | AdmitChecked,
+                    flavors: Sequence[FlavorScheduling]) -> Json:
     what = f"Job {d.namespace}/{(job.get('metadata') or {}).get('name')}"
     selector0, tolerations0 = original_scheduling(job, what)
     selector, tolerations = injected(selector0, tolerations0, flavors, what)
+    updates = d.pod_set_updates if isinstance(d, AdmitChecked) else ()
+    selector, tolerations = checkplan.merge_updates(selector, tolerations, updates, what)
     ann = annotations_of(job)
     changes: dict[str, str | None] = {DECISION_ID_ANNOTATION: d.id, DECISION_CYCLE_ANNOTATION: str(d.cycle)}
     if ORIGINAL_POD_SCHEDULING_ANNOTATION not in ann:
@@ -224,6 +230,9 @@ def job_admit_patch(job: Mapping[str, Any], d: AdmitWorkload, flavors: Sequence[
     template = _scheduling_patch(_pod_spec(job), selector, tolerations)
     if template:
         spec["template"] = {"spec": template}
+    meta = checkplan.template_metadata(updates)
+    if meta:
+        spec.setdefault("template", {})["metadata"] = meta
     return {"metadata": {"resourceVersion": resource_version(job), "annotations": changes}, "spec": spec}
 
 
@@ -321,13 +330,30 @@ def conditions_by_type(conditions: Iterable[Mapping[str, Any]]) -> dict[str, Con
 
 
 def admitted_status(status: Mapping[str, Any], d: AdmitWorkload) -> Json:
-    """The same conditions the scheduler's state takes on admission (``events.conditions.admission``),
-    except that Admitted is written together with QuotaReserved: the decision does not say whether
-    the ClusterQueue has admission checks, and this actuator runs none."""
+    """The same conditions the scheduler's state takes on admission (``events.conditions.admission``):
+    Admitted=True with QuotaReserved, or, while the decision names admission checks, Admitted=False
+    (``UnsatisfiedAdmissionChecks``) and the checks Pending in ``status.admissionChecks``."""
     conds = _conditions(status)
-    for c in cond.admission(conditions_by_type(conds), d.admission.cluster_queue, d.time):
+    for c in cond.admission(conditions_by_type(conds), d.admission.cluster_queue, d.time,
+                            checks_pending=bool(d.admission_checks)):
         set_condition(conds, c)
-    return {**status, "admission": admission_json(d.admission), "conditions": conds}
+    out = {**status, "admission": admission_json(d.admission), "conditions": conds}
+    if d.admission_checks:
+        out["admissionChecks"] = checkplan.pending_checks(status, d)
+    return out
+
+
+def checked_status(status: Mapping[str, Any], d: AdmitChecked) -> Json:
+    """Every admission check Ready: Admitted=True and the checks as the scheduler knows them."""
+    conds = _conditions(status)
+    for c in checkplan.checked_conditions(d):
+        set_condition(conds, c)
+    out = {**status, "conditions": conds}
+    if d.admission_checks:
+        out["admissionChecks"] = [check_state_json(c) for c in d.admission_checks]
+    if d.failed_to_start:
+        out.pop("admission", None)
+    return out
 
 
 def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
@@ -422,6 +448,8 @@ class QueueCounts:
                     self.dirty_local_queues.add(lq)
 
     def fold(self, d: Decision) -> None:
+        if isinstance(d, AdmitChecked):
+            return  # the quota was counted at its reservation
         key = f"{d.namespace}/{d.name}"
         if isinstance(d, AdmitWorkload):
             usage = {(flavor, r): 0 for psa in d.admission.pod_set_assignments for r, flavor in psa.flavors}

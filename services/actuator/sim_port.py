@@ -20,7 +20,7 @@ from typing import Final
 
 from events.codec import encode
 from events.envelope import Topics
-from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, MarkPending
+from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, EvictWorkload, MarkPending
 from events.simcluster import StartWorkload, StopWorkload, sim_cluster_topic
 from services.actuator.loop import Staged, Tuning
 
@@ -47,7 +47,11 @@ class SimClusterPort:
     async def before_batch(self) -> None:
         """Nothing is ever deferred."""
 
-    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]:
+    async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
+        if isinstance(decision, AdmitWorkload) and decision.admission_checks:
+            return ()  # quota reserved; it starts once its admission checks are Ready (AdmitChecked)
+        if isinstance(decision, AdmitChecked) and decision.failed_to_start:
+            return ()
         cmd = StartWorkload(time=decision.time, cluster=self.cluster_name, decision_id=decision.id,
                             namespace=decision.namespace, name=decision.name, admission=decision.admission)
         return [(sim_cluster_topic(self.topics), f"{decision.namespace}/{decision.name}", encode(cmd))]

@@ -32,7 +32,14 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.cycles is not None and args.cycles < 0:
         print("error: --cycles must be a non-negative integer", file=sys.stderr)
         return 2
-    result = simulate(args.files, args.cycles)  # bad input: ManifestError, OSError (see exits.classify)
+    from events.simautoscaler import BehaviourError, parse_all
+
+    try:
+        behaviours = parse_all(args.provisioning or [])
+    except BehaviourError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    result = simulate(args.files, args.cycles, behaviours)  # bad input: ManifestError, OSError (exits.classify)
     doc = workload_list(result.state)
     if args.output == "json":
         json.dump(doc, sys.stdout, indent=2)
@@ -235,6 +242,11 @@ def _simulate_parser(sub: Subcommands) -> None:
     sim.add_argument("files", nargs="+", metavar="FILE", help="YAML files of Kubernetes objects")
     sim.add_argument("--cycles", type=int, default=None, metavar="N", help="run exactly N scheduling cycles")
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
+    sim.add_argument("--provisioning", action="append", metavar="CLASS=BEHAVIOUR",
+                     help="how the simulated autoscaler answers ProvisioningRequests of a provisioning class: "
+                          "succeed[:DURATION] (the default), fail:K[:DURATION] (K failures, then success), never, "
+                          "revoke:DURATION; simulated time advances to each answer and to each admission "
+                          "check's back-off (repeatable)")
     sim.set_defaults(func=_simulate)
 
 

@@ -9,13 +9,24 @@ the state to a renderer.
 
 from __future__ import annotations
 
+import heapq
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import msgspec
 
 from events import objects as o
 from events.manifests import load
-from events.messages import EvictWorkload, ObjectApplied
+from events.messages import (
+    AdmitWorkload,
+    AnyDecision,
+    ClockTicked,
+    EvictWorkload,
+    ObjectApplied,
+    ProvisioningRequestObserved,
+)
+from events.simautoscaler import Behaviour, answers
 from services.core.cycle import run_cycle
 from services.core.state import State, finish_eviction, fold
 from services.runtime.manifestfiles import read_manifests
@@ -39,8 +50,46 @@ def fold_files(files: dict[str, str]) -> State:
     return state
 
 
-def run(state: State, cycles: int | None, max_cycles: int | None = None) -> SimulationResult:
+@dataclass
+class _Autoscaler:
+    """The simulated autoscaler inside ``simulate``: each ProvisioningRequest a cycle plans is
+    answered at simulated times (``events.simautoscaler``); an eviction withdraws its requests."""
+
+    behaviours: dict[str, Behaviour]
+    due: list[tuple[int, int, ProvisioningRequestObserved]] = field(default_factory=list)
+    seq: int = 0
+
+    def take(self, state: State, decisions: Sequence[AnyDecision]) -> None:
+        for d in decisions:
+            if isinstance(d, AdmitWorkload):
+                for plan in d.provisioning_requests or ():
+                    for delay, ev in answers(plan, d.namespace, d.name, self.behaviours):
+                        self.seq += 1
+                        heapq.heappush(self.due, (state.now + delay, self.seq, ev))
+            elif isinstance(d, EvictWorkload):
+                self.due = [x for x in self.due if (x[2].namespace, x[2].workload) != (d.namespace, d.name)]
+                heapq.heapify(self.due)
+
+    def advance(self, state: State) -> bool:
+        """Fold what is due next (a request's answer, else the end of a back-off); False if nothing is."""
+        if self.due:
+            at, _, ev = heapq.heappop(self.due)
+            fold(state, msgspec.structs.replace(ev, time=max(at, state.now)))
+            while self.due and self.due[0][0] <= state.now:
+                _, _, ev = heapq.heappop(self.due)
+                fold(state, msgspec.structs.replace(ev, time=state.now))
+            return True
+        waits = [r.requeue_at for k in state.backoffs if (r := state.workloads.get(k)) and r.requeue_at is not None]
+        if waits:
+            fold(state, ClockTicked(time=max(min(waits), state.now)))
+            return True
+        return False
+
+
+def run(state: State, cycles: int | None, max_cycles: int | None = None,
+        behaviours: dict[str, Behaviour] | None = None) -> SimulationResult:
     limit = cycles if cycles is not None else (max_cycles or 20 * (len(state.workloads) + 10))
+    scaler = _Autoscaler(behaviours or {})
     decisions = 0
     # Workloads that arrived already being evicted finish like those evicted in a cycle: after it.
     arrived_evicting = sorted(k for k, r in state.workloads.items() if r.evicting)
@@ -54,12 +103,14 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None) -> Simu
                 finish_eviction(state, rec)
         pending_evictions = []
         result = run_cycle(state)
+        scaler.take(state, result.decisions)
         ran += 1
         decisions += len(result.decisions)
         pending_evictions = [f"{d.namespace}/{d.name}" for d in result.decisions if isinstance(d, EvictWorkload)]
         if ran == 1:
             pending_evictions += arrived_evicting
-        if cycles is None and not result.changed and not pending_evictions:
+        quiet = not result.changed and not pending_evictions and not state.checks_changed
+        if cycles is None and quiet and not scaler.advance(state):
             break
     else:
         if cycles is None:
@@ -73,5 +124,6 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None) -> Simu
     return SimulationResult(state=state, cycles=ran, decisions=decisions, converged=converged)
 
 
-def simulate(paths: Sequence[str], cycles: int | None) -> SimulationResult:
-    return run(fold_files(read_manifests(paths)), cycles)
+def simulate(paths: Sequence[str], cycles: int | None,
+             behaviours: dict[str, Behaviour] | None = None) -> SimulationResult:
+    return run(fold_files(read_manifests(paths)), cycles, behaviours=behaviours)

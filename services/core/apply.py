@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload, MarkPending
+from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload, MarkPending
 from services.core import effects
-from services.core.cycle import restart_held
+from services.core.cycle import release_and_settle, restart_held
 from services.core.state import State
 
 
@@ -28,6 +28,7 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
     if state.cycles != record.cycle:
         raise ApplyError(f"cycle {record.cycle} recorded, but the state is at cycle {state.cycles}")
     restart_held(state)
+    release_and_settle(state, None)
     for key in (*record.admitted_heads, *(h.key for h in record.heads)):
         rec = state.workloads.get(key)
         if rec is None:
@@ -45,5 +46,7 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
             effects.mark_evicted(state, rec, d.reason, d.message, d.preemption_reason)
         elif isinstance(d, MarkPending):
             effects.mark_pending(state, rec, d.message, d.reason, d.condition_reason)
+        elif isinstance(d, AdmitChecked):
+            effects.admit_checked(state, rec, d.failed_to_start)
     for h in record.heads:
         effects.requeue(state, state.workloads[h.key], h)

@@ -21,16 +21,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import msgspec
+
 from events import conditions as cond
 from events import objects as o
 from events.cluster import NAMESPACE_NAME_LABEL, ConditionType, EvictionReason, PendingConditionReason
-from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, HeadOutcome, MarkPending, PendingReason
-from services.core import effects, fairsharing
+from events.messages import (
+    AdmitChecked,
+    AdmitWorkload,
+    AnyDecision,
+    EvictWorkload,
+    HeadOutcome,
+    MarkPending,
+    PendingReason,
+)
+from services.core import checks, effects, fairsharing
 from services.core.derived import Memo
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
 from services.core.quota import FR, Node
-from services.core.state import State, WorkloadRecord, generation, tree_version
+from services.core.state import State, WorkloadRecord, enqueue, generation, tree_version
 
 
 class EntryStatus(StrEnum):
@@ -198,6 +208,10 @@ def _get_assignments(state: State, e: Entry, nomination: Nomination | None = Non
 
 def _nominate(state: State, e: Entry) -> None:
     rec, cq = e.rec, e.cq
+    if rec.checks and checks.has_failed_checks(rec):
+        e.message = checks.FAILED_CHECKS
+        e.pending_reason = PendingReason.FAILED_ADMISSION_CHECKS
+        return
     if not selector_matches(cq.namespace_selector, namespace_labels(state, rec.obj.namespace)):
         e.message = "workload namespace doesn't match ClusterQueue selector"
         e.requeue_reason = RequeueReason.NAMESPACE_MISMATCH
@@ -347,11 +361,47 @@ def _admit(state: State, out: _Decisions, e: Entry) -> None:
     assert e.assignment is not None
     rec = e.rec
     adm = e.assignment.to_admission(e.cq.name)
-    effects.commit_admission(state, rec, adm)
+    names = effects.commit_admission(state, rec, adm)
     out.admitted_heads.append(rec.key)
     out.out.append(AdmitWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
-        cluster_queue=e.cq.name, admission=adm,
+        cluster_queue=e.cq.name, admission=adm, admission_checks=names or msgspec.UNSET,
+        provisioning_requests=checks.plans_for(state, rec) or msgspec.UNSET,
+    ))
+
+
+def release_and_settle(state: State, out: _Decisions | None) -> None:
+    """The admission-check phase at the start of a cycle: workloads whose back-off ended go back
+    to their queues, then each workload whose checks changed gets what they call for (admitted,
+    evicted, deactivated). Replay (``out`` None) does the first part and forgets the changes: the
+    recorded decisions carry the rest."""
+    for rec in checks.release_backoffs(state):
+        enqueue(state, rec)
+    changed = sorted(state.checks_changed)
+    state.checks_changed.clear()
+    if out is None:
+        return
+    for key in changed:
+        found = state.workloads.get(key)
+        if found is None:
+            continue
+        what, reason, message = checks.verdict(found)
+        if what == "admit":
+            _admit_checked(state, out, found)
+        elif reason is not None:
+            evict(state, out, found, reason, message)
+
+
+def _admit_checked(state: State, out: _Decisions, rec: WorkloadRecord) -> None:
+    adm = rec.admission
+    assert adm is not None
+    updates = checks.pod_set_updates(rec)
+    conflict = checks.update_conflict(state, rec, updates)
+    effects.admit_checked(state, rec, conflict)
+    out.out.append(AdmitChecked(
+        id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
+        cluster_queue=adm.cluster_queue, admission=adm, pod_set_updates=updates, failed_to_start=conflict,
+        admission_checks=tuple(found for _, found in sorted(rec.checks.items())),
     ))
 
 
@@ -443,6 +493,7 @@ def run_cycle(state: State) -> CycleResult:
     out = _Decisions(state)
     _drain_stopped(state, out)
     restart_held(state)
+    release_and_settle(state, out)
     _mark_inactive(state, out)
     entries: list[Entry] = []
     for cq_name in sorted(state.index.queues):

@@ -63,6 +63,11 @@ class WorkloadRecord:
     # Issued preemptions and waits for its victims: heads its BestEffortFIFO queue until admitted,
     # so that a workload unparked meanwhile cannot take its place every time (as in Kueue's main).
     sticky: bool = False
+    # Two-phase admission (services.core.checks): the admission checks' states by name, when a
+    # Retry's back-off ends (Millis), and whether a Rejected check deactivated the workload.
+    checks: dict[str, o.AdmissionCheckState] = field(default_factory=dict)
+    requeue_at: int | None = None
+    deactivated: bool = False
     # --- derived ---
     usage: dict[FR, int] = field(default_factory=dict, metadata=DERIVED)  # what its admission uses
     queued_in: str = field(default="", metadata=DERIVED)  # the ClusterQueue whose queue holds it while pending

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from events.checkstatus import check_state_json
 from events.cluster import (
     KUEUE_API_VERSION,
     PENDING_REASON_ANNOTATION,
@@ -65,7 +66,7 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
     if wl.priority_ref is not None:
         spec["priorityClassName"] = wl.priority_ref.name
         spec["priorityClassSource"] = wl.priority_ref.source
-    if not wl.active:
+    if not wl.active or rec.deactivated:
         spec["active"] = False
     status: dict[str, Any] = {}
     if rec.admission is not None:
@@ -96,6 +97,8 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
                       "lastTransitionTime": format_time(state.now)})
     if conds:
         status["conditions"] = conds
+    if rec.checks:
+        status["admissionChecks"] = [check_state_json(rec.checks[n]) for n in sorted(rec.checks)]
     return {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": meta, "spec": spec,
             "status": status}
 

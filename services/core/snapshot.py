@@ -32,9 +32,9 @@ from services.core import records, state
 from services.core.records import WorkloadRecord, canonical_fields
 from services.core.state import State
 
-FORMAT: Final = 3
+FORMAT: Final = 4
 """The snapshot format: 1 was the hand-listed encoding (snapshots without a format field), 2 this one
-before ``WorkloadRecord.last_cycle``, 3 this one."""
+before ``WorkloadRecord.last_cycle``, 3 before admission checks (``WorkloadRecord.checks``), 4 this one."""
 
 
 _encoder = msgspec.json.Encoder(order="sorted")

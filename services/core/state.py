@@ -39,6 +39,7 @@ from events import objects as o
 from events.cluster import WORKLOAD_PRIORITY_CLASS_SOURCE, ConditionType, EvictionReason
 from events.messages import (
     ActuationFailed,
+    AdmissionCheckUpdated,
     ClockTicked,
     ClusterEvent,
     DecisionApplied,
@@ -47,6 +48,7 @@ from events.messages import (
     ObjectDeleted,
     PendingReason,
     PodsReady,
+    ProvisioningRequestObserved,
     WorkloadFinished,
 )
 from services.core.derived import Cache, ClusterQueueQueue, Index
@@ -81,6 +83,8 @@ class State:
     # leaving it): a remembered flavor search is stale after that (Kueue's generation).
     epoch: int = 0  # every ClusterQueue at once: configuration changed
     generations: dict[str, int] = field(default_factory=dict)  # per ClusterQueue: a workload left it
+    checks_changed: dict[str, None] = field(default_factory=dict)  # admission checks to settle in the next cycle
+    backoffs: dict[str, None] = field(default_factory=dict)  # evicted by a Retry check, waiting for requeue_at
     # --- not canonical ---
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
@@ -175,6 +179,18 @@ def _fold_applied_decision(state: State, event: DecisionApplied) -> None:
 def _fold_actuation_failed(state: State, event: ActuationFailed) -> None:
     _note(state, event.namespace, event.name, f"decision {event.decision_id} failed{_on(event.cluster)}: {event.error}")
     note_anomaly(state, f"actuation of {event.decision_id} failed: {event.error}")
+
+
+def _fold_check(state: State, event: AdmissionCheckUpdated) -> None:
+    from services.core.checks import fold_update  # it builds on this module
+
+    fold_update(state, event)
+
+
+def _fold_observed(state: State, event: ProvisioningRequestObserved) -> None:
+    from services.core.checks import fold_observed  # it builds on this module
+
+    fold_observed(state, event)
 
 
 def _fold_tick(state: State, event: ClockTicked) -> None:
@@ -283,6 +299,7 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
         return
     queue_time = wl.creation_time if wl.creation_time is not None else state.now
     rec = WorkloadRecord(obj=wl, seq=state.seq, queue_time=queue_time, priority=priority, priority_error=error)
+    rec.checks = {c.name: c for c in sorted(wl.admission_checks, key=lambda c: c.name)}
     state.workloads[key] = rec
     if wl.admission is not None:
         at = wl.reserved_at if wl.reserved_at is not None else wl.creation_time
@@ -295,7 +312,10 @@ def _take_admission(state: State, rec: WorkloadRecord, adm: o.Admission, at: int
     arrives already being evicted, it keeps that quota until its eviction completes."""
     reserve_quota(state, rec, adm, at)
     rec.set_condition(cond.quota_reserved(adm.cluster_queue, at))
-    rec.set_condition(cond.admitted(at))
+    if rec.checks:  # checks given with it: admitted once all are Ready (settled by the next cycle)
+        state.checks_changed[rec.key] = None
+    ready = all(c.state == o.CheckState.READY for c in rec.checks.values())
+    rec.set_condition(cond.admitted(at) if ready else cond.pending_admission_checks(at))
     ev = rec.obj.eviction
     if ev is not None:
         rec.evicting = True
@@ -387,8 +407,8 @@ def _unqueue(state: State, rec: WorkloadRecord) -> None:
 
 def _enqueue(state: State, rec: WorkloadRecord) -> None:
     """Put a pending workload in its ClusterQueue's queue, or record why it has none."""
-    if not rec.pending:
-        return
+    if not rec.pending or rec.deactivated or rec.requeue_at is not None:
+        return  # finished; deactivated by a Rejected check; waiting for a check's back-off
     cq, problem = state.cluster_queue_for(rec.obj)
     if problem:
         rec.set_condition(cond.inadmissible(problem, state.now))
@@ -403,6 +423,11 @@ def _enqueue(state: State, rec: WorkloadRecord) -> None:
         queue.inadmissible[rec.key] = None
     else:
         queue.push(rec)
+
+
+def enqueue(state: State, rec: WorkloadRecord) -> None:
+    """Queue a pending workload (one released from a hold)."""
+    _enqueue(state, rec)
 
 
 class _Table(Protocol):
@@ -479,6 +504,8 @@ def finish_eviction(state: State, rec: WorkloadRecord) -> None:
     if evicted is not None and evicted.reason in (EvictionReason.CLUSTER_QUEUE_STOPPED,
                                                   EvictionReason.LOCAL_QUEUE_STOPPED):
         state.held[rec.key] = None
+    if rec.requeue_at is not None:
+        state.backoffs[rec.key] = None
     rec.inadmissible = False
     _enqueue(state, rec)
     if cq:
@@ -494,4 +521,6 @@ _FOLD: dict[type, Callable[[State, Any], None]] = {
     DecisionApplied: _fold_applied_decision,
     ActuationFailed: _fold_actuation_failed,
     ClockTicked: _fold_tick,
+    AdmissionCheckUpdated: _fold_check,
+    ProvisioningRequestObserved: _fold_observed,
 }

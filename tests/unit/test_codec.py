@@ -17,6 +17,8 @@ from events.codec import MalformedRecord, UnknownEventType, decode_decision, dec
 from events.envelope import SCHEMA_VERSION, Envelope, event_key
 from events.messages import (
     ActuationFailed,
+    AdmissionCheckUpdated,
+    AdmitChecked,
     AdmitWorkload,
     ClockTicked,
     CycleCompleted,
@@ -29,6 +31,8 @@ from events.messages import (
     ObjectDeleted,
     PendingReason,
     PodsReady,
+    ProvisioningRequestCondition,
+    ProvisioningRequestObserved,
     WorkloadFinished,
 )
 from events.simcluster import decode_sim_record
@@ -56,13 +60,26 @@ EVENTS = [
     PodsReady(time=6, namespace="ns", name="w"),
     DecisionApplied(time=7, decision_id="c1-0", namespace="ns", name="w", cluster="sim"),
     ActuationFailed(time=8, decision_id="c1-0", namespace="ns", name="w", error="boom", retriable=True),
+    AdmissionCheckUpdated(time=9, namespace="ns", name="w", check=o.AdmissionCheckState(
+        name="prov", state=o.CheckState.READY,
+        pod_set_updates=(o.PodSetUpdate(name="main", node_selector=(("k", "v"),)),), retry_count=1, requeue_after_seconds=60)),
+    ProvisioningRequestObserved(time=9, namespace="ns", name="w-prov-1", workload="w", check="prov", attempt=1,
+                                conditions=(ProvisioningRequestCondition(type="Provisioned", status="True"),),
+                                class_details=(("RequestKey", "abc"),)),
 ]
 DECISIONS = [
     AdmitWorkload(id="c1-0", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM, time=9),
     EvictWorkload(id="c1-1", cycle=1, namespace="ns", name="w", reason="Preempted", message="m",
                   preemption_reason="InClusterQueue", preemptor="ns/x"),
     MarkPending(id="c1-2", cycle=1, namespace="ns", name="w", reason=PendingReason.WAITING_FOR_QUOTA, message="m"),
-    CycleCompleted(cycle=1, input_offset=10, time=9, decisions=3, admitted_heads=("ns/w",),
+    AdmitWorkload(id="c1-3", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM,
+                  admission_checks=("prov",), provisioning_requests=(o.ProvisioningRequestPlan(
+                      name="w-prov-1", check="prov", attempt=1, provisioning_class_name="c",
+                      pod_sets=(o.ProvisioningRequestPodSet(pod_set="main", pod_template="ppt-w-prov-1-main",
+                                                            count=2),)),)),
+    AdmitChecked(id="c1-4", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM,
+                 pod_set_updates=(o.PodSetUpdate(name="main", labels=(("a", "b"),)),)),
+    CycleCompleted(cycle=1, input_offset=10, time=9, decisions=5, admitted_heads=("ns/w",),
                    heads=(HeadOutcome(key="ns/y", cluster_queue="cq", parked=True, last_tried=((0, 0, -1),)),)),
 ]
 
