@@ -62,7 +62,8 @@ EVENTS = [
     ActuationFailed(time=8, decision_id="c1-0", namespace="ns", name="w", error="boom", retriable=True),
     AdmissionCheckUpdated(time=9, namespace="ns", name="w", check=o.AdmissionCheckState(
         name="prov", state=o.CheckState.READY,
-        pod_set_updates=(o.PodSetUpdate(name="main", node_selector=(("k", "v"),)),), retry_count=1, requeue_after_seconds=60)),
+        pod_set_updates=(o.PodSetUpdate(name="main", node_selector=(("k", "v"),)),), retry_count=1,
+        requeue_after_seconds=60)),
     ProvisioningRequestObserved(time=9, namespace="ns", name="w-prov-1", workload="w", check="prov", attempt=1,
                                 conditions=(ProvisioningRequestCondition(type="Provisioned", status="True"),),
                                 class_details=(("RequestKey", "abc"),)),
