@@ -254,7 +254,7 @@ class ProvisioningRequestConfigSpec(_Spec):
     """Kueue's ProvisioningRequestConfig spec (v1beta1 and v1beta2 spell it the same)."""
 
     provisioning_class_name: str | None = None
-    parameters: dict[str, str] | None = None
+    parameters: dict[str, Any] | None = None  # strings; checked with the key named (events.checks_manifest)
     managed_resources: list[str] | None = None
     retry_strategy: ProvisioningRequestRetryStrategy | None = None
     pod_set_updates: ProvisioningRequestPodSetUpdates | None = None

@@ -69,6 +69,9 @@ def provisioning_config(where: Where, spec: api.ProvisioningRequestConfigSpec) -
     if len(params) > 100:
         raise where.error("spec.parameters", f"at most 100 parameters (got {len(params)})")
     for k, v in sorted(params.items()):
+        if not isinstance(v, str):
+            raise where.error(f"spec.parameters.{k}", f"a ProvisioningRequest parameter is a string of at most "
+                                                      f"255 characters (got {type(v).__name__})")
         if len(v) > 255:
             raise where.error(f"spec.parameters.{k}", f"at most 255 characters (got {len(v)})")
     policy = spec.pod_set_merge_policy or ""
