@@ -145,7 +145,7 @@ def _tail(args: argparse.Namespace) -> int:
     from services.app.logview import tail
 
     types = {t.strip() for t in args.type.split(",") if t.strip()} if args.type else set()
-    unknown = types - {"Admit", "Evict", "Pending"}
+    unknown = types - {"Admit", "Evict", "Pending", "AdmitChecked"}
     if unknown:
         print(f"error: --type: unknown decision type(s) {sorted(unknown)}; use Admit, Evict, Pending",
               file=sys.stderr)
@@ -273,7 +273,7 @@ def _explain_parser(sub: Subcommands) -> None:
 def _tail_parser(sub: Subcommands) -> None:
     tl = sub.add_parser("tail", help="follow decisions as they are committed")
     _add_log_options(tl)
-    tl.add_argument("--type", metavar="Admit,Evict,Pending", help="only these decision types")
+    tl.add_argument("--type", metavar="Admit,Evict,Pending,AdmitChecked", help="only these decision types")
     tl.add_argument("--queue", metavar="CLUSTERQUEUE", help="only decisions about this ClusterQueue")
     tl.add_argument("--from-start", action="store_true", help="print the whole history first")
     tl.set_defaults(func=_tail)
@@ -360,6 +360,10 @@ def _add_simulated_options(run: argparse.ArgumentParser) -> None:
                            help="'all' only: manifests to submit as they arrive")
     simulated.add_argument("--compress", type=int, default=1, metavar="N",
                            help="real clock: submit the seeded Jobs N times faster than their creationTimestamps")
+    simulated.add_argument("--provisioning", action="append", metavar="CLASS=BEHAVIOUR",
+                           help="the simulated autoscaler: how ProvisioningRequests of a class are answered "
+                                "(succeed[:DURATION], fail:K[:DURATION], never, revoke:DURATION; repeatable; "
+                                "default succeed)")
     simulated.add_argument("--until-done", action=argparse.BooleanOptionalAction, default=None,
                            help="'all': stop once nothing is left to do (default: in simulated time only)")
 

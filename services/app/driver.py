@@ -25,6 +25,7 @@ from events.envelope import Topics
 from services.actuator.loop import Actuator
 from services.actuator.runner import run_actuator
 from services.actuator.sim_port import SimClusterPort
+from services.core.state import State
 from services.runtime.clock import ClockMode, wall_clock_ms
 from services.runtime.log import Log, LogError
 from services.runtime.supervise import (
@@ -86,6 +87,13 @@ class Loop:
         sim.recover()
         return cls(scheduler, actuator, sim, arrivals)
 
+    def _backoff_ends(self) -> int | None:
+        """Nothing else is due: the end of the first admission-check back-off, if any (time
+        moves on to it, as the ticker would move it in real time)."""
+        if self.arrivals is not None and self.arrivals.next_due() is not None:
+            return None
+        return _first_backoff_end(self.scheduler.state)
+
     def round(self) -> tuple[Round, int]:
         """One turn of each; then, if none did anything, time moves on. Returns what happened and
         the scheduler's part (events folded, or cycles run)."""
@@ -95,7 +103,16 @@ class Loop:
             return Round.BUSY, by_scheduler
         if advance_time(self.simcluster, self.arrivals):
             return Round.ADVANCED, 0
+        wake = self._backoff_ends()
+        if wake is not None and self.simcluster.tick_to(wake):
+            return Round.ADVANCED, 0
         return (Round.FINISHED if finished(self.simcluster, self.arrivals) else Round.STALLED), 0
+
+
+def _first_backoff_end(state: State) -> int | None:
+    """When the first workload held by an admission check's back-off may be requeued."""
+    ends = [r.requeue_at for k in state.backoffs if (r := state.workloads.get(k)) is not None and r.requeue_at]
+    return min(ends) if ends else None
 
 
 def drive(loop: Loop, *, between: Callable[[Round], None] | None = None, max_rounds: int | None = None) -> int:
