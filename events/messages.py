@@ -190,6 +190,8 @@ class EvictWorkload(Decision, frozen=True, tag="evict"):
     message: str
     preemption_reason: str = ""  # InClusterQueue, InCohortReclamation, ...
     preemptor: str = ""  # namespace/name
+    # The workload's ProvisioningRequests to delete (left out when none, as in AdmitWorkload).
+    provisioning_requests: tuple[ProvisioningRequestPlan, ...] | msgspec.UnsetType = msgspec.UNSET
 
 
 class MarkPending(Decision, frozen=True, tag="pending"):

@@ -16,9 +16,9 @@ from typing import Any
 from events import conditions as cond
 from events import objects as o
 from events.checkstatus import check_state_json, toleration_json
-from events.cluster import ConditionType
+from events.cluster import KUEUE_GROUP, MANAGED_BY_LABEL, ConditionType
 from events.messages import AdmitChecked, AdmitWorkload
-from services.actuator.kubeapi import InvalidObject
+from services.actuator.kubeapi import InvalidObject, Ref
 
 Json = dict[str, Any]
 
@@ -69,3 +69,66 @@ def checked_conditions(d: AdmitChecked) -> list[Any]:
     if d.failed_to_start:
         out.append(cond.condition(ConditionType.FINISHED, True, "FailedToStart", d.failed_to_start, d.time))
     return out
+
+
+# --- ProvisioningRequests and their PodTemplates ----------------------------------------------
+
+PR_GROUP = "autoscaling.x-k8s.io"
+MANAGED_BY = "kueue"
+
+
+def request_ref(namespace: str, name: str) -> Ref:
+    return Ref("ProvisioningRequest", PR_GROUP, "v1", "provisioningrequests", name, namespace)
+
+
+def pod_template_ref(namespace: str, name: str) -> Ref:
+    return Ref("PodTemplate", "", "v1", "podtemplates", name, namespace)
+
+
+def owner_reference(wl: Mapping[str, Any]) -> Json:
+    """The Workload as the owner (Kueue sets it with ``SetControllerReference``)."""
+    meta = wl.get("metadata") or {}
+    return {"apiVersion": str(wl.get("apiVersion") or f"{KUEUE_GROUP}/v1beta2"), "kind": "Workload",
+            "name": meta.get("name"), "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": True}
+
+
+def pod_template_body(namespace: str, name: str, wl: Mapping[str, Any], pod_set: str,
+                      node_labels: Mapping[str, str], tolerations: Sequence[Json]) -> Json:
+    """The podSet's template with the admission's node selector and tolerations merged in
+    (Kueue's ``createPodTemplate``: ``podset.FromAssignment`` then ``Merge``)."""
+    what = f"Workload {namespace}/{(wl.get('metadata') or {}).get('name')}"
+    pod_sets = [p for p in (wl.get("spec") or {}).get("podSets") or [] if isinstance(p, dict)]
+    found = next((p for p in pod_sets if p.get("name") == pod_set), None)
+    if found is None:
+        raise InvalidObject(what, "spec.podSets", f"has no podSet {pod_set!r} for its ProvisioningRequest")
+    template = dict(found.get("template") or {})
+    spec = dict(template.get("spec") or {})
+    selector = dict(spec.get("nodeSelector") or {})
+    for k, v in node_labels.items():
+        if selector.get(k, v) != v:
+            raise InvalidObject(what, f"spec.podSets.{pod_set}.template.spec.nodeSelector.{k}",
+                                f"is {selector[k]!r}, the flavor needs {v!r}")
+        selector[k] = v
+    if selector:
+        spec["nodeSelector"] = selector
+    merged = list(spec.get("tolerations") or [])
+    merged.extend(t for t in tolerations if t not in merged)
+    if merged:
+        spec["tolerations"] = merged
+    template["spec"] = spec
+    return {"apiVersion": "v1", "kind": "PodTemplate",
+            "metadata": {"name": name, "namespace": namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+                         "ownerReferences": [owner_reference(wl)]},
+            "template": template}
+
+
+def request_body(namespace: str, plan: o.ProvisioningRequestPlan, wl: Mapping[str, Any]) -> Json:
+    spec: Json = {"provisioningClassName": plan.provisioning_class_name,
+                  "podSets": [{"podTemplateRef": {"name": ps.pod_template}, "count": ps.count}
+                              for ps in plan.pod_sets]}
+    if plan.parameters:
+        spec["parameters"] = dict(plan.parameters)
+    return {"apiVersion": f"{PR_GROUP}/v1", "kind": "ProvisioningRequest",
+            "metadata": {"name": plan.name, "namespace": namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+                         "ownerReferences": [owner_reference(wl)]},
+            "spec": spec}

@@ -58,6 +58,7 @@ from kubernetes_asyncio import client
 from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
 from events.cluster import PENDING_REASON_ANNOTATION
 from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, EvictWorkload, MarkPending
+from services.actuator import checkplan
 from services.actuator.kubeapi import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
 from services.actuator.kubeplan import (
     Decision,
@@ -108,6 +109,7 @@ class KubeStats:
     conflicts: int = 0
     restores: int = 0
     queue_status_writes: int = 0
+    provisioning_requests: int = 0  # ProvisioningRequests created (not found there already)
     api: ApiStats = field(default_factory=ApiStats)
 
     def as_dict(self) -> dict[str, Any]:
@@ -160,11 +162,15 @@ class KubePort:
 
     async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
         await self._admit(decision)
+        if isinstance(decision, AdmitWorkload) and decision.provisioning_requests:
+            await self._create_requests(decision)
         self._applied(decision)
         return ()
 
     async def stop(self, decision: EvictWorkload) -> Sequence[Staged]:
         await self._evict(decision)
+        if decision.provisioning_requests:
+            await self._delete_requests(decision)
         self._applied(decision)
         return ()
 
@@ -294,6 +300,28 @@ class KubePort:
                 return
         raise KubeApiError(f"evict Workload {key}: still conflicting after {self.max_conflicts} re-reads",
                            retriable=True, status=409)
+
+    async def _create_requests(self, d: AdmitWorkload) -> None:
+        """The provisioning check's requests (Kueue's controller): each PodTemplate, then the
+        ProvisioningRequest, each created once by name (a re-delivered decision finds them)."""
+        wl = await self._workload(d)
+        flavors = [await self._flavor(n) for n in flavor_names(d)]
+        labels = {k: v for f in flavors for k, v in f.node_labels}
+        tolerations = [t for f in flavors for t in f.tolerations]
+        for plan in d.provisioning_requests or ():
+            for ps in plan.pod_sets:
+                body = checkplan.pod_template_body(d.namespace, ps.pod_template, wl, ps.pod_set, labels, tolerations)
+                await self.kube.create(checkplan.pod_template_ref(d.namespace, ps.pod_template), body)
+            created = await self.kube.create(checkplan.request_ref(d.namespace, plan.name),
+                                             checkplan.request_body(d.namespace, plan, wl))
+            self.stats.provisioning_requests += int(created)
+
+    async def _delete_requests(self, d: EvictWorkload) -> None:
+        """Kueue deletes an evicted workload's ProvisioningRequests (and so their PodTemplates)."""
+        for plan in d.provisioning_requests or ():
+            await self.kube.delete(checkplan.request_ref(d.namespace, plan.name))
+            for ps in plan.pod_sets:
+                await self.kube.delete(checkplan.pod_template_ref(d.namespace, ps.pod_template))
 
     async def _restore(self, ref: Ref, job: Json) -> bool:
         """Put the template's own scheduling back if the Job may change now; True when nothing is left to do."""

@@ -122,9 +122,10 @@ def _set(cur: o.AdmissionCheckState, st: o.CheckState, message: str, now: int) -
     return msgspec.structs.replace(cur, state=st, message=message, last_transition_time=at)
 
 
-def plans_for(state: State, rec: WorkloadRecord) -> tuple[o.ProvisioningRequestPlan, ...]:
+def plans_for(state: State, rec: WorkloadRecord, *, pending_only: bool = True) -> tuple[o.ProvisioningRequestPlan, ...]:
     """The ProvisioningRequests a reservation needs: one per Pending provisioning check, attempt
-    ``retryCount + 1``."""
+    ``retryCount + 1``; with ``pending_only`` False, those of the current attempt whatever the
+    check's state (what an eviction deletes)."""
     adm = rec.admission
     if adm is None:
         return ()
@@ -132,7 +133,7 @@ def plans_for(state: State, rec: WorkloadRecord) -> tuple[o.ProvisioningRequestP
     for name in sorted(rec.checks):
         c = rec.checks[name]
         prc = provisioning_config(state, name) if _is_provisioning(state, name) else None
-        if prc is None or c.state != o.CheckState.PENDING:
+        if prc is None or (pending_only and c.state != o.CheckState.PENDING):
             continue
         p = provisioning.plan(rec.obj, adm, name, c.retry_count + 1, prc)
         if p is not None:

@@ -348,12 +348,13 @@ class _Overlay:
 
 def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: EvictionReason, message: str,
           preemption_reason: str = "", preemptor: str = "") -> None:
+    requests = checks.plans_for(state, rec, pending_only=False) if rec.checks else ()
     effects.mark_evicted(state, rec, reason, message, preemption_reason)
     assert rec.admission is not None
     out.out.append(EvictWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=rec.admission.cluster_queue, reason=reason, message=message,
-        preemption_reason=preemption_reason, preemptor=preemptor,
+        preemption_reason=preemption_reason, preemptor=preemptor, provisioning_requests=requests or msgspec.UNSET,
     ))
 
 
