@@ -140,7 +140,23 @@ class EvictionReason(StrEnum):
     ADMISSION_CHECK = "AdmissionCheck"
     CLUSTER_QUEUE_STOPPED = "ClusterQueueStopped"
     LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
-    DEACTIVATED = "InactiveWorkload"
+    DEACTIVATED = "Deactivated"  # spec.active is false; with an underlying cause, "DeactivatedDueTo<cause>"
+
+
+class DeactivationCause(StrEnum):
+    """Why the scheduler deactivated a workload (Kueue's ``DeactivationTarget`` reasons): the
+    underlying cause of its ``Deactivated`` eviction."""
+
+    REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
+    MAXIMUM_EXECUTION_TIME_EXCEEDED = "MaximumExecutionTimeExceeded"
+    ADMISSION_CHECK = "AdmissionCheck"
+
+
+class RequeuedReason(StrEnum):
+    """Reasons of ``Requeued=True`` that are not an eviction's (Kueue's workload controller)."""
+
+    REACTIVATED = "Reactivated"
+    BACKOFF_FINISHED = "BackoffFinished"
 
 
 class PreemptionReason(StrEnum):

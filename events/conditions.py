@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from events.cluster import ConditionReason, ConditionStatus, ConditionType, EvictionReason, PendingConditionReason
+from events.cluster import (
+    ConditionReason,
+    ConditionStatus,
+    ConditionType,
+    EvictionReason,
+    PendingConditionReason,
+    RequeuedReason,
+)
 from events.messages import Condition
 
 PENDING_AFTER_EVICTION = "The workload is pending after eviction"
@@ -76,6 +83,11 @@ def restarted(kind: Literal["ClusterQueue", "LocalQueue"], at: int) -> Condition
                      at)
 
 
+def reactivated(at: int) -> Condition:
+    """A deactivated workload whose spec.active was set back to true is queued again."""
+    return condition(ConditionType.REQUEUED, True, RequeuedReason.REACTIVATED, "The workload was reactivated", at)
+
+
 def finished(succeeded: bool, message: str, at: int) -> Condition:
     if succeeded:
         return condition(ConditionType.FINISHED, True, ConditionReason.SUCCEEDED,
@@ -109,9 +121,18 @@ def admission(current: Mapping[str, Condition], cluster_queue: str, at: int, *,
     return out
 
 
-def eviction(reason: str, message: str, preemption_reason: str, at: int) -> list[Condition]:
+def eviction_reason(reason: str, underlying_cause: str = "") -> str:
+    """The reason an Evicted condition carries: a deactivation names its cause
+    (``DeactivatedDueToRequeuingLimitExceeded``), as Kueue's ``workloadevict.Evict`` writes it."""
+    if reason == EvictionReason.DEACTIVATED and underlying_cause:
+        return f"{reason}DueTo{underlying_cause}"
+    return reason
+
+
+def eviction(reason: str, message: str, preemption_reason: str, at: int, *,
+             underlying_cause: str = "") -> list[Condition]:
     """An eviction decided: Evicted, and Preempted when a preemption is the cause."""
-    out = [evicted(reason, message, at)]
+    out = [evicted(eviction_reason(reason, underlying_cause), message, at)]
     if preemption_reason:
         out.append(preempted(preemption_reason, message, at))
     return out

@@ -194,6 +194,16 @@ class EvictWorkload(Decision, frozen=True, tag="evict"):
     provisioning_requests: tuple[ProvisioningRequestPlan, ...] | msgspec.UnsetType = msgspec.UNSET
 
 
+class DeactivateWorkload(EvictWorkload, frozen=True, tag="evict.deactivate"):
+    """An eviction (reason ``Deactivated``) that also deactivates the workload: the actuator sets
+    ``spec.active=false``, and it is not requeued until spec.active is set back to true. Every
+    consumer of evictions handles it as one (it is an ``EvictWorkload``)."""
+
+    # The scheduler's cause (``DeactivationCause``), written into the Evicted reason as Kueue
+    # writes it ("DeactivatedDueTo<cause>"); empty when a user set spec.active=false.
+    underlying_cause: str = ""
+
+
 class MarkPending(Decision, frozen=True, tag="pending"):
     reason: PendingReason
     message: str
@@ -225,5 +235,5 @@ class CycleCompleted(msgspec.Struct, frozen=True, kw_only=True, tag="cycle", tag
     heads: tuple[HeadOutcome, ...] = ()
 
 
-AnyDecision = AdmitWorkload | EvictWorkload | MarkPending | AdmitChecked
-DecisionRecord = AdmitWorkload | EvictWorkload | MarkPending | AdmitChecked | CycleCompleted
+AnyDecision = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked
+DecisionRecord = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | CycleCompleted

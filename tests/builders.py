@@ -209,6 +209,11 @@ class WorkloadBuilder(Builder):
         self.body["spec"]["priorityClassSource"] = "kueue.x-k8s.io/workloadpriorityclass"
         return self
 
+    def active(self, value: bool) -> WorkloadBuilder:
+        """spec.active: false deactivates the workload."""
+        self.body["spec"]["active"] = value
+        return self
+
     def created(self, seconds: int) -> WorkloadBuilder:
         """creationTimestamp as seconds after 2025-01-01T00:00:00Z."""
         h, rem = divmod(seconds, 3600)

@@ -30,6 +30,7 @@ from events.messages import (
     AdmitChecked,
     AdmitWorkload,
     Condition,
+    DeactivateWorkload,
     EvictWorkload,
     MarkPending,
 )
@@ -360,7 +361,8 @@ def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
     """The eviction and, at once, its completion: the conditions the scheduler's state takes
     when the eviction is decided and when it completes (``events.conditions``)."""
     conds = _conditions(status)
-    evicting = cond.eviction(d.reason, d.message, d.preemption_reason, d.time)
+    evicting = cond.eviction(d.reason, d.message, d.preemption_reason, d.time,
+                             underlying_cause=d.underlying_cause if isinstance(d, DeactivateWorkload) else "")
     for c in [*evicting, *cond.eviction_completed(evicting[0], d.time)]:
         set_condition(conds, c)
     out = {k: v for k, v in status.items() if k != "admission"}

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload, MarkPending
+from events.messages import (
+    AdmitChecked,
+    AdmitWorkload,
+    AnyDecision,
+    CycleCompleted,
+    DeactivateWorkload,
+    EvictWorkload,
+    MarkPending,
+)
 from services.core import effects
 from services.core.cycle import release_and_settle, restart_held
 from services.core.state import State
@@ -43,7 +51,9 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
         if isinstance(d, AdmitWorkload):
             effects.commit_admission(state, rec, d.admission)
         elif isinstance(d, EvictWorkload):
-            effects.mark_evicted(state, rec, d.reason, d.message, d.preemption_reason)
+            deactivating = isinstance(d, DeactivateWorkload)
+            effects.mark_evicted(state, rec, d.reason, d.message, d.preemption_reason, deactivate=deactivating,
+                                 underlying_cause=d.underlying_cause if isinstance(d, DeactivateWorkload) else "")
         elif isinstance(d, MarkPending):
             effects.mark_pending(state, rec, d.message, d.reason, d.condition_reason)
         elif isinstance(d, AdmitChecked):

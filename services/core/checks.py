@@ -11,7 +11,8 @@ Kueue admits in two phases (``pkg/workload/admissionchecks.go``, the check parts
    all Ready -> ``AdmitChecked`` (Admitted=True, podSetUpdates merged with the flavors' node
    labels); a Retry -> eviction with reason ``AdmissionCheck``, its quota released, and the
    workload requeued once the longest ``requeueAfterSeconds`` has passed (:func:`release_backoffs`);
-   a Rejected -> the workload is deactivated (eviction ``InactiveWorkload``) and never requeued.
+   a Rejected -> the workload is deactivated (``services.core.deactivation``: eviction
+   ``DeactivatedDueToAdmissionCheck``) and never requeued.
 
 Time comes from the log (``state.now``), so every step replays. Pure: no clock, no I/O.
 """
@@ -207,6 +208,8 @@ def verdict(rec: WorkloadRecord) -> tuple[str, EvictionReason | None, str]:
     states = sorted(rec.checks.values(), key=lambda c: c.name)
     rejected = [c for c in states if c.state == o.CheckState.REJECTED]
     if rejected:
+        # Kueue sets the DeactivationTarget with this message; the eviction that follows says
+        # "The workload is deactivated due to <it>" (reason DeactivatedDueToAdmissionCheck).
         return ("reject", EvictionReason.DEACTIVATED,
                 f"The workload is deactivated due to {_listed(rejected, o.CheckState.REJECTED)}")
     retry = [c for c in states if c.state == o.CheckState.RETRY]
@@ -255,7 +258,8 @@ def finish_admission(state: State, rec: WorkloadRecord) -> None:
 def note_eviction(state: State, rec: WorkloadRecord, reason: EvictionReason) -> None:
     """An eviction was decided: Kueue resets the checks to Pending at once
     (``resetChecksOnEviction``), counting a Retry in ``retryCount``; the longest Retry back-off
-    holds the workload after its quota is released. A Rejected check deactivates it."""
+    holds the workload after its quota is released. (A Rejected check's eviction deactivates it:
+    ``services.core.deactivation``, through the decision's ``deactivate``.)"""
     hold_until = 0
     for name in sorted(rec.checks):
         c = rec.checks[name]
@@ -268,15 +272,8 @@ def note_eviction(state: State, rec: WorkloadRecord, reason: EvictionReason) -> 
             name=name, message=RESET_PREFIX + c.state, last_transition_time=state.now,
             requeue_after_seconds=c.requeue_after_seconds, retry_count=c.retry_count + (1 if retry else 0),
         )
-    if reason == EvictionReason.DEACTIVATED and rec.checks:
-        rec.deactivated = True
-    elif reason == EvictionReason.ADMISSION_CHECK and hold_until > state.now:
+    if reason == EvictionReason.ADMISSION_CHECK and hold_until > state.now:
         rec.requeue_at = hold_until
-
-
-def holds(rec: WorkloadRecord) -> bool:
-    """Kept out of its queue: deactivated, or waiting for a check's back-off."""
-    return rec.deactivated or rec.requeue_at is not None
 
 
 def release_backoffs(state: State) -> list[WorkloadRecord]:

@@ -25,17 +25,24 @@ import msgspec
 
 from events import conditions as cond
 from events import objects as o
-from events.cluster import NAMESPACE_NAME_LABEL, ConditionType, EvictionReason, PendingConditionReason
+from events.cluster import (
+    NAMESPACE_NAME_LABEL,
+    ConditionType,
+    DeactivationCause,
+    EvictionReason,
+    PendingConditionReason,
+)
 from events.messages import (
     AdmitChecked,
     AdmitWorkload,
     AnyDecision,
+    DeactivateWorkload,
     EvictWorkload,
     HeadOutcome,
     MarkPending,
     PendingReason,
 )
-from services.core import checks, effects, fairsharing
+from services.core import checks, deactivation, effects, fairsharing
 from services.core.derived import Memo
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
@@ -347,15 +354,27 @@ class _Overlay:
 
 
 def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: EvictionReason, message: str,
-          preemption_reason: str = "", preemptor: str = "") -> None:
+          preemption_reason: str = "", preemptor: str = "", *, underlying_cause: str = "",
+          deactivate: bool = False) -> None:
     requests = checks.plans_for(state, rec, pending_only=False) if rec.checks else ()
-    effects.mark_evicted(state, rec, reason, message, preemption_reason)
     assert rec.admission is not None
-    out.out.append(EvictWorkload(
+    cq_name = rec.admission.cluster_queue
+    effects.mark_evicted(state, rec, reason, message, preemption_reason, underlying_cause=underlying_cause,
+                         deactivate=deactivate)
+    d = EvictWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
-        cluster_queue=rec.admission.cluster_queue, reason=reason, message=message,
+        cluster_queue=cq_name, reason=reason, message=message,
         preemption_reason=preemption_reason, preemptor=preemptor, provisioning_requests=requests or msgspec.UNSET,
-    ))
+    )
+    if deactivate:
+        d = DeactivateWorkload(**msgspec.structs.asdict(d), underlying_cause=underlying_cause)
+    out.out.append(d)
+
+
+def _evict_deactivated(state: State, out: _Decisions) -> None:
+    """Inactive workloads give their quota back (Kueue's workload controller evicts them)."""
+    for e in deactivation.take_evictions(state):
+        evict(state, out, e.rec, e.reason, e.message, underlying_cause=e.underlying_cause, deactivate=True)
 
 
 def _admit(state: State, out: _Decisions, e: Entry) -> None:
@@ -389,6 +408,9 @@ def release_and_settle(state: State, out: _Decisions | None) -> None:
         what, reason, message = checks.verdict(found)
         if what == "admit":
             _admit_checked(state, out, found)
+        elif what == "reject":  # deactivated (services.core.deactivation), carried by the decision
+            evict(state, out, found, EvictionReason.DEACTIVATED, message,
+                  underlying_cause=DeactivationCause.ADMISSION_CHECK, deactivate=True)
         elif reason is not None:
             evict(state, out, found, reason, message)
 
@@ -493,6 +515,7 @@ def run_cycle(state: State) -> CycleResult:
     state.cycles += 1
     out = _Decisions(state)
     _drain_stopped(state, out)
+    _evict_deactivated(state, out)
     restart_held(state)
     release_and_settle(state, out)
     _mark_inactive(state, out)

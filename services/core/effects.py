@@ -12,7 +12,7 @@ from events import conditions as cond
 from events import objects as o
 from events.cluster import ConditionType, EvictionReason, PendingConditionReason
 from events.messages import HeadOutcome
-from services.core import checks
+from services.core import checks, deactivation
 from services.core.state import (
     ClusterQueueQueue,
     State,
@@ -52,13 +52,14 @@ def admit_checked(state: State, rec: WorkloadRecord, failed_to_start: str) -> No
 
 
 def mark_evicted(state: State, rec: WorkloadRecord, reason: EvictionReason, message: str,
-                 preemption_reason: str) -> None:
+                 preemption_reason: str, *, underlying_cause: str = "", deactivate: bool = False) -> None:
     rec.evicting = True
     checks.note_eviction(state, rec, reason)
     if rec.admission is not None:
         touch_tree(state, rec.admission.cluster_queue)  # evicted candidates come first
-    for c in cond.eviction(reason, message, preemption_reason, state.now):
+    for c in cond.eviction(reason, message, preemption_reason, state.now, underlying_cause=underlying_cause):
         rec.set_condition(c)
+    deactivation.note_evicted(state, rec, deactivate=deactivate, cause=underlying_cause, message=message)
 
 
 def mark_pending(state: State, rec: WorkloadRecord, message: str, reason: str,

@@ -174,7 +174,7 @@ def _queues(state: State) -> dict[str, ClusterQueueQueue]:
     for key in sorted(state.workloads):
         rec = state.workloads[key]
         rec.queued_in = ""
-        if not rec.pending or rec.deactivated or rec.requeue_at is not None:
+        if not rec.pending or not rec.active or rec.requeue_at is not None:
             continue
         cq_name, problem = state.cluster_queue_for(rec.obj)
         if problem:

@@ -63,11 +63,15 @@ class WorkloadRecord:
     # Issued preemptions and waits for its victims: heads its BestEffortFIFO queue until admitted,
     # so that a workload unparked meanwhile cannot take its place every time (as in Kueue's main).
     sticky: bool = False
-    # Two-phase admission (services.core.checks): the admission checks' states by name, when a
-    # Retry's back-off ends (Millis), and whether a Rejected check deactivated the workload.
+    # The scheduler deactivated it (Kueue's DeactivationTarget, then spec.active=false): why, and
+    # the message. Inactive while set or while its spec says ``active: false`` (``deactivation``).
+    deactivated: bool = False
+    deactivation_cause: str = ""
+    deactivation_message: str = ""
+    # Two-phase admission (services.core.checks): the admission checks' states by name, and when a
+    # Retry's back-off ends (Millis). A Rejected check deactivates it (above).
     checks: dict[str, o.AdmissionCheckState] = field(default_factory=dict)
     requeue_at: int | None = None
-    deactivated: bool = False
     # --- derived ---
     usage: dict[FR, int] = field(default_factory=dict, metadata=DERIVED)  # what its admission uses
     queued_in: str = field(default="", metadata=DERIVED)  # the ClusterQueue whose queue holds it while pending
@@ -84,6 +88,11 @@ class WorkloadRecord:
     @property
     def pending(self) -> bool:
         return self.admission is None and not self.finished
+
+    @property
+    def active(self) -> bool:
+        """Kueue's ``IsActive``: neither its spec nor the scheduler deactivated it (``services.core.deactivation``)."""
+        return self.obj.active and not self.deactivated
 
     def set_condition(self, c: Condition) -> None:
         old = self.conditions.get(c.type)

@@ -66,7 +66,7 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
     if wl.priority_ref is not None:
         spec["priorityClassName"] = wl.priority_ref.name
         spec["priorityClassSource"] = wl.priority_ref.source
-    if not wl.active or rec.deactivated:
+    if not rec.active:
         spec["active"] = False
     status: dict[str, Any] = {}
     if rec.admission is not None:

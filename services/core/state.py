@@ -83,6 +83,8 @@ class State:
     # leaving it): a remembered flavor search is stale after that (Kueue's generation).
     epoch: int = 0  # every ClusterQueue at once: configuration changed
     generations: dict[str, int] = field(default_factory=dict)  # per ClusterQueue: a workload left it
+    # Inactive workloads still holding quota: the next cycle evicts them (services.core.deactivation).
+    deactivating: dict[str, None] = field(default_factory=dict)
     checks_changed: dict[str, None] = field(default_factory=dict)  # admission checks to settle in the next cycle
     backoffs: dict[str, None] = field(default_factory=dict)  # evicted by a Retry check, waiting for requeue_at
     # --- not canonical ---
@@ -287,12 +289,16 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
         keep_scan = (state.config.flavor_fungibility_preserve_scan_progress
                      and old.obj.pod_sets == wl.pod_sets and old.priority == priority
                      and state.cluster_queue_for(old.obj)[0] == state.cluster_queue_for(wl)[0])
-        old.obj = wl
+        was_active, old.obj = old.obj.active, wl
         old.priority, old.priority_error = priority, error
         if old.admission is not None:
             touch_tree(state, old.admission.cluster_queue)  # a preemption candidate may have changed
         if wl.admission is not None and old.admission is None:
             _take_admission(state, old, wl.admission, wl.reserved_at if wl.reserved_at is not None else state.now)
+        if was_active != wl.active:
+            from services.core.deactivation import observe_spec
+
+            observe_spec(state, old, was_active)
         _enqueue(state, old)
         if not keep_scan:
             old.last_tried = None
@@ -304,6 +310,8 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
     if wl.admission is not None:
         at = wl.reserved_at if wl.reserved_at is not None else wl.creation_time
         _take_admission(state, rec, wl.admission, at if at is not None else state.now)
+        if not wl.active and not rec.evicting:
+            state.deactivating[key] = None  # arrived inactive but holding quota: the next cycle evicts it
     _enqueue(state, rec)
 
 
@@ -407,8 +415,11 @@ def _unqueue(state: State, rec: WorkloadRecord) -> None:
 
 def _enqueue(state: State, rec: WorkloadRecord) -> None:
     """Put a pending workload in its ClusterQueue's queue, or record why it has none."""
-    if not rec.pending or rec.deactivated or rec.requeue_at is not None:
-        return  # finished; deactivated by a Rejected check; waiting for a check's back-off
+    if not rec.pending or rec.requeue_at is not None:
+        return  # finished, or waiting for an admission check's back-off
+    if not rec.active:
+        rec.pending_reason = PendingReason.INACTIVE  # deactivated: not queued until re-activated
+        return
     cq, problem = state.cluster_queue_for(rec.obj)
     if problem:
         rec.set_condition(cond.inadmissible(problem, state.now))

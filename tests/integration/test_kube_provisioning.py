@@ -177,7 +177,7 @@ async def test_job_waits_for_provisioning_then_runs_with_its_pod_set_updates_and
                 return job["spec"].get("suspend") is True and not await s.requests() and not templates.items
 
             await eventually(running, suspended_and_cleaned, what="the Job suspended, its request and template deleted")
-            assert conditions(await workload())["Evicted"]["reason"] == "InactiveWorkload"
+            assert conditions(await workload())["Evicted"]["reason"] == "DeactivatedDueToAdmissionCheck"
     finally:
         log.close()
         await s.delete()

@@ -175,7 +175,7 @@ def test_a_failure_past_the_limit_rejects_deactivates_and_releases_the_quota() -
     (evict,) = w.cycle()
     assert isinstance(evict, EvictWorkload)
     assert (evict.reason, evict.message) == (
-        "InactiveWorkload", 'The workload is deactivated due to AdmissionCheck in Rejected state: "prov" (gone)')
+        "Deactivated", 'The workload is deactivated due to AdmissionCheck in Rejected state: "prov" (gone)')
     finish_eviction(w.state, w.rec())
     assert w.rec().admission is None and w.rec().deactivated
     assert all(v == 0 for v in w.state.cq_node("cq").usage.values())
@@ -190,7 +190,7 @@ def test_capacity_revoked_rejects() -> None:
     w.cycle()
     w.observe(2, 1, ("Provisioned", "True", "ok"), ("CapacityRevoked", "True", "nodes gone"))
     (evict,) = w.cycle()
-    assert isinstance(evict, EvictWorkload) and evict.reason == "InactiveWorkload"
+    assert isinstance(evict, EvictWorkload) and evict.reason == "Deactivated"
 
 
 def test_no_managed_resource_requested_is_ready_without_a_request() -> None:

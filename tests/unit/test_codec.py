@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from events import codec
 from events import objects as o
+from events.cluster import EvictionReason
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope, encode
 from events.envelope import SCHEMA_VERSION, Envelope, event_key
 from events.messages import (
@@ -22,6 +23,7 @@ from events.messages import (
     AdmitWorkload,
     ClockTicked,
     CycleCompleted,
+    DeactivateWorkload,
     DecisionApplied,
     EvictionCompleted,
     EvictWorkload,
@@ -72,6 +74,8 @@ DECISIONS = [
     AdmitWorkload(id="c1-0", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM, time=9),
     EvictWorkload(id="c1-1", cycle=1, namespace="ns", name="w", reason="Preempted", message="m",
                   preemption_reason="InClusterQueue", preemptor="ns/x"),
+    DeactivateWorkload(id="c1-3", cycle=1, namespace="ns", name="w", reason=EvictionReason.DEACTIVATED,
+                       message="The workload is deactivated due to x", underlying_cause="RequeuingLimitExceeded"),
     MarkPending(id="c1-2", cycle=1, namespace="ns", name="w", reason=PendingReason.WAITING_FOR_QUOTA, message="m"),
     AdmitWorkload(id="c1-3", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM,
                   admission_checks=("prov",), provisioning_requests=(o.ProvisioningRequestPlan(

@@ -92,7 +92,7 @@ def test_failing_past_the_limit_is_rejected_and_releases_the_quota(log: SqliteLo
     _run(log, "fail:3")
     ds = _decisions(log)
     evicts = _of(ds, EvictWorkload)
-    assert [e.reason for e in evicts] == ["AdmissionCheck", "AdmissionCheck", "InactiveWorkload"]  # type: ignore[attr-defined]
+    assert [e.reason for e in evicts] == ["AdmissionCheck", "AdmissionCheck", "Deactivated"]  # type: ignore[attr-defined]
     assert not _of(ds, AdmitChecked)
     report = replay(log, T, verify=True)
     assert report.mismatches == []

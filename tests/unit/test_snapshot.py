@@ -29,6 +29,7 @@ from events.messages import (
     ProvisioningRequestObserved,
     WorkloadFinished,
 )
+from services.core import deactivation
 from services.core.cycle import run_cycle
 from services.core.records import WorkloadRecord, canonical_fields
 from services.core.snapshot import FORMAT, decode_state, encode_state
@@ -76,6 +77,7 @@ def _objects() -> list[Builder | o.AnyObject]:
         a_workload("ns", "low-2").queue("lq-a").request(cpu="2").created(2),
         a_workload("ns", "drained").queue("lq-stop").request(cpu="1").created(3),
         a_workload("ns", "done").queue("lq-b").request(cpu="1").created(3),
+        a_workload("ns", "offline").queue("lq-b").request(cpu="1").created(3),
         a_workload("ns", "too-big").queue("lq-a").request(cpu="100").created(4),
         a_workload("ns", "unclassed").queue("lq-a").request(cpu="1").priority_class("missing").created(5),
     ]
@@ -109,13 +111,18 @@ def history() -> list[ClusterEvent | str]:
     events.append(AdmissionCheckUpdated(time=20_000, namespace="ns", name="waits", check=o.AdmissionCheckState(
         name="prov", message="ETA 5m")))  # settled by the next cycle
     events.append(WorkloadFinished(time=20_000, namespace="ns", name="nobody"))  # an anomaly
+    events.append("deactivate ns/too-big")  # the scheduler deactivates a pending workload
+    # A user deactivates an admitted one: its eviction waits for the next cycle.
+    events.append(_event(a_workload("ns", "offline").queue("lq-b").request(cpu="1").created(3).active(False), 93))
     return events
 
 
 def play(events: list[ClusterEvent | str]) -> State:
     state = State()
     for ev in events:
-        if isinstance(ev, str):
+        if isinstance(ev, str) and ev.startswith("deactivate "):
+            deactivation.deactivate(state, state.workloads[ev.split()[1]], "RequeuingLimitExceeded", "a test")
+        elif isinstance(ev, str):
             run_cycle(state)
         else:
             fold(state, ev)
@@ -175,7 +182,9 @@ def test_a_restored_state_decides_as_the_original() -> None:
     decided: dict[int, list[bytes]] = {id(state): [], id(restored): []}
     for s in (state, restored):
         for ev in tail:
-            if isinstance(ev, str):
+            if isinstance(ev, str) and ev.startswith("deactivate "):
+                deactivation.deactivate(s, s.workloads[ev.split()[1]], "RequeuingLimitExceeded", "a test")
+            elif isinstance(ev, str):
                 result = run_cycle(s)
                 decided[id(s)].append(encode((result.decisions, result.heads)))
             else:
