@@ -192,6 +192,9 @@ class EvictWorkload(Decision, frozen=True, tag="evict"):
     preemptor: str = ""  # namespace/name
     # The workload's ProvisioningRequests to delete (left out when none, as in AdmitWorkload).
     provisioning_requests: tuple[ProvisioningRequestPlan, ...] | msgspec.UnsetType = msgspec.UNSET
+    # Its admission checks as the eviction leaves them (reset to Pending, retryCount counted), for
+    # the Workload's status; left out when it has none.
+    admission_checks: tuple[AdmissionCheckState, ...] | msgspec.UnsetType = msgspec.UNSET
 
 
 class DeactivateWorkload(EvictWorkload, frozen=True, tag="evict.deactivate"):

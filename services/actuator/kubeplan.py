@@ -367,6 +367,8 @@ def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
         set_condition(conds, c)
     out = {k: v for k, v in status.items() if k != "admission"}
     out["conditions"] = conds
+    if d.admission_checks:
+        out["admissionChecks"] = [check_state_json(c) for c in d.admission_checks]
     return out
 
 

@@ -365,6 +365,7 @@ def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: EvictionRe
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=cq_name, reason=reason, message=message,
         preemption_reason=preemption_reason, preemptor=preemptor, provisioning_requests=requests or msgspec.UNSET,
+        admission_checks=tuple(c for _, c in sorted(rec.checks.items())) or msgspec.UNSET,
     )
     if deactivate:
         d = DeactivateWorkload(**msgspec.structs.asdict(d), underlying_cause=underlying_cause)

@@ -177,7 +177,11 @@ async def test_job_waits_for_provisioning_then_runs_with_its_pod_set_updates_and
                 return job["spec"].get("suspend") is True and not await s.requests() and not templates.items
 
             await eventually(running, suspended_and_cleaned, what="the Job suspended, its request and template deleted")
-            assert conditions(await workload())["Evicted"]["reason"] == "DeactivatedDueToAdmissionCheck"
+            wl = await workload()
+            assert conditions(wl)["Evicted"]["reason"] == "DeactivatedDueToAdmissionCheck"
+            (check,) = wl["status"]["admissionChecks"]  # reset as Kueue resets them on eviction
+            assert check["state"] == "Pending"
+            assert check["message"] == "Reset to Pending after eviction. Previously: Rejected"
     finally:
         log.close()
         await s.delete()
