@@ -399,9 +399,12 @@ def status_patch(workload: Mapping[str, Any], desired: Mapping[str, Any]) -> Jso
 @dataclass(frozen=True)
 class _Held:
     cluster_queue: str
-    admitted: bool
+    admitted: bool  # holds quota (reserving)
     usage: tuple[tuple[str, str, int], ...] = ()  # (flavor, resource, amount)
+    checks_pending: bool = False  # reserving, not admitted yet: waits for its admission checks
 
+
+_Usage = dict[tuple[str, str], int]  # (flavor, resource) -> amount
 
 FlavorQuotas = tuple[tuple[str, tuple[tuple[str, int | None], ...]], ...]
 """A ClusterQueue's flavors in spec order, each with its resources and nominal quota (None: unreadable)."""
@@ -425,8 +428,8 @@ class QueueCounts:
     """ClusterQueue / LocalQueue status counted from the decision stream.
 
     Counted, per workload, from its latest decision: ``MarkPending`` → pending in its
-    ClusterQueue; ``AdmitWorkload`` → reserving and admitted (this actuator writes Admitted
-    together with QuotaReserved) with the admission's usage per flavor and resource;
+    ClusterQueue; ``AdmitWorkload`` → reserving, and admitted unless it names admission checks
+    (then ``AdmitChecked`` admits it), with the admission's usage per flavor and resource;
     ``EvictWorkload`` → pending again (Kueue requeues it), its quota released at once (Kueue
     releases it when the pods are gone). The ClusterQueue counts are rebuilt from the whole
     decisions topic at recovery.
@@ -452,9 +455,15 @@ class QueueCounts:
                     self.dirty_local_queues.add(lq)
 
     def fold(self, d: Decision) -> None:
-        if isinstance(d, AdmitChecked):
-            return  # the quota was counted at its reservation
         key = f"{d.namespace}/{d.name}"
+        if isinstance(d, AdmitChecked):
+            previous = self.workloads.get(key)
+            if previous is not None and previous.checks_pending:
+                held = (_Held(previous.cluster_queue, False) if d.failed_to_start else
+                        _Held(previous.cluster_queue, True, previous.usage))
+                self._touch(key, held)
+                self.workloads[key] = held
+            return
         if isinstance(d, AdmitWorkload):
             usage = {(flavor, r): 0 for psa in d.admission.pod_set_assignments for r, flavor in psa.flavors}
             for psa in d.admission.pod_set_assignments:
@@ -462,7 +471,8 @@ class QueueCounts:
                 for r, amount in psa.resource_usage:
                     if r in flavors:
                         usage[(flavors[r], r)] += amount
-            held = _Held(d.admission.cluster_queue, True, tuple(sorted((f, r, v) for (f, r), v in usage.items())))
+            held = _Held(d.admission.cluster_queue, True, tuple(sorted((f, r, v) for (f, r), v in usage.items())),
+                         checks_pending=bool(d.admission_checks))
         else:
             previous = self.workloads.get(key)
             cq = d.cluster_queue or (previous.cluster_queue if previous else "")
@@ -482,17 +492,24 @@ class QueueCounts:
             if key in self.workloads:
                 self.dirty_local_queues.add(local_queue)
 
-    def _tally(self, keys: Iterable[str]) -> tuple[int, int, dict[tuple[str, str], int]]:
-        pending, admitted, usage = 0, 0, dict[tuple[str, str], int]()
+    def _tally(self, keys: Iterable[str]) -> tuple[int, int, int, _Usage, _Usage]:
+        """(pending, reserving, admitted, reserved usage, admitted usage)."""
+        pending, reserving, admitted = 0, 0, 0
+        reserved, usage = dict[tuple[str, str], int](), dict[tuple[str, str], int]()
         for key in keys:
             h = self.workloads[key]
             if not h.admitted:
                 pending += 1
                 continue
+            reserving += 1
+            for flavor, r, amount in h.usage:
+                reserved[(flavor, r)] = reserved.get((flavor, r), 0) + amount
+            if h.checks_pending:
+                continue
             admitted += 1
             for flavor, r, amount in h.usage:
                 usage[(flavor, r)] = usage.get((flavor, r), 0) + amount
-        return pending, admitted, usage
+        return pending, reserving, admitted, reserved, usage
 
     @staticmethod
     def _flavors(usage: Mapping[tuple[str, str], int], quotas: FlavorQuotas, *, borrowed: bool) -> list[Json]:
@@ -514,17 +531,17 @@ class QueueCounts:
 
     def cluster_queue_status(self, name: str, quotas: FlavorQuotas = ()) -> Json:
         keys = sorted(k for k, h in self.workloads.items() if h.cluster_queue == name)
-        pending, admitted, usage = self._tally(keys)
-        flavors = self._flavors(usage, quotas, borrowed=True)
-        return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
-                "flavorsReservation": flavors, "flavorsUsage": flavors}
+        pending, reserving, admitted, reserved, usage = self._tally(keys)
+        return {"pendingWorkloads": pending, "reservingWorkloads": reserving, "admittedWorkloads": admitted,
+                "flavorsReservation": self._flavors(reserved, quotas, borrowed=True),
+                "flavorsUsage": self._flavors(usage, quotas, borrowed=True)}
 
     def local_queue_status(self, key: str, quotas: FlavorQuotas = ()) -> Json:
         keys = sorted(k for k, lq in self.local_queue_of.items() if lq == key and k in self.workloads)
-        pending, admitted, usage = self._tally(keys)
-        flavors = self._flavors(usage, quotas, borrowed=False)
-        return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
-                "flavorsReservation": flavors, "flavorsUsage": flavors, "flavorUsage": None}
+        pending, reserving, admitted, reserved, usage = self._tally(keys)
+        return {"pendingWorkloads": pending, "reservingWorkloads": reserving, "admittedWorkloads": admitted,
+                "flavorsReservation": self._flavors(reserved, quotas, borrowed=False),
+                "flavorsUsage": self._flavors(usage, quotas, borrowed=False), "flavorUsage": None}
 
 
 def queue_status_patch(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Json | None:
