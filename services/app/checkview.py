@@ -4,7 +4,13 @@ planned, the autoscaler's answers, the controller's reports), and the checks' st
 from __future__ import annotations
 
 from events.manifests import format_time
-from events.messages import AdmissionCheckUpdated, AdmitChecked, AdmitWorkload, ProvisioningRequestObserved
+from events.messages import (
+    AdmissionCheckUpdated,
+    AdmitChecked,
+    AdmitWorkload,
+    EvictWorkload,
+    ProvisioningRequestObserved,
+)
 from services.core.records import WorkloadRecord
 
 
@@ -41,6 +47,14 @@ def decision_text(d: AdmitWorkload | AdmitChecked, flavors: str) -> str:
         out += f"; ProvisioningRequest {p.name} created (check {p.check}, attempt {p.attempt}, " \
                f"class {p.provisioning_class_name})"
     return out
+
+
+def eviction_suffix(d: EvictWorkload) -> str:
+    """A Retry's count and back-off, as the eviction left the checks (Kueue's retryCount and
+    requeueAfterSeconds)."""
+    parts = [f"{c.name}: retry {c.retry_count}, back-off {c.requeue_after_seconds} s"
+             for c in d.admission_checks or () if c.requeue_after_seconds is not None and c.retry_count]
+    return f" ({'; '.join(parts)})" if parts and d.reason == "AdmissionCheck" else ""
 
 
 def status_lines(rec: WorkloadRecord) -> list[str]:

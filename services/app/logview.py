@@ -219,7 +219,7 @@ def _decision_text(d: object) -> str:
     if isinstance(d, EvictWorkload):
         by = f" by {d.preemptor}" if d.preemptor else ""
         kind = f" ({d.preemption_reason})" if d.preemption_reason else ""
-        return f"evicted: {d.reason}{kind}{by}: {d.message}"
+        return f"evicted: {d.reason}{kind}{by}: {d.message}" + checkview.eviction_suffix(d)
     if isinstance(d, MarkPending):
         return f"pending ({d.reason}): {d.message}"
     return str(d)

@@ -85,6 +85,7 @@ def test_fail_twice_retries_after_60_and_120_seconds_then_admits(log: SqliteLog)
     text = "\n".join(lines)
     assert "ProvisioningRequest" in text and "attempt 3" in text
     assert "back-off 120 s" in text
+    assert "sample-prov: retry 1, back-off 60 s" in text and "sample-prov: retry 2, back-off 120 s" in text
     assert "Failed (Simulated failure of attempt 2)" in text
 
 
