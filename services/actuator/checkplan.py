@@ -56,6 +56,30 @@ def template_metadata(updates: Sequence[o.PodSetUpdate]) -> Json:
     return out
 
 
+ORIGINAL_METADATA_KEY = "templateMetadata"
+"""In the original-scheduling annotation: the template's labels and annotations as they were before
+the podSetUpdates changed them (None: absent), so that an eviction restores them as Kueue does."""
+
+
+def original_metadata(job: Mapping[str, Any], recorded: Mapping[str, Any] | None,
+                      changes: Mapping[str, Any]) -> Json:
+    """What to remember of the template's metadata before ``changes`` (template_metadata): the
+    keys already remembered keep their first value."""
+    meta = ((job.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    out: Json = {kind: dict((recorded or {}).get(kind) or {}) for kind in ("labels", "annotations")}
+    for kind in ("labels", "annotations"):
+        current = meta.get(kind) or {}
+        for key in changes.get(kind) or {}:
+            out[kind].setdefault(key, current.get(key))
+    return {k: v for k, v in out.items() if v}
+
+
+def restore_metadata(recorded: Mapping[str, Any] | None) -> Json:
+    """The template metadata patch that puts the remembered values back (None deletes a key)."""
+    return {kind: dict(values) for kind, values in (recorded or {}).items()
+            if kind in ("labels", "annotations") and isinstance(values, dict) and values}
+
+
 def pending_checks(status: Mapping[str, Any], d: AdmitWorkload) -> list[Json]:
     """``status.admissionChecks`` at reservation: existing entries kept, new ones Pending, sorted."""
     existing = {str(c.get("name")): dict(c) for c in status.get("admissionChecks") or [] if isinstance(c, dict)}

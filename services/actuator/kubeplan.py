@@ -124,9 +124,24 @@ def pod_scheduling(pod_spec: Mapping[str, Any]) -> tuple[dict[str, str], list[Js
     return dict(pod_spec.get("nodeSelector") or {}), list(pod_spec.get("tolerations") or [])
 
 
-def encode_original(node_selector: Mapping[str, str], tolerations: Sequence[Json]) -> str:
-    return json.dumps({"nodeSelector": dict(node_selector), "tolerations": list(tolerations)},
-                      sort_keys=True, separators=(",", ":"))
+def encode_original(node_selector: Mapping[str, str], tolerations: Sequence[Json],
+                    metadata: Mapping[str, Any] | None = None) -> str:
+    """The template's own scheduling (and, once podSetUpdates changed them, its labels and
+    annotations as they were: ``checkplan.ORIGINAL_METADATA_KEY``)."""
+    out: Json = {"nodeSelector": dict(node_selector), "tolerations": list(tolerations)}
+    if metadata:
+        out[checkplan.ORIGINAL_METADATA_KEY] = dict(metadata)
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+
+def _recorded_metadata(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    text = annotations_of(job).get(ORIGINAL_POD_SCHEDULING_ANNOTATION)
+    try:
+        raw = json.loads(text) if text is not None else None
+    except ValueError:
+        return None  # original_scheduling reports it
+    found = raw.get(checkplan.ORIGINAL_METADATA_KEY) if isinstance(raw, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 def original_scheduling(job: Mapping[str, Any], what: str) -> tuple[dict[str, str], list[Json]]:
@@ -223,15 +238,17 @@ def job_admit_patch(job: Mapping[str, Any], d: AdmitWorkload | AdmitChecked,
     selector, tolerations = checkplan.merge_updates(selector, tolerations, updates, what)
     ann = annotations_of(job)
     changes: dict[str, str | None] = {DECISION_ID_ANNOTATION: d.id, DECISION_CYCLE_ANNOTATION: str(d.cycle)}
-    if ORIGINAL_POD_SCHEDULING_ANNOTATION not in ann:
-        changes[ORIGINAL_POD_SCHEDULING_ANNOTATION] = encode_original(selector0, tolerations0)
+    meta = checkplan.template_metadata(updates)
+    recorded = _recorded_metadata(job)
+    remembered = checkplan.original_metadata(job, recorded, meta) if meta else recorded
+    if ORIGINAL_POD_SCHEDULING_ANNOTATION not in ann or remembered != recorded:
+        changes[ORIGINAL_POD_SCHEDULING_ANNOTATION] = encode_original(selector0, tolerations0, remembered)
     if EVICTED_ANNOTATION in ann:
         changes[EVICTED_ANNOTATION] = None
     spec: Json = {"suspend": False}
     template = _scheduling_patch(_pod_spec(job), selector, tolerations)
     if template:
         spec["template"] = {"spec": template}
-    meta = checkplan.template_metadata(updates)
     if meta:
         spec.setdefault("template", {})["metadata"] = meta
     return {"metadata": {"resourceVersion": resource_version(job), "annotations": changes}, "spec": spec}
@@ -255,6 +272,9 @@ def job_restore_patch(job: Mapping[str, Any]) -> Json | None:
     template = _scheduling_patch(_pod_spec(job), selector, tolerations)
     if template:
         body["spec"] = {"template": {"spec": template}}
+    metadata = checkplan.restore_metadata(_recorded_metadata(job))
+    if metadata:
+        body.setdefault("spec", {}).setdefault("template", {})["metadata"] = metadata
     return body
 
 

@@ -174,9 +174,15 @@ async def test_job_waits_for_provisioning_then_runs_with_its_pod_set_updates_and
             async def suspended_and_cleaned() -> bool:
                 job = await s.read_job("train")
                 templates = await s.core.list_namespaced_pod_template(s.ns)
-                return job["spec"].get("suspend") is True and not await s.requests() and not templates.items
+                pod = job["spec"]["template"]
+                restored = ("autoscaling.x-k8s.io/consume-provisioning-request"
+                            not in ((pod.get("metadata") or {}).get("annotations") or {})
+                            and "autoscaling.example.com/request" not in (pod["spec"].get("nodeSelector") or {}))
+                return (job["spec"].get("suspend") is True and not await s.requests() and not templates.items
+                        and restored)
 
-            await eventually(running, suspended_and_cleaned, what="the Job suspended, its request and template deleted")
+            await eventually(running, suspended_and_cleaned,
+                             what="the Job suspended and restored, its request and template deleted")
             wl = await workload()
             assert conditions(wl)["Evicted"]["reason"] == "DeactivatedDueToAdmissionCheck"
             (check,) = wl["status"]["admissionChecks"]  # reset as Kueue resets them on eviction

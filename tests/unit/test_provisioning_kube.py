@@ -80,3 +80,31 @@ def test_the_request_and_its_pod_template_as_kueue_creates_them() -> None:
     assert body["metadata"]["ownerReferences"][0]["kind"] == "Workload"
     template = checkplan.pod_template_body("ns", "ppt-wl-prov-1-main", wl, "main", {"pool": "gpu"}, [])
     assert template["template"]["spec"]["nodeSelector"] == {"pool": "gpu"}
+
+
+def test_pod_set_update_labels_and_annotations_are_restored_on_eviction() -> None:
+    """Kueue restores the template (RestorePodSpec) when a Job is suspended again: the labels and
+    annotations a check's podSetUpdates added go back to what they were."""
+    import json
+
+    from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ORIGINAL
+    from events.messages import AdmitChecked
+    from services.actuator.kubeplan import job_admit_patch, job_restore_patch
+
+    adm = o.Admission(cluster_queue="cq", pod_set_assignments=(o.PodSetAssignment(
+        name="main", flavors=(("cpu", "f"),), resource_usage=(("cpu", 1000),), count=1),))
+    d = AdmitChecked(id="c3-0", cycle=3, namespace="ns", name="wl", cluster_queue="cq", admission=adm,
+                     pod_set_updates=(o.PodSetUpdate(name="main", labels=(("a", "2"), ("b", "3")),
+                                                     annotations=(("x", "y"),)),))
+    job: dict[str, Any] = {"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "1"},
+                           "spec": {"suspend": True, "template": {"metadata": {"labels": {"a": "1"}},
+                                                                  "spec": {"containers": [{"name": "c"}]}}}}
+    patch = job_admit_patch(job, d, [])
+    assert patch["spec"]["template"]["metadata"] == {"labels": {"a": "2", "b": "3"}, "annotations": {"x": "y"}}
+    recorded = json.loads(patch["metadata"]["annotations"][ORIGINAL])
+    assert recorded["templateMetadata"] == {"labels": {"a": "1", "b": None}, "annotations": {"x": None}}
+    job["metadata"]["annotations"] = {ORIGINAL: patch["metadata"]["annotations"][ORIGINAL]}
+    job["spec"]["template"]["metadata"] = {"labels": {"a": "2", "b": "3"}, "annotations": {"x": "y"}}
+    restore = job_restore_patch(job)
+    assert restore is not None
+    assert restore["spec"]["template"]["metadata"] == {"labels": {"a": "1", "b": None}, "annotations": {"x": None}}
