@@ -19,6 +19,7 @@ from events.checkstatus import check_state_json, toleration_json
 from events.cluster import KUEUE_GROUP, MANAGED_BY_LABEL, ConditionType
 from events.messages import AdmitChecked, AdmitWorkload
 from services.actuator.kubeapi import InvalidObject, Ref
+from services.core import provisioning
 
 Json = dict[str, Any]
 
@@ -156,3 +157,20 @@ def request_body(namespace: str, plan: o.ProvisioningRequestPlan, wl: Mapping[st
             "metadata": {"name": plan.name, "namespace": namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY},
                          "ownerReferences": [owner_reference(wl)]},
             "spec": spec}
+
+
+def finished_requests(wl: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
+    """(request, its PodTemplates) a finished Workload may still have, named from its checks
+    (``status.admissionChecks``: the current attempt is ``retryCount + 1``) and podSets as the
+    provisioning check names them; a check of another controller has none (its delete is a 404)."""
+    name = str((wl.get("metadata") or {}).get("name") or "")
+    pod_sets = [str(p.get("name")) for p in (wl.get("spec") or {}).get("podSets") or [] if isinstance(p, dict)]
+    out = []
+    for c in (wl.get("status") or {}).get("admissionChecks") or []:
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            continue
+        retry = c.get("retryCount")
+        attempt = (retry if isinstance(retry, int) else 0) + 1
+        request = provisioning.request_name(name, c["name"], attempt)
+        out.append((request, [provisioning.pod_template_name(request, ps) for ps in pod_sets]))
+    return out

@@ -191,3 +191,43 @@ async def test_job_waits_for_provisioning_then_runs_with_its_pod_set_updates_and
     finally:
         log.close()
         await s.delete()
+
+
+@pytest.mark.usefixtures("deployed")
+async def test_a_finished_workloads_request_is_deleted(kube_api_client: client.ApiClient,
+                                                       kube_control_plane: LocalControlPlane, tmp_path: Any) -> None:
+    s = Setup(kube_api_client)
+    await s.create()
+    log = SqliteLog(tmp_path / "log")
+    try:
+        async with kueuelog(kube_control_plane, log, cluster="prov2") as running:
+            await s.job("infer")
+
+            async def one_request() -> dict[str, Any] | None:
+                reqs = await s.requests()
+                return reqs[0] if len(reqs) == 1 else None
+
+            name = (await eventually(running, one_request, what="the ProvisioningRequest"))["metadata"]["name"]
+            await s.answer(name, ("Accepted", "True", "accepted"), ("Provisioned", "True", "done"),
+                           details={"RequestKey": "rk-7"})
+
+            async def started() -> bool:
+                return (await s.read_job("infer"))["spec"].get("suspend") is False
+
+            await eventually(running, started, what="the Job unsuspended")
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            patch = {"status": {"startTime": now, "active": 1, "ready": 1}}
+            await s.batch.patch_namespaced_job_status("infer", s.ns, patch, _content_type=MERGE)
+            done = [{"type": t, "status": "True", "reason": "CompletionsReached", "message": "done",
+                     "lastTransitionTime": now} for t in ("SuccessCriteriaMet", "Complete")]
+            patch = {"status": {"active": 0, "ready": 0, "succeeded": 1, "completionTime": now, "conditions": done}}
+            await s.batch.patch_namespaced_job_status("infer", s.ns, patch, _content_type=MERGE)
+
+            async def cleaned() -> bool:
+                templates = await s.core.list_namespaced_pod_template(s.ns)
+                return not await s.requests() and not templates.items
+
+            await eventually(running, cleaned, what="the finished workload's request and template deleted")
+    finally:
+        log.close()
+        await s.delete()
