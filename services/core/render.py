@@ -163,4 +163,7 @@ def summary_row(state: State, rec: WorkloadRecord) -> tuple[str, str, str, str, 
     elif state_ == "Evicting":
         ev = rec.conditions.get(ConditionType.EVICTED)
         reason = ev.message if ev else ""
+    elif state_ == str(ConditionType.QUOTA_RESERVED) and rec.checks:
+        reason = "waiting for admission checks: " + ", ".join(
+            f"{c.name} {c.state}" + (f" ({c.message})" if c.message else "") for _, c in sorted(rec.checks.items()))
     return name, wl.queue_name, cq, state_, flavors, reason
