@@ -130,6 +130,7 @@ class RequestAnswered(SimRecord, frozen=True, tag="sim.request-answered"):
     n: int
     deleted: bool = False
     decision_id: str = ""
+    request_id: str = ""  # the RequestCreated's decision id: a request re-created under its name is another
 
 
 SimClusterRecord = (StartWorkload | StopWorkload | RunStarted | Reported | CreateProvisioningRequest

@@ -128,13 +128,14 @@ class SimState:
     # The simulated autoscaler: ProvisioningRequests by name (namespace/name) and their answers due,
     # (due, request, n) with lazy deletion like the timeline above.
     requests: dict[str, Request] = field(default_factory=dict)
-    answers_due: list[tuple[int, str, int]] = field(default_factory=list)
+    answers_due: list[tuple[int, str, str, int]] = field(default_factory=list)  # (due, request, created_by, n)
 
 
 @dataclass(slots=True)
 class Request:
     workload: str  # namespace/name
     answers: list[tuple[int, ProvisioningRequestObserved]]  # (due, what the autoscaler reports then)
+    created_by: str = ""  # the create command's decision id (a name is reused after a delete)
     answered: int = 0
     deleted: bool = False
 
@@ -146,17 +147,20 @@ def _fold_request(state: SimState, record: RequestCreated | RequestAnswered,
                   behaviours: dict[str, Behaviour]) -> bool:
     if isinstance(record, RequestCreated):
         name = f"{record.namespace}/{record.plan.name}"
-        if name in state.requests:
+        existing = state.requests.get(name)
+        # Kueue reuses a request's name for the same attempt after an eviction deleted it.
+        if existing is not None and (existing.created_by == record.decision_id or not existing.deleted):
             return False
         due = [(record.time + delay, ev) for delay, ev in
                answers(record.plan, record.namespace, record.workload, behaviours)]
-        state.requests[name] = Request(f"{record.namespace}/{record.workload}", due)
+        state.requests[name] = Request(f"{record.namespace}/{record.workload}", due, record.decision_id)
         state.handled.add(record.decision_id)
         for n, (at, _) in enumerate(due, start=1):
-            heapq.heappush(state.answers_due, (at, name, n))
+            heapq.heappush(state.answers_due, (at, name, record.decision_id, n))
     else:
         req = state.requests.get(f"{record.namespace}/{record.name}")
-        if req is None or (record.deleted and req.deleted) or (not record.deleted and req.answered >= record.n):
+        if (req is None or (record.request_id and record.request_id != req.created_by)
+                or (record.deleted and req.deleted) or (not record.deleted and req.answered >= record.n)):
             return False
         if record.deleted:
             req.deleted = True
@@ -349,7 +353,8 @@ class SimCluster:
         """Kubernetes: the ProvisioningRequest and its PodTemplates are created; the simulated
         autoscaler will answer it. A name that exists already is not created twice."""
         self.stats.commands += 1
-        if cmd.decision_id in self.state.handled or f"{cmd.namespace}/{cmd.plan.name}" in self.state.requests:
+        existing = self.state.requests.get(f"{cmd.namespace}/{cmd.plan.name}")
+        if cmd.decision_id in self.state.handled or (existing is not None and not existing.deleted):
             self.stats.duplicates += 1
             return
         self._record(out, RequestCreated(time=self._now(cmd.time), cluster=self.config.cluster,
@@ -362,7 +367,8 @@ class SimCluster:
         for name in sorted(n for n, r in self.state.requests.items() if r.workload == key and not r.deleted):
             self._record(out, RequestAnswered(time=self._now(), cluster=self.config.cluster, namespace=namespace,
                                               name=name.partition("/")[2], n=0, deleted=True,
-                                              decision_id=decision_id))
+                                              decision_id=decision_id,
+                                              request_id=self.state.requests[name].created_by))
 
     def _stop(self, cmd: StopWorkload, out: _Out) -> None:
         self.stats.commands += 1
@@ -380,15 +386,17 @@ class SimCluster:
         """Report the autoscaler's answers due at or before ``now``, in time order."""
         due = self.state.answers_due
         while due and due[0][0] <= now:
-            at, name, n = heapq.heappop(due)
+            at, name, created_by, n = heapq.heappop(due)
             req = self.state.requests.get(name)
-            if req is None or req.deleted or req.answered >= n:
+            if req is None or req.created_by != created_by or req.deleted or req.answered >= n:
                 continue
             event = msgspec.structs.replace(req.answers[n - 1][1], time=at)
-            env = Envelope(id=f"sim:provisioning:{name}:{n}", source=SOURCE, cluster=self.config.cluster, event=event)
+            env = Envelope(id=f"sim:provisioning:{name}:{created_by}:{n}", source=SOURCE, cluster=self.config.cluster,
+                           event=event)
             out.events.append((event_key(env), encode(env)))
             namespace, _, pr = name.partition("/")
-            self._record(out, RequestAnswered(time=at, cluster=self.config.cluster, namespace=namespace, name=pr, n=n))
+            self._record(out, RequestAnswered(time=at, cluster=self.config.cluster, namespace=namespace, name=pr, n=n,
+                                              request_id=created_by))
             self.stats.reports["provisioning"] = self.stats.reports.get("provisioning", 0) + 1
 
     def _emit_due(self, now: int, out: _Out) -> None:
@@ -454,9 +462,9 @@ class SimCluster:
         times = [q[0][0] for q in (timeline, due) if q]
         return min(times) if times else None
 
-    def _answer_pending(self, entry: tuple[int, str, int]) -> bool:
+    def _answer_pending(self, entry: tuple[int, str, str, int]) -> bool:
         req = self.state.requests.get(entry[1])
-        return req is not None and not req.deleted and req.answered < entry[2]
+        return req is not None and req.created_by == entry[2] and not req.deleted and req.answered < entry[3]
 
     def system_idle(self) -> bool:
         """Every consumer is at the end of its input (scheduler and actuator by their committed

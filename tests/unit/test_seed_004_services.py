@@ -100,3 +100,37 @@ def test_failing_past_the_limit_is_rejected_and_releases_the_quota(log: SqliteLo
     rec = next(iter(report.scheduler.state.workloads.values()))  # type: ignore[union-attr]
     assert rec.admission is None and rec.deactivated
     assert all(v == 0 for v in report.scheduler.state.cq_node("cluster-queue").usage.values())  # type: ignore[union-attr]
+
+
+def test_a_preempted_workload_gets_its_request_again_under_the_same_name(log: SqliteLog) -> None:
+    """Preemption is not a Retry: the victim's request (attempt 1) is deleted and, when it is
+    reserved again, created again under the same name, and answered again."""
+    import yaml
+
+    from events.cluster import SIM_DURATION_ANNOTATION
+    from tests.builders import a_cluster_queue, a_flavor, a_job, a_local_queue, a_priority_class
+
+    check = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "AdmissionCheck", "metadata": {"name": "prov"},
+             "spec": {"controllerName": "kueue.x-k8s.io/provisioning-request",
+                      "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig",
+                                     "name": "prc"}}}
+    prc = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ProvisioningRequestConfig", "metadata": {"name": "prc"},
+           "spec": {"provisioningClassName": CLASS}}
+    cq = a_cluster_queue("cq").flavor("default", cpu="2").preemption(within="LowerPriority").admission_checks("prov")
+    low = a_job("ns", "low", "lq").request(cpu="2").created(0).annotate(SIM_DURATION_ANNOTATION, "1m")
+    high = (a_job("ns", "high", "lq").request(cpu="2").created(10).annotate(SIM_DURATION_ANNOTATION, "1m")
+            .label("kueue.x-k8s.io/priority-class", "high"))
+    docs = [a_flavor("default").obj(), check, prc, cq.obj(), a_local_queue("ns", "lq", "cq").obj(),
+            a_priority_class("high", 1000).obj(), low.obj(), high.obj()]
+    config = SimConfig(provisioning=tuple(parse_all([f"{CLASS}=succeed:30s"]).items()))
+    arrivals = ArrivalStream.from_files(log, {"m.yaml": yaml.safe_dump_all(docs, sort_keys=False)}, topics=T)
+    drive_until_idle(log, topics=T, config=config, arrivals=arrivals)
+    ds = _decisions(log)
+    evicts = _of(ds, EvictWorkload)
+    assert [e.reason for e in evicts] == ["Preempted"]  # type: ignore[attr-defined]
+    names = [p.name for d in _of(ds, AdmitWorkload) for p in d.provisioning_requests or ()]  # type: ignore[attr-defined]
+    assert len(names) == 3 and names[0] == names[2]  # low, high, low again with the same request name
+    assert len(_of(ds, AdmitChecked)) == 2
+    report = replay(log, T, verify=True)
+    assert report.mismatches == []
+    assert all(r.finished for r in report.scheduler.state.workloads.values())  # type: ignore[union-attr]
