@@ -236,12 +236,48 @@ class AdmissionCheckSpec(_Spec):
     parameters: AdmissionCheckParametersReference | None = None
 
 
-class ProvisioningRequestConfigSpec(_Loose):
-    """Only what admission needs; the rest (parameters, retryStrategy, podSetUpdates, ...) is the
-    ProvisioningRequest controller's business and is accepted as written."""
+class ProvisioningRequestRetryStrategy(_Spec):
+    backoff_limit_count: int | None = None
+    backoff_base_seconds: int | None = None
+    backoff_max_seconds: int | None = None
+
+
+class ProvisioningRequestPodSetUpdatesNodeSelector(_Spec):
+    key: str | None = None
+    value_from_provisioning_class_detail: str | None = None
+
+
+class ProvisioningRequestPodSetUpdates(_Spec):
+    node_selector: list[ProvisioningRequestPodSetUpdatesNodeSelector] | None = None
+
+
+class ProvisioningRequestConfigSpec(_Spec):
+    """Kueue's ProvisioningRequestConfig spec (v1beta1 and v1beta2 spell it the same)."""
 
     provisioning_class_name: str | None = None
+    parameters: dict[str, Any] | None = None  # strings; checked with the key named (events.checks_manifest)
     managed_resources: list[str] | None = None
+    retry_strategy: ProvisioningRequestRetryStrategy | None = None
+    pod_set_updates: ProvisioningRequestPodSetUpdates | None = None
+    pod_set_merge_policy: str | None = None
+
+
+class PodSetUpdate(_Loose):
+    name: str
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+
+
+class AdmissionCheckState(_Loose):
+    name: str
+    state: str
+    message: str | None = None
+    last_transition_time: str | None = None
+    pod_set_updates: list[PodSetUpdate] | None = None
+    retry_count: int | None = None
+    requeue_after_seconds: int | None = None
 
 
 # --- Workload --------------------------------------------------------------------------------
@@ -298,6 +334,7 @@ class Condition(_Loose):
 class WorkloadStatus(_Loose):
     admission: Admission | None = None
     conditions: list[Condition] | None = None
+    admission_checks: list[AdmissionCheckState] | None = None
 
 
 # --- Job -------------------------------------------------------------------------------------

@@ -103,7 +103,7 @@ def finished(succeeded: bool, message: str, at: int) -> Condition:
 
 def pending_admission_checks(at: int) -> Condition:
     return condition(ConditionType.ADMITTED, False, ConditionReason.UNSATISFIED_CHECKS,
-                     "The workload has not all admission checks ready", at)
+                     "The workload has not all checks ready", at)
 
 
 def pods_ready(at: int) -> Condition:

@@ -24,7 +24,7 @@ from typing import Any, Final, NoReturn, TypeVar
 import msgspec
 import yaml
 
-from events import api, t9k
+from events import api, checks_manifest, t9k
 from events import objects as o
 from events import validation as v
 from events.cluster import (
@@ -603,8 +603,11 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
             "spec.admissionChecksStrategy", "admissionChecks and admissionChecksStrategy are mutually exclusive"
         )
     checks = list(spec.admission_checks or [])
+    on_flavors: list[tuple[str, tuple[str, ...]]] = []
     if spec.admission_checks_strategy and spec.admission_checks_strategy.admission_checks:
         checks = [r.name for r in spec.admission_checks_strategy.admission_checks]
+        on_flavors = [(r.name, tuple(r.on_flavors)) for r in spec.admission_checks_strategy.admission_checks
+                      if r.on_flavors]
     return o.ClusterQueue(
         name=ctx.name,
         cohort=cohort,
@@ -619,6 +622,7 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
         stop_policy=_enum(ctx, o.StopPolicy, spec.stop_policy, o.StopPolicy.NONE, "spec.stopPolicy"),
         admission_checks=tuple(checks),
         fair_sharing_weight=_weight(ctx, spec.fair_sharing, "spec.fairSharing"),
+        admission_check_flavors=tuple(on_flavors),
     )
 
 
@@ -898,6 +902,7 @@ def _workload(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespac
         eviction=_eviction(ctx, status) if admission is not None else None,
         labels=_sorted_pairs(meta.labels),
         annotations=_sorted_pairs(meta.annotations),
+        admission_checks=checks_manifest.check_states(ctx, status.admission_checks if status else None, parse_time),
     )
 
 
@@ -970,20 +975,8 @@ def _dispatch(
             assert value is not None
             return o.WorkloadPriorityClass(name=ctx.name, value=value)
         if kind == "AdmissionCheck":
-            ac = _spec(ctx, body, api.AdmissionCheckSpec)
-            if not ac.controller_name:
-                raise ctx.error("spec.controllerName", "required field is missing")
-            params = ac.parameters or api.AdmissionCheckParametersReference()
-            return o.AdmissionCheck(
-                name=ctx.name, controller_name=ac.controller_name,
-                parameters_kind=params.kind or "", parameters_name=params.name or "",
-            )
-        prc = _spec(ctx, body, api.ProvisioningRequestConfigSpec)
-        return o.ProvisioningRequestConfig(
-            name=ctx.name,
-            provisioning_class_name=prc.provisioning_class_name or "",
-            managed_resources=tuple(prc.managed_resources or ()),
-        )
+            return checks_manifest.admission_check(ctx, _spec(ctx, body, api.AdmissionCheckSpec), body)
+        return checks_manifest.provisioning_config(ctx, _spec(ctx, body, api.ProvisioningRequestConfigSpec))
     if api_version == "v1" and kind == "Namespace":
         labels = dict(meta.labels or {})
         labels["kubernetes.io/metadata.name"] = ctx.name  # the API server sets it on every namespace

@@ -13,7 +13,7 @@ from enum import StrEnum
 import msgspec
 
 from events.cluster import ConditionStatus, ConditionType, EvictionReason, PendingConditionReason
-from events.objects import Admission, AnyObject
+from events.objects import Admission, AdmissionCheckState, AnyObject, PodSetUpdate, ProvisioningRequestPlan
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -87,6 +87,35 @@ class ActuationFailed(Event, frozen=True, tag="actuation.failed"):
     cluster: str = ""
 
 
+class AdmissionCheckUpdated(Event, frozen=True, tag="workload.admission-check"):
+    """An admission check's controller set the check's state on a Workload (its report: the
+    provisioning controller, or any other controller through the API)."""
+
+    namespace: str
+    name: str
+    check: AdmissionCheckState
+
+
+class ProvisioningRequestCondition(msgspec.Struct, frozen=True, kw_only=True):
+    type: str  # Accepted, Provisioned, Failed, BookingExpired, CapacityRevoked
+    status: str  # True / False
+    message: str = ""
+
+
+class ProvisioningRequestObserved(Event, frozen=True, tag="provisioning-request.observed"):
+    """A ProvisioningRequest's status as seen (the watcher; the simulated autoscaler): which
+    workload, check and attempt it serves, its conditions and ``provisioningClassDetails``. The
+    scheduler maps it to the check's state as Kueue's provisioning controller does."""
+
+    namespace: str
+    name: str
+    workload: str
+    check: str
+    attempt: int
+    conditions: tuple[ProvisioningRequestCondition, ...] = ()
+    class_details: tuple[tuple[str, str], ...] = ()
+
+
 ClusterEvent = (
     ObjectApplied
     | ObjectDeleted
@@ -97,6 +126,8 @@ ClusterEvent = (
     | PodsNotReady
     | DecisionApplied
     | ActuationFailed
+    | AdmissionCheckUpdated
+    | ProvisioningRequestObserved
 )
 
 
@@ -129,6 +160,7 @@ class PendingReason(StrEnum):
     INACTIVE = "Inactive"
     WAITING_FOR_PODS_READY = "WaitingForPodsReady"  # blockAdmission: an admitted workload is not ready yet
     BACKING_OFF = "BackingOff"  # evicted after a PodsReady timeout, waiting for status.requeueState.requeueAt
+    FAILED_ADMISSION_CHECKS = "FailedAdmissionChecks"  # a Retry or Rejected check: not nominated
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -144,7 +176,24 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
 
 
 class AdmitWorkload(Decision, frozen=True, tag="admit"):
+    """Quota reserved. Without ``admission_checks`` the workload is admitted too; with them it
+    waits (``Admitted=False``) until every check is Ready (then ``AdmitChecked``)."""
+
     admission: Admission
+    # Left out of the record when there are none (UNSET), so that a decision without checks is
+    # written byte for byte as before them and old logs still verify. ``or ()`` reads them.
+    admission_checks: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET  # the checks that apply, by name
+    provisioning_requests: tuple[ProvisioningRequestPlan, ...] | msgspec.UnsetType = msgspec.UNSET  # to create
+
+
+class AdmitChecked(Decision, frozen=True, tag="admit-checked"):
+    """Every admission check of a workload holding quota is Ready: it is admitted now (Kueue's
+    ``Admitted=True``), and the checks' podSetUpdates are applied with its flavors."""
+
+    admission: Admission
+    pod_set_updates: tuple[PodSetUpdate, ...] = ()
+    failed_to_start: str = ""  # the podSetUpdates conflict with the flavors: the Job fails to start (Finished)
+    admission_checks: tuple[AdmissionCheckState, ...] = ()  # the checks' states, for the Workload's status
 
 
 class EvictWorkload(Decision, frozen=True, tag="evict"):
@@ -152,6 +201,11 @@ class EvictWorkload(Decision, frozen=True, tag="evict"):
     message: str
     preemption_reason: str = ""  # InClusterQueue, InCohortReclamation, ...
     preemptor: str = ""  # namespace/name
+    # The workload's ProvisioningRequests to delete (left out when none, as in AdmitWorkload).
+    provisioning_requests: tuple[ProvisioningRequestPlan, ...] | msgspec.UnsetType = msgspec.UNSET
+    # Its admission checks as the eviction leaves them (reset to Pending, retryCount counted), for
+    # the Workload's status; left out when it has none.
+    admission_checks: tuple[AdmissionCheckState, ...] | msgspec.UnsetType = msgspec.UNSET
 
 
 class DeactivateWorkload(EvictWorkload, frozen=True, tag="evict.deactivate"):
@@ -195,5 +249,5 @@ class CycleCompleted(msgspec.Struct, frozen=True, kw_only=True, tag="cycle", tag
     heads: tuple[HeadOutcome, ...] = ()
 
 
-AnyDecision = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending
-DecisionRecord = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | CycleCompleted
+AnyDecision = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked
+DecisionRecord = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | CycleCompleted

@@ -170,6 +170,9 @@ class ClusterQueue(_Kind, frozen=True, tag="ClusterQueue"):
     admission_checks: tuple[str, ...] = ()
     fair_sharing_weight: int = 1000  # milli-units; Kueue's default weight is 1
     t9k: T9kQueue | None = None  # set only for a ClusterQueue made from a T9k Queue
+    # admissionChecksStrategy rules with onFlavors: (check, flavors); a check not listed here
+    # applies whatever the flavors (services.core.checks.checks_for).
+    admission_check_flavors: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 class Cohort(_Kind, frozen=True, tag="Cohort"):
@@ -207,12 +210,70 @@ class AdmissionCheck(_Kind, frozen=True, tag="AdmissionCheck"):
     controller_name: str = ""
     parameters_kind: str = ""
     parameters_name: str = ""
+    parameters_api_group: str = ""
+    active: bool | None = None  # status.conditions Active as written; None: not stated (derived)
 
 
 class ProvisioningRequestConfig(_Kind, frozen=True, tag="ProvisioningRequestConfig"):
     name: str
     provisioning_class_name: str = ""
     managed_resources: tuple[str, ...] = ()
+    parameters: tuple[tuple[str, str], ...] = ()
+    backoff_limit_count: int = 3
+    backoff_base_seconds: int = 60
+    backoff_max_seconds: int = 1800
+    pod_set_merge_policy: str = ""
+    # podSetUpdates.nodeSelector: (node label key, key of the ProvisioningRequest's provisioningClassDetails)
+    node_selector_updates: tuple[tuple[str, str], ...] = ()
+
+
+class ProvisioningRequestPodSet(_Obj, frozen=True):
+    pod_set: str  # the Workload's podSet (the first of those merged into it)
+    pod_template: str  # the PodTemplate's name (``ppt-<request>-<podSet>``)
+    count: int
+
+
+class ProvisioningRequestPlan(_Obj, frozen=True):
+    """A ProvisioningRequest to create for a workload's provisioning check (Kueue's controller,
+    ``pkg/controller/admissionchecks/provisioning``): named ``<workload>-<check>-<attempt>``."""
+
+    name: str
+    check: str
+    attempt: int
+    provisioning_class_name: str
+    parameters: tuple[tuple[str, str], ...] = ()
+    pod_sets: tuple[ProvisioningRequestPodSet, ...] = ()
+
+
+class CheckState(StrEnum):
+    """An admission check's state on a Workload (Kueue's ``CheckState``)."""
+
+    PENDING = "Pending"
+    READY = "Ready"
+    RETRY = "Retry"
+    REJECTED = "Rejected"
+
+
+class PodSetUpdate(_Obj, frozen=True):
+    """What a Ready admission check asks to be merged into a podSet's pod template."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+    annotations: tuple[tuple[str, str], ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+class AdmissionCheckState(_Obj, frozen=True):
+    """One entry of a Workload's ``status.admissionChecks``."""
+
+    name: str
+    state: CheckState = CheckState.PENDING
+    message: str = ""
+    last_transition_time: int = 0  # Millis
+    pod_set_updates: tuple[PodSetUpdate, ...] = ()
+    retry_count: int = 0
+    requeue_after_seconds: int | None = None
 
 
 class Configuration(_Kind, frozen=True, tag="Configuration"):
@@ -311,6 +372,7 @@ class Workload(_Kind, frozen=True, tag="Workload"):
     maximum_execution_time_seconds: int | None = None  # spec.maximumExecutionTimeSeconds (a Job's label)
     labels: tuple[tuple[str, str], ...] = ()
     annotations: tuple[tuple[str, str], ...] = ()
+    admission_checks: tuple[AdmissionCheckState, ...] = ()  # status.admissionChecks as given
 
     @property
     def key(self) -> WorkloadKey:

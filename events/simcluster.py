@@ -26,7 +26,7 @@ import msgspec
 
 from events.codec import decode_error
 from events.envelope import Topics
-from events.objects import Admission
+from events.objects import Admission, ProvisioningRequestPlan
 
 
 def sim_cluster_topic(topics: Topics) -> str:
@@ -61,6 +61,17 @@ class StopWorkload(SimRecord, frozen=True, tag="sim.stop-workload"):
     namespace: str
     name: str
     reason: str = ""
+
+
+class CreateProvisioningRequest(SimRecord, frozen=True, tag="sim.create-provisioning-request"):
+    """Create a ProvisioningRequest (and its PodTemplates) for a workload's provisioning check;
+    the simulated autoscaler answers it. ``decision_id`` is the admission's id and the request's
+    name, so that a command carried out twice creates one request."""
+
+    decision_id: str
+    namespace: str
+    workload: str
+    plan: ProvisioningRequestPlan
 
 
 # --- status (written by the simulated cluster itself) ----------------------------------------
@@ -100,11 +111,35 @@ class Reported(SimRecord, frozen=True, tag="sim.reported"):
     envelope_id: str = ""
 
 
-SimClusterRecord = StartWorkload | StopWorkload | RunStarted | Reported
+class RequestCreated(SimRecord, frozen=True, tag="sim.request-created"):
+    """A ProvisioningRequest was created at ``time``: its answers (``events.simautoscaler``) are
+    due from then on, the ``answered`` first ones already reported."""
+
+    decision_id: str
+    namespace: str
+    workload: str
+    plan: ProvisioningRequestPlan
+
+
+class RequestAnswered(SimRecord, frozen=True, tag="sim.request-answered"):
+    """Answer ``n`` (1, 2, ...) of a ProvisioningRequest was reported to cluster-events; with
+    ``deleted``, the request was deleted (its workload stopped): nothing more is reported."""
+
+    namespace: str
+    name: str
+    n: int
+    deleted: bool = False
+    decision_id: str = ""
+    request_id: str = ""  # the RequestCreated's decision id: a request re-created under its name is another
+
+
+SimClusterRecord = (StartWorkload | StopWorkload | RunStarted | Reported | CreateProvisioningRequest
+                    | RequestCreated | RequestAnswered)
 
 SIM_RECORD_TYPES: Final = frozenset(
     str(msgspec.inspect.type_info(cls).tag)  # type: ignore[attr-defined]
-    for cls in (StartWorkload, StopWorkload, RunStarted, Reported)
+    for cls in (StartWorkload, StopWorkload, RunStarted, Reported, CreateProvisioningRequest, RequestCreated,
+                RequestAnswered)
 )
 
 _decoder: Final = msgspec.json.Decoder(SimClusterRecord)

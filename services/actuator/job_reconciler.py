@@ -67,6 +67,7 @@ from events.cluster import (
     JobConditionType,
 )
 from events.manifests import Document, ManifestError, format_time, normalize
+from services.actuator import checkplan
 from services.actuator.kubeapi import KubeApiError, status_retriable
 from services.runtime.clock import wall_clock_ms as _wall_clock_ms
 
@@ -697,6 +698,24 @@ class JobReconciler:
             await self._event(ref, "Normal", "CreatedWorkload", f"Created Workload: {draft.namespace}/{draft.name}")
         self._workload_done.add(ref.uid)
 
+    async def _delete_requests(self, namespace: str, wl: Mapping[str, Any]) -> None:
+        """Kueue deletes a finished workload's ProvisioningRequests (and their PodTemplates)."""
+        for request, templates in checkplan.finished_requests(wl):
+            await self._delete_gone_ok(f"delete ProvisioningRequest {namespace}/{request}",
+                                       self._custom.delete_namespaced_custom_object, checkplan.PR_GROUP, "v1",
+                                       namespace, "provisioningrequests", request)
+            for t in templates:
+                await self._delete_gone_ok(f"delete PodTemplate {namespace}/{t}",
+                                           self._core.delete_namespaced_pod_template, t, namespace)
+
+    @staticmethod
+    async def _delete_gone_ok(what: str, fn: Callable[..., Awaitable[Any]], *args: str) -> None:
+        try:
+            await _request(what, fn(*args, _preload_content=False))
+        except KubeApiError as e:
+            if e.status != 404:
+                raise
+
     async def _write_finished(self, ref: JobRef, finished: Finished) -> None:
         what = f"Workload {ref.namespace}/{finished.workload}"
         for _ in range(_MAX_ATTEMPTS):
@@ -722,6 +741,7 @@ class JobReconciler:
                 self.stats.finished_written += 1
                 self._log.info("workload finished", job=str(ref), workload=finished.workload,
                                succeeded=finished.succeeded)
+                await self._delete_requests(ref.namespace, wl)
                 await self._event(ref, "Normal", "FinishedWorkload",
                                   f"Workload '{ref.namespace}/{finished.workload}' is declared finished")
             self._finished_done.add(ref.uid)

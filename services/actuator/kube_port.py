@@ -59,7 +59,8 @@ from kubernetes_asyncio import client
 
 from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
 from events.cluster import PENDING_REASON_ANNOTATION
-from events.messages import AdmitWorkload, AnyDecision, DeactivateWorkload, EvictWorkload, MarkPending
+from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, DeactivateWorkload, EvictWorkload, MarkPending
+from services.actuator import checkplan
 from services.actuator.kubeapi import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
 from services.actuator.kubeplan import (
     Decision,
@@ -69,6 +70,7 @@ from services.actuator.kubeplan import (
     QueueCounts,
     admitted_status,
     annotations_of,
+    checked_status,
     cluster_queue_ref,
     evicted_status,
     flavor_names,
@@ -111,6 +113,7 @@ class KubeStats:
     conflicts: int = 0
     restores: int = 0
     queue_status_writes: int = 0
+    provisioning_requests: int = 0  # ProvisioningRequests created (not found there already)
     api: ApiStats = field(default_factory=ApiStats)
 
     def as_dict(self) -> dict[str, Any]:
@@ -163,13 +166,17 @@ class KubePort:
     async def before_batch(self) -> None:
         await self._do_later()
 
-    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]:
+    async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
         await self._admit(decision)
+        if isinstance(decision, AdmitWorkload) and decision.provisioning_requests:
+            await self._create_requests(decision)
         self._applied(decision)
         return ()
 
     async def stop(self, decision: EvictWorkload) -> Sequence[Staged]:
         await self._evict(decision)
+        if decision.provisioning_requests:
+            await self._delete_requests(decision)
         self._applied(decision)
         return ()
 
@@ -181,7 +188,7 @@ class KubePort:
     async def after_batch(self) -> None:
         await self._flush_queues()
 
-    def _applied(self, d: AdmitWorkload | EvictWorkload) -> None:
+    def _applied(self, d: AdmitWorkload | AdmitChecked | EvictWorkload) -> None:
         key = f"{d.namespace}/{d.name}"
         self._later.pop(f"pending:{key}", None)
         self._pending_cache.pop(key, None)  # a pending mark after this one is news again
@@ -247,10 +254,13 @@ class KubePort:
                 return None
             raise
 
-    async def _admit(self, d: AdmitWorkload) -> None:
+    async def _admit(self, d: AdmitWorkload | AdmitChecked) -> None:
+        # With admission checks the Job starts only once they are all Ready (AdmitChecked); a
+        # podSetUpdate that conflicts with the flavors means it fails to start (Kueue's FailedToStart).
+        starts = (not d.admission_checks) if isinstance(d, AdmitWorkload) else not d.failed_to_start
         for _ in range(self.max_conflicts):
             wl = await self._workload(d)
-            owned = await self._job_of(wl, d)
+            owned = await self._job_of(wl, d) if starts else None
             if owned is not None:
                 ref, job = owned
                 verdict = idempotency(job, d)
@@ -264,12 +274,13 @@ class KubePort:
                     self._later.pop(f"restore:{d.namespace}/{d.name}", None)
                 else:
                     self.stats.already_applied += 1
-            elif (pod := pod_owner(wl)) is not None:  # a pod held by its scheduling gate: release it
+            elif starts and (pod := pod_owner(wl)) is not None:  # a pod held by its scheduling gate: release it
                 labels: dict[str, str] = {}
                 for n in flavor_names(d):
                     labels.update((await self._flavor(n)).node_labels)
                 await admit_pod(self._api, d.namespace, pod[0], pod[1], labels)
-            desired = admitted_status(wl.get("status") or {}, d)
+            status = wl.get("status") or {}
+            desired = admitted_status(status, d) if isinstance(d, AdmitWorkload) else checked_status(status, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
                 return
         raise KubeApiError(f"admit Workload {d.namespace}/{d.name}: still conflicting after {self.max_conflicts} "
@@ -306,6 +317,28 @@ class KubePort:
                 return
         raise KubeApiError(f"evict Workload {key}: still conflicting after {self.max_conflicts} re-reads",
                            retriable=True, status=409)
+
+    async def _create_requests(self, d: AdmitWorkload) -> None:
+        """The provisioning check's requests (Kueue's controller): each PodTemplate, then the
+        ProvisioningRequest, each created once by name (a re-delivered decision finds them)."""
+        wl = await self._workload(d)
+        flavors = [await self._flavor(n) for n in flavor_names(d)]
+        labels = {k: v for f in flavors for k, v in f.node_labels}
+        tolerations = [t for f in flavors for t in f.tolerations]
+        for plan in d.provisioning_requests or ():
+            for ps in plan.pod_sets:
+                body = checkplan.pod_template_body(d.namespace, ps.pod_template, wl, ps.pod_set, labels, tolerations)
+                await self.kube.create(checkplan.pod_template_ref(d.namespace, ps.pod_template), body)
+            created = await self.kube.create(checkplan.request_ref(d.namespace, plan.name),
+                                             checkplan.request_body(d.namespace, plan, wl))
+            self.stats.provisioning_requests += int(created)
+
+    async def _delete_requests(self, d: EvictWorkload) -> None:
+        """Kueue deletes an evicted workload's ProvisioningRequests (and so their PodTemplates)."""
+        for plan in d.provisioning_requests or ():
+            await self.kube.delete(checkplan.request_ref(d.namespace, plan.name))
+            for ps in plan.pod_sets:
+                await self.kube.delete(checkplan.pod_template_ref(d.namespace, ps.pod_template))
 
     async def _restore(self, ref: Ref, job: Json) -> bool:
         """Put the template's own scheduling back if the Job may change now; True when nothing is left to do."""

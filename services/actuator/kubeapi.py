@@ -193,6 +193,7 @@ class KubeCalls:
     def __init__(self, api: client.ApiClient, *, qps: float, burst: int, request_timeout: float,
                  stats: ApiStats) -> None:
         self._co = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
         self._bucket = TokenBucket(qps, burst, time.monotonic())
         self._timeout = request_timeout
         self.stats = stats
@@ -220,6 +221,61 @@ class KubeCalls:
             args = (ref.group, ref.version, ref.plural, ref.name)
         call = f"patch {ref.kind}{' status' if status else ''}"
         return await self._call(call, str(ref), fn, args, body, not_found_retriable)
+
+    async def create(self, ref: Ref, body: dict[str, Any]) -> bool:
+        """Create a namespaced object (a PodTemplate in the core group, else a custom object);
+        False when one of that name exists already (409 AlreadyExists: created before)."""
+        if ref.group:
+            fn: Callable[..., Awaitable[Any]] = self._co.create_namespaced_custom_object
+            args: tuple[Any, ...] = (ref.group, ref.version, ref.namespace, ref.plural, body)
+        else:
+            fn, args = self._core.create_namespaced_pod_template, (ref.namespace, body)
+        try:
+            await self._plain(f"create {ref.kind}", str(ref), fn, args)
+        except KubeApiError as e:
+            if e.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete(self, ref: Ref) -> None:
+        """Delete a namespaced object; one that is gone already is fine."""
+        if ref.group:
+            fn: Callable[..., Awaitable[Any]] = self._co.delete_namespaced_custom_object
+            args: tuple[Any, ...] = (ref.group, ref.version, ref.namespace, ref.plural, ref.name)
+        else:
+            fn, args = self._core.delete_namespaced_pod_template, (ref.name, ref.namespace)
+        try:
+            await self._plain(f"delete {ref.kind}", str(ref), fn, args)
+        except KubeApiError as e:
+            if e.status != 404:
+                raise
+
+    async def list_objects(self, ref: Ref, *, label_selector: str = "") -> list[dict[str, Any]]:
+        """The custom objects of ``ref``'s kind in its namespace (``ref.name`` is not used)."""
+        out = await self._plain(f"list {ref.kind}", f"{ref.namespace}/{ref.plural}",
+                                self._co.list_namespaced_custom_object,
+                                (ref.group, ref.version, ref.namespace, ref.plural), label_selector=label_selector)
+        items = out.get("items") if isinstance(out, dict) else None
+        return [i for i in items or [] if isinstance(i, dict)]
+
+    async def _plain(self, call: str, what: str, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
+                     **extra: Any) -> Any:
+        wait = self._bucket.reserve(time.monotonic())
+        if wait > 0:
+            self.stats.throttled_seconds += wait
+            await asyncio.sleep(wait)
+        started = time.monotonic()
+        try:
+            out = await fn(*args, _request_timeout=self._timeout, **extra)
+        except Exception as e:
+            wrapped = classify(e, call=f"{call.split(' ', 1)[0]} {what}")
+            self.stats.observe(call, time.monotonic() - started, wrapped)
+            if wrapped is None:
+                raise
+            raise wrapped from e
+        self.stats.observe(call, time.monotonic() - started, None)
+        return out
 
     async def _call(self, call: str, what: str, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
                     body: dict[str, Any] | None, not_found_retriable: bool) -> dict[str, Any]:

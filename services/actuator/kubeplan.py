@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 from events import conditions as cond
 from events import objects as o
 from events import t9k
+from events.checkstatus import check_state_json
 from events.cluster import (
     DECISION_CYCLE_ANNOTATION,
     DECISION_ID_ANNOTATION,
@@ -27,6 +28,7 @@ from events.cluster import (
 from events.kueue_versions import STORAGE_VERSION
 from events.manifests import format_time, parse_time
 from events.messages import (
+    AdmitChecked,
     AdmitWorkload,
     Condition,
     DeactivateWorkload,
@@ -34,6 +36,7 @@ from events.messages import (
     MarkPending,
 )
 from events.quantity import QuantityError, format_amount, to_amount
+from services.actuator import checkplan
 from services.actuator.kubeapi import InvalidObject, Ref
 
 KUEUE_VERSION: Final = STORAGE_VERSION
@@ -43,7 +46,7 @@ Workload status we write (admission, conditions) is spelled alike in v1beta1 and
 LocalQueue's usage is v1beta2's ``flavorsUsage`` (v1beta1 ``flavorUsage`` is cleared)."""
 
 Json = dict[str, Any]
-Decision = AdmitWorkload | EvictWorkload | MarkPending
+Decision = AdmitWorkload | AdmitChecked | EvictWorkload | MarkPending
 
 
 def workload_ref(namespace: str, name: str) -> Ref:
@@ -101,7 +104,7 @@ def flavor_scheduling(obj: Mapping[str, Any]) -> FlavorScheduling:
     return FlavorScheduling(name, tuple(sorted(labels.items())), tuple(tolerations))
 
 
-def flavor_names(d: AdmitWorkload) -> tuple[str, ...]:
+def flavor_names(d: AdmitWorkload | AdmitChecked) -> tuple[str, ...]:
     """The flavors a Job's admission assigns (a Job is one pod set, ``main``), sorted."""
     psas = d.admission.pod_set_assignments
     if len(psas) != 1:
@@ -126,9 +129,24 @@ def pod_scheduling(pod_spec: Mapping[str, Any]) -> tuple[dict[str, str], list[Js
     return dict(pod_spec.get("nodeSelector") or {}), list(pod_spec.get("tolerations") or [])
 
 
-def encode_original(node_selector: Mapping[str, str], tolerations: Sequence[Json]) -> str:
-    return json.dumps({"nodeSelector": dict(node_selector), "tolerations": list(tolerations)},
-                      sort_keys=True, separators=(",", ":"))
+def encode_original(node_selector: Mapping[str, str], tolerations: Sequence[Json],
+                    metadata: Mapping[str, Any] | None = None) -> str:
+    """The template's own scheduling (and, once podSetUpdates changed them, its labels and
+    annotations as they were: ``checkplan.ORIGINAL_METADATA_KEY``)."""
+    out: Json = {"nodeSelector": dict(node_selector), "tolerations": list(tolerations)}
+    if metadata:
+        out[checkplan.ORIGINAL_METADATA_KEY] = dict(metadata)
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+
+def _recorded_metadata(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    text = annotations_of(job).get(ORIGINAL_POD_SCHEDULING_ANNOTATION)
+    try:
+        raw = json.loads(text) if text is not None else None
+    except ValueError:
+        return None  # original_scheduling reports it
+    found = raw.get(checkplan.ORIGINAL_METADATA_KEY) if isinstance(raw, dict) else None
+    return found if isinstance(found, dict) else None
 
 
 def original_scheduling(job: Mapping[str, Any], what: str) -> tuple[dict[str, str], list[Json]]:
@@ -201,7 +219,7 @@ def recorded_decision(job: Mapping[str, Any]) -> tuple[str, int]:
 Verdict = Literal["apply", "applied", "stale"]
 
 
-def idempotency(job: Mapping[str, Any], d: AdmitWorkload | EvictWorkload) -> Verdict:
+def idempotency(job: Mapping[str, Any], d: AdmitWorkload | AdmitChecked | EvictWorkload) -> Verdict:
     """Whether the Job still needs ``d``: "applied" when it records ``d`` itself, "stale" when it
     records a newer cycle's decision (``d`` was superseded: never go back), else "apply"."""
     rid, rcycle = recorded_decision(job)
@@ -216,20 +234,28 @@ def resource_version(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
-def job_admit_patch(job: Mapping[str, Any], d: AdmitWorkload, flavors: Sequence[FlavorScheduling]) -> Json:
+def job_admit_patch(job: Mapping[str, Any], d: AdmitWorkload | AdmitChecked,
+                    flavors: Sequence[FlavorScheduling]) -> Json:
     what = f"Job {d.namespace}/{(job.get('metadata') or {}).get('name')}"
     selector0, tolerations0 = original_scheduling(job, what)
     selector, tolerations = injected(selector0, tolerations0, flavors, what)
+    updates = d.pod_set_updates if isinstance(d, AdmitChecked) else ()
+    selector, tolerations = checkplan.merge_updates(selector, tolerations, updates, what)
     ann = annotations_of(job)
     changes: dict[str, str | None] = {DECISION_ID_ANNOTATION: d.id, DECISION_CYCLE_ANNOTATION: str(d.cycle)}
-    if ORIGINAL_POD_SCHEDULING_ANNOTATION not in ann:
-        changes[ORIGINAL_POD_SCHEDULING_ANNOTATION] = encode_original(selector0, tolerations0)
+    meta = checkplan.template_metadata(updates)
+    recorded = _recorded_metadata(job)
+    remembered = checkplan.original_metadata(job, recorded, meta) if meta else recorded
+    if ORIGINAL_POD_SCHEDULING_ANNOTATION not in ann or remembered != recorded:
+        changes[ORIGINAL_POD_SCHEDULING_ANNOTATION] = encode_original(selector0, tolerations0, remembered)
     if EVICTED_ANNOTATION in ann:
         changes[EVICTED_ANNOTATION] = None
     spec: Json = {"suspend": False}
     template = _scheduling_patch(_pod_spec(job), selector, tolerations)
     if template:
         spec["template"] = {"spec": template}
+    if meta:
+        spec.setdefault("template", {})["metadata"] = meta
     return {"metadata": {"resourceVersion": resource_version(job), "annotations": changes}, "spec": spec}
 
 
@@ -251,6 +277,9 @@ def job_restore_patch(job: Mapping[str, Any]) -> Json | None:
     template = _scheduling_patch(_pod_spec(job), selector, tolerations)
     if template:
         body["spec"] = {"template": {"spec": template}}
+    metadata = checkplan.restore_metadata(_recorded_metadata(job))
+    if metadata:
+        body.setdefault("spec", {}).setdefault("template", {})["metadata"] = metadata
     return body
 
 
@@ -327,13 +356,30 @@ def conditions_by_type(conditions: Iterable[Mapping[str, Any]]) -> dict[str, Con
 
 
 def admitted_status(status: Mapping[str, Any], d: AdmitWorkload) -> Json:
-    """The same conditions the scheduler's state takes on admission (``events.conditions.admission``),
-    except that Admitted is written together with QuotaReserved: the decision does not say whether
-    the ClusterQueue has admission checks, and this actuator runs none."""
+    """The same conditions the scheduler's state takes on admission (``events.conditions.admission``):
+    Admitted=True with QuotaReserved, or, while the decision names admission checks, Admitted=False
+    (``UnsatisfiedAdmissionChecks``) and the checks Pending in ``status.admissionChecks``."""
     conds = _conditions(status)
-    for c in cond.admission(conditions_by_type(conds), d.admission.cluster_queue, d.time):
+    for c in cond.admission(conditions_by_type(conds), d.admission.cluster_queue, d.time,
+                            checks_pending=bool(d.admission_checks)):
         set_condition(conds, c)
-    return {**status, "admission": admission_json(d.admission), "conditions": conds}
+    out = {**status, "admission": admission_json(d.admission), "conditions": conds}
+    if d.admission_checks:
+        out["admissionChecks"] = checkplan.pending_checks(status, d)
+    return out
+
+
+def checked_status(status: Mapping[str, Any], d: AdmitChecked) -> Json:
+    """Every admission check Ready: Admitted=True and the checks as the scheduler knows them."""
+    conds = _conditions(status)
+    for c in checkplan.checked_conditions(d):
+        set_condition(conds, c)
+    out = {**status, "conditions": conds}
+    if d.admission_checks:
+        out["admissionChecks"] = [check_state_json(c) for c in d.admission_checks]
+    if d.failed_to_start:
+        out.pop("admission", None)
+    return out
 
 
 def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
@@ -346,6 +392,8 @@ def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
         set_condition(conds, c)
     out = {k: v for k, v in status.items() if k != "admission"}
     out["conditions"] = conds
+    if d.admission_checks:
+        out["admissionChecks"] = [check_state_json(c) for c in d.admission_checks]
     return out
 
 
@@ -376,9 +424,12 @@ def status_patch(workload: Mapping[str, Any], desired: Mapping[str, Any]) -> Jso
 @dataclass(frozen=True)
 class _Held:
     cluster_queue: str
-    admitted: bool
+    admitted: bool  # holds quota (reserving)
     usage: tuple[tuple[str, str, int], ...] = ()  # (flavor, resource, amount)
+    checks_pending: bool = False  # reserving, not admitted yet: waits for its admission checks
 
+
+_Usage = dict[tuple[str, str], int]  # (flavor, resource) -> amount
 
 FlavorQuotas = tuple[tuple[str, tuple[tuple[str, int | None], ...]], ...]
 """A ClusterQueue's flavors in spec order, each with its resources and nominal quota (None: unreadable)."""
@@ -402,8 +453,8 @@ class QueueCounts:
     """ClusterQueue / LocalQueue status counted from the decision stream.
 
     Counted, per workload, from its latest decision: ``MarkPending`` → pending in its
-    ClusterQueue; ``AdmitWorkload`` → reserving and admitted (this actuator writes Admitted
-    together with QuotaReserved) with the admission's usage per flavor and resource;
+    ClusterQueue; ``AdmitWorkload`` → reserving, and admitted unless it names admission checks
+    (then ``AdmitChecked`` admits it), with the admission's usage per flavor and resource;
     ``EvictWorkload`` → pending again (Kueue requeues it), its quota released at once (Kueue
     releases it when the pods are gone). The ClusterQueue counts are rebuilt from the whole
     decisions topic at recovery.
@@ -430,6 +481,14 @@ class QueueCounts:
 
     def fold(self, d: Decision) -> None:
         key = f"{d.namespace}/{d.name}"
+        if isinstance(d, AdmitChecked):
+            previous = self.workloads.get(key)
+            if previous is not None and previous.checks_pending:
+                held = (_Held(previous.cluster_queue, False) if d.failed_to_start else
+                        _Held(previous.cluster_queue, True, previous.usage))
+                self._touch(key, held)
+                self.workloads[key] = held
+            return
         if isinstance(d, AdmitWorkload):
             usage = {(flavor, r): 0 for psa in d.admission.pod_set_assignments for r, flavor in psa.flavors}
             for psa in d.admission.pod_set_assignments:
@@ -437,7 +496,8 @@ class QueueCounts:
                 for r, amount in psa.resource_usage:
                     if r in flavors:
                         usage[(flavors[r], r)] += amount
-            held = _Held(d.admission.cluster_queue, True, tuple(sorted((f, r, v) for (f, r), v in usage.items())))
+            held = _Held(d.admission.cluster_queue, True, tuple(sorted((f, r, v) for (f, r), v in usage.items())),
+                         checks_pending=bool(d.admission_checks))
         else:
             previous = self.workloads.get(key)
             cq = d.cluster_queue or (previous.cluster_queue if previous else "")
@@ -457,17 +517,24 @@ class QueueCounts:
             if key in self.workloads:
                 self.dirty_local_queues.add(local_queue)
 
-    def _tally(self, keys: Iterable[str]) -> tuple[int, int, dict[tuple[str, str], int]]:
-        pending, admitted, usage = 0, 0, dict[tuple[str, str], int]()
+    def _tally(self, keys: Iterable[str]) -> tuple[int, int, int, _Usage, _Usage]:
+        """(pending, reserving, admitted, reserved usage, admitted usage)."""
+        pending, reserving, admitted = 0, 0, 0
+        reserved, usage = dict[tuple[str, str], int](), dict[tuple[str, str], int]()
         for key in keys:
             h = self.workloads[key]
             if not h.admitted:
                 pending += 1
                 continue
+            reserving += 1
+            for flavor, r, amount in h.usage:
+                reserved[(flavor, r)] = reserved.get((flavor, r), 0) + amount
+            if h.checks_pending:
+                continue
             admitted += 1
             for flavor, r, amount in h.usage:
                 usage[(flavor, r)] = usage.get((flavor, r), 0) + amount
-        return pending, admitted, usage
+        return pending, reserving, admitted, reserved, usage
 
     @staticmethod
     def _flavors(usage: Mapping[tuple[str, str], int], quotas: FlavorQuotas, *, borrowed: bool) -> list[Json]:
@@ -489,16 +556,16 @@ class QueueCounts:
 
     def cluster_queue_status(self, name: str, quotas: FlavorQuotas = ()) -> Json:
         keys = sorted(k for k, h in self.workloads.items() if h.cluster_queue == name)
-        pending, admitted, usage = self._tally(keys)
-        flavors = self._flavors(usage, quotas, borrowed=True)
-        return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
-                "flavorsReservation": flavors, "flavorsUsage": flavors}
+        pending, reserving, admitted, reserved, usage = self._tally(keys)
+        return {"pendingWorkloads": pending, "reservingWorkloads": reserving, "admittedWorkloads": admitted,
+                "flavorsReservation": self._flavors(reserved, quotas, borrowed=True),
+                "flavorsUsage": self._flavors(usage, quotas, borrowed=True)}
 
     def t9k_queue_status(self, name: str) -> Json:
         """A T9k Queue's ``status.allocated``: what its admitted workloads use, per resource (over
         flavors), as Kubernetes writes quantities (``events.t9k``)."""
         keys = sorted(k for k, h in self.workloads.items() if h.cluster_queue == name)
-        _, _, usage = self._tally(keys)
+        *_, usage = self._tally(keys)
         totals: dict[str, int] = {}
         for (_, r), amount in sorted(usage.items()):
             totals[r] = totals.get(r, 0) + amount
@@ -506,10 +573,10 @@ class QueueCounts:
 
     def local_queue_status(self, key: str, quotas: FlavorQuotas = ()) -> Json:
         keys = sorted(k for k, lq in self.local_queue_of.items() if lq == key and k in self.workloads)
-        pending, admitted, usage = self._tally(keys)
-        flavors = self._flavors(usage, quotas, borrowed=False)
-        return {"pendingWorkloads": pending, "reservingWorkloads": admitted, "admittedWorkloads": admitted,
-                "flavorsReservation": flavors, "flavorsUsage": flavors, "flavorUsage": None}
+        pending, reserving, admitted, reserved, usage = self._tally(keys)
+        return {"pendingWorkloads": pending, "reservingWorkloads": reserving, "admittedWorkloads": admitted,
+                "flavorsReservation": self._flavors(reserved, quotas, borrowed=False),
+                "flavorsUsage": self._flavors(usage, quotas, borrowed=False), "flavorUsage": None}
 
 
 def queue_status_patch(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Json | None:

@@ -45,6 +45,7 @@ from events.codec import MalformedRecord, UnknownEventType, decode_decision, enc
 from events.envelope import Envelope, Topics, event_key
 from events.messages import (
     ActuationFailed,
+    AdmitChecked,
     AdmitWorkload,
     AnyDecision,
     CycleCompleted,
@@ -114,7 +115,10 @@ class ActuationPort(Protocol):
         """Work the port deferred that is due now (never raises :class:`ActuationError`)."""
         ...
 
-    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]: ...
+    async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
+        """Quota reserved (``AdmitWorkload``): start the workload unless it waits for admission
+        checks (``admission_checks``); those start on ``AdmitChecked``."""
+        ...
 
     async def stop(self, decision: EvictWorkload) -> Sequence[Staged]: ...
 
@@ -295,7 +299,7 @@ class Actuator(Generic[P]):
             self.watermark.note(d)
             return True
         try:
-            staged = await (self.port.start(d) if isinstance(d, AdmitWorkload) else self.port.stop(d))
+            staged = await (self.port.start(d) if isinstance(d, AdmitWorkload | AdmitChecked) else self.port.stop(d))
         except ActuationError as e:
             return self._failed(d, e, appends)
         self._attempts.pop(d.id, None)
@@ -304,13 +308,13 @@ class Actuator(Generic[P]):
         self._report(appends, DecisionApplied(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
                                               cluster=self.port.cluster), d.id)
         self.watermark.note(d)
-        if isinstance(d, AdmitWorkload):
+        if isinstance(d, AdmitWorkload | AdmitChecked):
             self.stats.started += 1
         else:
             self.stats.stopped += 1
         return True
 
-    def _failed(self, d: AdmitWorkload | EvictWorkload, e: ActuationError,
+    def _failed(self, d: AdmitWorkload | AdmitChecked | EvictWorkload, e: ActuationError,
                 appends: dict[str, list[tuple[str, bytes]]]) -> bool:
         """Retry later (False: stop the batch here) or report the failure and move on."""
         workload = f"{d.namespace}/{d.name}"

@@ -20,8 +20,8 @@ from typing import Final
 
 from events.codec import encode
 from events.envelope import Topics
-from events.messages import AdmitWorkload, AnyDecision, EvictWorkload, MarkPending
-from events.simcluster import StartWorkload, StopWorkload, sim_cluster_topic
+from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, EvictWorkload, MarkPending
+from events.simcluster import CreateProvisioningRequest, StartWorkload, StopWorkload, sim_cluster_topic
 from services.actuator.loop import Staged, Tuning
 
 SIM_TUNING: Final = Tuning(batch_size=5000, max_attempts=5)
@@ -47,7 +47,17 @@ class SimClusterPort:
     async def before_batch(self) -> None:
         """Nothing is ever deferred."""
 
-    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]:
+    async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
+        key = f"{decision.namespace}/{decision.name}"
+        if isinstance(decision, AdmitWorkload) and decision.admission_checks:
+            # Quota reserved; it starts once its admission checks are Ready (AdmitChecked). Its
+            # ProvisioningRequests are created now, for the simulated autoscaler to answer.
+            return [(sim_cluster_topic(self.topics), key, encode(CreateProvisioningRequest(
+                time=decision.time, cluster=self.cluster_name, decision_id=f"{decision.id}:{plan.name}",
+                namespace=decision.namespace, workload=decision.name, plan=plan)))
+                for plan in decision.provisioning_requests or ()]
+        if isinstance(decision, AdmitChecked) and decision.failed_to_start:
+            return ()
         cmd = StartWorkload(time=decision.time, cluster=self.cluster_name, decision_id=decision.id,
                             namespace=decision.namespace, name=decision.name, admission=decision.admission)
         return [(sim_cluster_topic(self.topics), f"{decision.namespace}/{decision.name}", encode(cmd))]
@@ -55,6 +65,7 @@ class SimClusterPort:
     async def stop(self, decision: EvictWorkload) -> Sequence[Staged]:
         cmd = StopWorkload(time=decision.time, cluster=self.cluster_name, decision_id=decision.id,
                            namespace=decision.namespace, name=decision.name, reason=decision.reason)
+        # The simulated cluster deletes the workload's ProvisioningRequests with its pods.
         return [(sim_cluster_topic(self.topics), f"{decision.namespace}/{decision.name}", encode(cmd))]
 
     async def mark_pending(self, decision: MarkPending) -> None:

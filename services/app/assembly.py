@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal, assert_never
 
 from events.envelope import Topics
+from events.simautoscaler import Behaviour, BehaviourError, parse_all
 from services.app.exits import ConfigurationError, UsageError
 from services.runtime.clock import ClockMode
 from services.runtime.log import Log, LogError, Refused
@@ -187,6 +188,7 @@ class SimclusterSettings(ServiceSettings):
     clock: ClockMode = "real"
     seed: tuple[str, ...] = ()
     compress: int = 1
+    provisioning: tuple[tuple[str, Behaviour], ...] = ()  # the simulated autoscaler (--provisioning)
     name: ClassVar[ServiceName] = "simcluster"
     writer: ClassVar[str | None] = "simcluster"
     leads: ClassVar[str | None] = "simcluster"
@@ -287,6 +289,10 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
     kube = KubeSettings(kubeconfig=o.kubeconfig, context=o.context)
     seed = tuple(args.seed or ())
     clock: ClockMode = args.clock
+    try:
+        provisioning = tuple(sorted(parse_all(getattr(args, "provisioning", None) or []).items()))
+    except BehaviourError as e:
+        raise SettingsError(str(e)) from None
     match o.service:
         case "scheduler":
             return SchedulerSettings(log=log, http=o.http, cluster=o.cluster, seed=seed)
@@ -300,10 +306,10 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
                                     t9k=bool(getattr(args, "t9k", False)))
         case "simcluster":
             return SimclusterSettings(log=log, http=o.http, cluster=o.cluster, clock=clock, seed=seed,
-                                      compress=int(args.compress))
+                                      compress=int(args.compress), provisioning=provisioning)
         case "all":
             return AllSettings(log=log, http=o.http, cluster=o.cluster, clock=clock, seed=seed,
-                               compress=int(args.compress), until_done=args.until_done)
+                               compress=int(args.compress), until_done=args.until_done, provisioning=provisioning)
         case _:
             assert_never(o.service)
 
@@ -497,7 +503,8 @@ async def _all(settings: AllSettings, context: _Context) -> None:
     from services.simcluster.cluster import SimConfig
 
     result = await run_all(context.log, clock=settings.clock, stop=context.stop,
-                           arrivals=_arrivals(settings, context.log), config=SimConfig(cluster=settings.cluster),
+                           arrivals=_arrivals(settings, context.log),
+                           config=SimConfig(cluster=settings.cluster, provisioning=settings.provisioning),
                            until_done=settings.until_done, topics=settings.log.topics, status=context.status,
                            on_step=context.on_step)
     print(f"stopped: {result.scheduler.stats.cycles} cycles, {result.scheduler.stats.decisions} decisions")
@@ -512,7 +519,8 @@ async def _simcluster(settings: SimclusterSettings, context: _Context) -> None:
 
     stream, bell = _arrivals(settings, context.log), Bell()
     run_sim = run_simcluster(context.log, context.stop, clock=settings.clock,
-                             config=SimConfig(cluster=settings.cluster), topics=settings.log.topics,
+                             config=SimConfig(cluster=settings.cluster, provisioning=settings.provisioning),
+                             topics=settings.log.topics,
                              status=context.status, arrivals=stream, bell=bell, long_poll=True,
                              role=settings.leads)
     if stream is None or settings.clock == "simulated":

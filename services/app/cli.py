@@ -35,6 +35,13 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.cycles is not None and args.cycles < 0:
         print("error: --cycles must be a non-negative integer", file=sys.stderr)
         return 2
+    from events.simautoscaler import BehaviourError, parse_all
+
+    try:
+        behaviours = parse_all(args.provisioning or [])
+    except BehaviourError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     until = None
     if args.until is not None:
         from services.simcluster.durations import DurationError, parse_duration
@@ -47,8 +54,11 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.sim_pods is not None and (args.sim_pods < 0 or until is None):
         print("error: --sim-pods must be a non-negative integer, and needs --until", file=sys.stderr)
         return 2
+    if behaviours and until is not None:
+        print("error: --provisioning and --until cannot be combined yet", file=sys.stderr)
+        return 2
     # Bad input: ManifestError, OSError (see exits.classify).
-    result = simulate(args.files, args.cycles, until, args.sim_pods)
+    result = simulate(args.files, args.cycles, until, args.sim_pods, behaviours)
     doc = result_list(result)
     if args.output == "json":
         json.dump(doc, sys.stdout, indent=2)
@@ -183,7 +193,7 @@ def _tail(args: argparse.Namespace) -> int:
     from services.app.logview import tail
 
     types = {t.strip() for t in args.type.split(",") if t.strip()} if args.type else set()
-    unknown = types - {"Admit", "Evict", "Pending"}
+    unknown = types - {"Admit", "Evict", "Pending", "AdmitChecked"}
     if unknown:
         print(f"error: --type: unknown decision type(s) {sorted(unknown)}; use Admit, Evict, Pending",
               file=sys.stderr)
@@ -288,6 +298,11 @@ def _simulate_parser(sub: Subcommands) -> None:
                      help="with --until: the simulated cluster has room for N pods at once (default: for all); "
                           "pods of Jobs started together are placed in turn, so gangs can each get a part")
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
+    sim.add_argument("--provisioning", action="append", metavar="CLASS=BEHAVIOUR",
+                     help="how the simulated autoscaler answers ProvisioningRequests of a provisioning class: "
+                          "succeed[:DURATION] (the default), fail:K[:DURATION] (K failures, then success), never, "
+                          "revoke:DURATION; simulated time advances to each answer and to each admission "
+                          "check's back-off (repeatable)")
     sim.set_defaults(func=_simulate)
 
 
@@ -326,7 +341,7 @@ def _explain_parser(sub: Subcommands) -> None:
 def _tail_parser(sub: Subcommands) -> None:
     tl = sub.add_parser("tail", help="follow decisions as they are committed")
     _add_log_options(tl)
-    tl.add_argument("--type", metavar="Admit,Evict,Pending", help="only these decision types")
+    tl.add_argument("--type", metavar="Admit,Evict,Pending,AdmitChecked", help="only these decision types")
     tl.add_argument("--queue", metavar="CLUSTERQUEUE", help="only decisions about this ClusterQueue")
     tl.add_argument("--from-start", action="store_true", help="print the whole history first")
     tl.set_defaults(func=_tail)
@@ -423,6 +438,10 @@ def _add_simulated_options(run: argparse.ArgumentParser) -> None:
                                 "no watcher reads from a cluster")
     simulated.add_argument("--compress", type=int, default=1, metavar="N",
                            help="real clock: submit the seeded Jobs N times faster than their creationTimestamps")
+    simulated.add_argument("--provisioning", action="append", metavar="CLASS=BEHAVIOUR",
+                           help="the simulated autoscaler: how ProvisioningRequests of a class are answered "
+                                "(succeed[:DURATION], fail:K[:DURATION], never, revoke:DURATION; repeatable; "
+                                "default succeed)")
     simulated.add_argument("--until-done", action=argparse.BooleanOptionalAction, default=None,
                            help="'all': stop once nothing is left to do (default: in simulated time only)")
 

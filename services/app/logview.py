@@ -18,7 +18,9 @@ from events.codec import MalformedRecord, UnknownEventType, decode_decision, dec
 from events.envelope import Topics
 from events.manifests import format_time, parse_time
 from events.messages import (
+    AdmitChecked,
     AdmitWorkload,
+    AnyDecision,
     CycleCompleted,
     DeactivateWorkload,
     EvictWorkload,
@@ -27,6 +29,7 @@ from events.messages import (
     ObjectApplied,
 )
 from events.objects import Workload
+from services.app import checkview
 from services.core import podsready
 from services.core.state import State, WorkloadRecord
 from services.core.treeview import pending_in_tree_terms, preempted_in_tree_terms
@@ -128,6 +131,12 @@ def _input_history(log: Log, topics: Topics, key: str, at: int | None) -> tuple[
                     lines.append(f"input {rec.offset} @ {format_time(ev.time)}: {what} as Workload "
                                  f"{wl.namespace}/{wl.name} to LocalQueue {wl.queue_name}")
                 continue
+            about = checkview.event_key(ev)
+            if about is not None:
+                if about in names:
+                    lines.append(f"input {rec.offset} @ {format_time(ev.time)}: "
+                                 f"{checkview.event_text(ev)}")  # type: ignore[arg-type]
+                continue
             ns, name = getattr(ev, "namespace", None), getattr(ev, "name", None)
             if ns is not None and f"{ns}/{name}" in names:
                 lines.append(f"input {rec.offset} @ {format_time(ev.time)}: {type(ev).__name__} "
@@ -203,11 +212,13 @@ def _event_detail(ev: object) -> str:
 
 
 def _decision_text(d: object) -> str:
-    if isinstance(d, AdmitWorkload):
+    if isinstance(d, AdmitWorkload | AdmitChecked):
         flavors = "; ".join(
             f"{psa.name}: " + ", ".join(f"{r}={f}" for r, f in psa.flavors) + f" x{psa.count}"
             for psa in d.admission.pod_set_assignments
         )
+        if isinstance(d, AdmitChecked) or d.admission_checks:
+            return checkview.decision_text(d, flavors)
         return f"admitted to ClusterQueue {d.cluster_queue} ({flavors})"
     if isinstance(d, EvictWorkload):
         by = f" by {d.preemptor}" if d.preemptor else ""
@@ -215,7 +226,7 @@ def _decision_text(d: object) -> str:
         if isinstance(d, DeactivateWorkload):
             kind = f" ({d.underlying_cause})" if d.underlying_cause else ""
             return f"evicted and deactivated: {d.reason}{kind}: {d.message}"
-        return f"evicted: {d.reason}{kind}{by}: {d.message}"
+        return f"evicted: {d.reason}{kind}{by}: {d.message}" + checkview.eviction_suffix(d)
     if isinstance(d, MarkPending):
         return f"pending ({d.reason}): {d.message}"
     return str(d)
@@ -252,6 +263,7 @@ def _status(log: Log, topics: Topics, names: set[str], at: int | None) -> list[s
         out.extend(f"  {c.type}={c.status} {c.reason}: {c.message}" for c in rec.conditions.values())
         out.extend(_in_tree_terms(state, rec))
         out.extend(_timers(report.scheduler.state, rec))
+        out.extend(checkview.status_lines(rec))
     return out
 
 
@@ -275,7 +287,8 @@ def format_decision(d: object) -> str | None:
 async def tail(log: Log, topics: Topics, *, types: set[str], queue: str | None, from_start: bool,
                emit: Callable[[str], None], stop: asyncio.Event) -> None:
     start = 0 if from_start else log.end_offset(topics.decisions)
-    kinds = {"Admit": AdmitWorkload, "Evict": EvictWorkload, "Pending": MarkPending}
+    kinds: dict[str, type[AnyDecision]] = {"Admit": AdmitWorkload, "Evict": EvictWorkload, "Pending": MarkPending,
+                                           "AdmitChecked": AdmitChecked}
     wanted = tuple(kinds[t] for t in types) if types else tuple(kinds.values())
     offset = start
     while not stop.is_set():

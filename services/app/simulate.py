@@ -9,14 +9,25 @@ the state to a renderer.
 
 from __future__ import annotations
 
+import heapq
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from events import objects as o
 from events.manifests import load
-from events.messages import EvictWorkload, ObjectApplied
+from events.messages import (
+    AdmitWorkload,
+    AnyDecision,
+    ClockTicked,
+    EvictWorkload,
+    ObjectApplied,
+    ProvisioningRequestObserved,
+)
+from events.simautoscaler import Behaviour, answers
 from services.app import t9k_input
 from services.app.convert import expand
 from services.core.cycle import run_cycle
@@ -50,8 +61,46 @@ def fold_files_screened(files: dict[str, str]) -> tuple[State, list[t9k_input.Re
     return state, refused
 
 
-def run(state: State, cycles: int | None, max_cycles: int | None = None) -> SimulationResult:
+@dataclass
+class _Autoscaler:
+    """The simulated autoscaler inside ``simulate``: each ProvisioningRequest a cycle plans is
+    answered at simulated times (``events.simautoscaler``); an eviction withdraws its requests."""
+
+    behaviours: dict[str, Behaviour]
+    due: list[tuple[int, int, ProvisioningRequestObserved]] = field(default_factory=list)
+    seq: int = 0
+
+    def take(self, state: State, decisions: Sequence[AnyDecision]) -> None:
+        for d in decisions:
+            if isinstance(d, AdmitWorkload):
+                for plan in d.provisioning_requests or ():
+                    for delay, ev in answers(plan, d.namespace, d.name, self.behaviours):
+                        self.seq += 1
+                        heapq.heappush(self.due, (state.now + delay, self.seq, ev))
+            elif isinstance(d, EvictWorkload):
+                self.due = [x for x in self.due if (x[2].namespace, x[2].workload) != (d.namespace, d.name)]
+                heapq.heapify(self.due)
+
+    def advance(self, state: State) -> bool:
+        """Fold what is due next (a request's answer, else the end of a back-off); False if nothing is."""
+        if self.due:
+            at, _, ev = heapq.heappop(self.due)
+            fold(state, msgspec.structs.replace(ev, time=max(at, state.now)))
+            while self.due and self.due[0][0] <= state.now:
+                _, _, ev = heapq.heappop(self.due)
+                fold(state, msgspec.structs.replace(ev, time=state.now))
+            return True
+        waits = [r.requeue_at for k in state.backing_off if (r := state.workloads.get(k)) and r.requeue_at is not None]
+        if waits:
+            fold(state, ClockTicked(time=max(min(waits), state.now)))
+            return True
+        return False
+
+
+def run(state: State, cycles: int | None, max_cycles: int | None = None,
+        behaviours: dict[str, Behaviour] | None = None) -> SimulationResult:
     limit = cycles if cycles is not None else (max_cycles or 20 * (len(state.workloads) + 10))
+    scaler = _Autoscaler(behaviours or {})
     decisions = 0
     # Workloads that arrived already being evicted finish like those evicted in a cycle: after it.
     arrived_evicting = sorted(k for k, r in state.workloads.items() if r.evicting)
@@ -65,12 +114,14 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None) -> Simu
                 finish_eviction(state, rec)
         pending_evictions = []
         result = run_cycle(state)
+        scaler.take(state, result.decisions)
         ran += 1
         decisions += len(result.decisions)
         pending_evictions = [f"{d.namespace}/{d.name}" for d in result.decisions if isinstance(d, EvictWorkload)]
         if ran == 1:
             pending_evictions += arrived_evicting
-        if cycles is None and not result.changed and not pending_evictions:
+        quiet = not result.changed and not pending_evictions and not state.checks_changed
+        if cycles is None and quiet and not scaler.advance(state):
             break
     else:
         if cycles is None:
@@ -85,10 +136,10 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None) -> Simu
 
 
 def simulate(paths: Sequence[str], cycles: int | None, until_ms: int | None = None,
-             pods: int | None = None) -> SimulationResult:
+             pods: int | None = None, behaviours: dict[str, Behaviour] | None = None) -> SimulationResult:
     state, refused = fold_files_screened(read_manifests(paths))
     if until_ms is None:
-        result = run(state, cycles)
+        result = run(state, cycles, behaviours=behaviours)
     else:
         from services.app.timeline import run_until
 

@@ -12,9 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, DeactivateWorkload, EvictWorkload, MarkPending
+from events.messages import (
+    AdmitChecked,
+    AdmitWorkload,
+    AnyDecision,
+    CycleCompleted,
+    DeactivateWorkload,
+    EvictWorkload,
+    MarkPending,
+)
 from services.core import effects, podsready
-from services.core.cycle import restart_held
+from services.core.cycle import release_and_settle, restart_held
 from services.core.state import State
 
 
@@ -29,6 +37,7 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
         raise ApplyError(f"cycle {record.cycle} recorded, but the state is at cycle {state.cycles}")
     restart_held(state)
     podsready.release(state)
+    release_and_settle(state, None)
     for key in (*record.admitted_heads, *(h.key for h in record.heads)):
         rec = state.workloads.get(key)
         if rec is None:
@@ -48,5 +57,7 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
                                  underlying_cause=d.underlying_cause if isinstance(d, DeactivateWorkload) else "")
         elif isinstance(d, MarkPending):
             effects.mark_pending(state, rec, d.message, d.reason, d.condition_reason)
+        elif isinstance(d, AdmitChecked):
+            effects.admit_checked(state, rec, d.failed_to_start)
     for h in record.heads:
         effects.requeue(state, state.workloads[h.key], h)

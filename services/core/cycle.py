@@ -25,8 +25,15 @@ import msgspec
 
 from events import conditions as cond
 from events import objects as o
-from events.cluster import NAMESPACE_NAME_LABEL, ConditionType, EvictionReason, PendingConditionReason
+from events.cluster import (
+    NAMESPACE_NAME_LABEL,
+    ConditionType,
+    DeactivationCause,
+    EvictionReason,
+    PendingConditionReason,
+)
 from events.messages import (
+    AdmitChecked,
     AdmitWorkload,
     AnyDecision,
     DeactivateWorkload,
@@ -35,7 +42,7 @@ from events.messages import (
     MarkPending,
     PendingReason,
 )
-from services.core import deactivation, effects, fairsharing, podsready
+from services.core import checks, deactivation, effects, fairsharing, podsready
 from services.core.derived import Memo
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
@@ -209,6 +216,10 @@ def _get_assignments(state: State, e: Entry, nomination: Nomination | None = Non
 
 def _nominate(state: State, e: Entry) -> None:
     rec, cq = e.rec, e.cq
+    if rec.checks and checks.has_failed_checks(rec):
+        e.message = checks.FAILED_CHECKS
+        e.pending_reason = PendingReason.FAILED_ADMISSION_CHECKS
+        return
     if not selector_matches(cq.namespace_selector, namespace_labels(state, rec.obj.namespace)):
         e.message = "workload namespace doesn't match ClusterQueue selector"
         e.requeue_reason = RequeueReason.NAMESPACE_MISMATCH
@@ -346,6 +357,7 @@ class _Overlay:
 def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: EvictionReason, message: str,
           preemption_reason: str = "", preemptor: str = "", *, underlying_cause: str = "",
           deactivate: bool = False) -> None:
+    requests = checks.plans_for(state, rec, pending_only=False) if rec.checks else ()
     assert rec.admission is not None
     cq_name = rec.admission.cluster_queue
     effects.mark_evicted(state, rec, reason, message, preemption_reason, underlying_cause=underlying_cause,
@@ -353,7 +365,8 @@ def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: EvictionRe
     d = EvictWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=cq_name, reason=reason, message=message,
-        preemption_reason=preemption_reason, preemptor=preemptor,
+        preemption_reason=preemption_reason, preemptor=preemptor, provisioning_requests=requests or msgspec.UNSET,
+        admission_checks=tuple(c for _, c in sorted(rec.checks.items())) or msgspec.UNSET,
     )
     if deactivate:
         d = DeactivateWorkload(**msgspec.structs.asdict(d), underlying_cause=underlying_cause)
@@ -377,11 +390,47 @@ def _admit(state: State, out: _Decisions, e: Entry) -> None:
     assert e.assignment is not None
     rec = e.rec
     adm = e.assignment.to_admission(e.cq.name)
-    effects.commit_admission(state, rec, adm)
+    names = effects.commit_admission(state, rec, adm)
     out.admitted_heads.append(rec.key)
     out.out.append(AdmitWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
-        cluster_queue=e.cq.name, admission=adm,
+        cluster_queue=e.cq.name, admission=adm, admission_checks=names or msgspec.UNSET,
+        provisioning_requests=checks.plans_for(state, rec) or msgspec.UNSET,
+    ))
+
+
+def release_and_settle(state: State, out: _Decisions | None) -> None:
+    """The admission-check phase at the start of a cycle: each workload whose checks changed gets
+    what they call for (admitted, evicted, deactivated). Replay (``out`` None) forgets the changes:
+    the recorded decisions carry them. (Back-offs end in ``podsready.release``, just before.)"""
+    changed = sorted(state.checks_changed)
+    state.checks_changed.clear()
+    if out is None:
+        return
+    for key in changed:
+        found = state.workloads.get(key)
+        if found is None:
+            continue
+        what, reason, message = checks.verdict(found)
+        if what == "admit":
+            _admit_checked(state, out, found)
+        elif what == "reject":  # deactivated (services.core.deactivation), carried by the decision
+            evict(state, out, found, EvictionReason.DEACTIVATED, message,
+                  underlying_cause=DeactivationCause.ADMISSION_CHECK, deactivate=True)
+        elif reason is not None:
+            evict(state, out, found, reason, message)
+
+
+def _admit_checked(state: State, out: _Decisions, rec: WorkloadRecord) -> None:
+    adm = rec.admission
+    assert adm is not None
+    updates = checks.pod_set_updates(rec)
+    conflict = checks.update_conflict(state, rec, updates)
+    effects.admit_checked(state, rec, conflict)
+    out.out.append(AdmitChecked(
+        id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
+        cluster_queue=adm.cluster_queue, admission=adm, pod_set_updates=updates, failed_to_start=conflict,
+        admission_checks=tuple(found for _, found in sorted(rec.checks.items())),
     ))
 
 
@@ -478,6 +527,7 @@ def run_cycle(state: State) -> CycleResult:
     _evict_deactivated(state, out)
     restart_held(state)
     podsready.release(state)
+    release_and_settle(state, out)
     _mark_inactive(state, out)
     entries: list[Entry] = []
     for cq_name in sorted(state.index.queues):

@@ -12,26 +12,50 @@ from events import conditions as cond
 from events import objects as o
 from events.cluster import ConditionType, EvictionReason, PendingConditionReason
 from events.messages import HeadOutcome
-from services.core import deactivation, podsready
-from services.core.state import ClusterQueueQueue, State, WorkloadRecord, generation, reserve_quota, touch_tree
+from services.core import checks, deactivation, podsready
+from services.core.state import (
+    ClusterQueueQueue,
+    State,
+    WorkloadRecord,
+    generation,
+    release_usage,
+    requeue_inadmissible,
+    reserve_quota,
+    touch_tree,
+)
 
 
-def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission) -> None:
+def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission) -> tuple[str, ...]:
+    """Quota reserved; returns the admission checks that must be Ready before it is admitted."""
     now = state.now
     reserve_quota(state, rec, adm, now)
     rec.sticky = False
     rec.last_tried = None  # an admitted workload's scan is over; if evicted, it starts afresh
-    cq = state.cluster_queues.get(adm.cluster_queue)
-    checks_pending = cq is not None and bool(cq.admission_checks)
-    for c in cond.admission(rec.conditions, adm.cluster_queue, now, checks_pending=checks_pending):
+    names = checks.start_checks(state, rec, adm)
+    for c in cond.admission(rec.conditions, adm.cluster_queue, now, checks_pending=bool(names)):
         rec.set_condition(c)
     podsready.on_admitted(state, rec)
     rec.pending_reason = ""
+    return names
+
+
+def admit_checked(state: State, rec: WorkloadRecord, failed_to_start: str) -> None:
+    """Every check Ready: admitted. A podSetUpdate that conflicts with the flavors makes the Job
+    fail to start, which finishes the workload and frees its quota (Kueue's ``FailedToStart``)."""
+    checks.finish_admission(state, rec)
+    if not failed_to_start or rec.admission is None:
+        return
+    cq = rec.admission.cluster_queue
+    release_usage(state, rec)
+    rec.finished = True
+    rec.set_condition(cond.condition(ConditionType.FINISHED, True, "FailedToStart", failed_to_start, state.now))
+    requeue_inadmissible(state, cq)
 
 
 def mark_evicted(state: State, rec: WorkloadRecord, reason: EvictionReason, message: str,
                  preemption_reason: str, *, underlying_cause: str = "", deactivate: bool = False) -> None:
     rec.evicting = True
+    checks.note_eviction(state, rec, reason)
     if rec.admission is not None:
         touch_tree(state, rec.admission.cluster_queue)  # evicted candidates come first
     for c in cond.eviction(reason, message, preemption_reason, state.now, underlying_cause=underlying_cause):

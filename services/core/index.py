@@ -21,6 +21,7 @@ is only read.
 from __future__ import annotations
 
 from events import objects as o
+from services.core import checks
 from services.core.derived import ClusterQueueQueue, Index
 from services.core.quota import FR, Node, NodeKey, cluster_queue_key, cohort_key, recompute_subtree
 from services.core.state import State
@@ -109,7 +110,7 @@ def _inactive(state: State, cyclic: set[str]) -> dict[str, tuple[str, str]]:
     for name in sorted(state.cluster_queues):
         cq = state.cluster_queues[name]
         missing = sorted({fq.name for g in cq.resource_groups for fq in g.flavors if fq.name not in state.flavors})
-        missing_checks = sorted({c for c in cq.admission_checks if c not in state.admission_checks})
+        missing_checks, inactive_checks = checks.inactive_checks(state, cq)
         if missing:
             inactive[name] = (
                 "FlavorNotFound", f"Can't admit new workloads: references missing ResourceFlavor(s): {missing}"
@@ -118,6 +119,11 @@ def _inactive(state: State, cyclic: set[str]) -> dict[str, tuple[str, str]]:
             inactive[name] = (
                 "AdmissionCheckNotFound",
                 f"Can't admit new workloads: references missing AdmissionCheck(s): {missing_checks}",
+            )
+        elif inactive_checks:
+            inactive[name] = (
+                "AdmissionCheckInactive",
+                f"Can't admit new workloads: references inactive AdmissionCheck(s): {inactive_checks}",
             )
         elif cq.stop_policy != o.StopPolicy.NONE:
             inactive[name] = ("Stopped", "Can't admit new workloads: is stopped")

@@ -74,6 +74,9 @@ class WorkloadRecord:
     requeue_at: int | None = None
     # Kueue's status.accumulatedPastExecutionTimeSeconds, in ms: time admitted before its last eviction.
     past_execution_ms: int = 0
+    # Two-phase admission (services.core.checks): the admission checks' states by name. A Retry's
+    # back-off end is requeue_at (above); a Rejected check deactivates it.
+    checks: dict[str, o.AdmissionCheckState] = field(default_factory=dict)
     # --- derived ---
     usage: dict[FR, int] = field(default_factory=dict, metadata=DERIVED)  # what its admission uses
     queued_in: str = field(default="", metadata=DERIVED)  # the ClusterQueue whose queue holds it while pending

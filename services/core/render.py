@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from events.checkstatus import check_state_json
 from events.cluster import (
     KUEUE_API_VERSION,
     PENDING_REASON_ANNOTATION,
@@ -65,7 +66,7 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
     if wl.priority_ref is not None:
         spec["priorityClassName"] = wl.priority_ref.name
         spec["priorityClassSource"] = wl.priority_ref.source
-    if not wl.active:
+    if not rec.active:
         spec["active"] = False
     status: dict[str, Any] = {}
     if rec.admission is not None:
@@ -97,6 +98,8 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
     if conds:
         status["conditions"] = conds
     _timing(rec, spec, status)
+    if rec.checks:
+        status["admissionChecks"] = [check_state_json(rec.checks[n]) for n in sorted(rec.checks)]
     return {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": meta, "spec": spec,
             "status": status}
 
@@ -179,4 +182,7 @@ def summary_row(state: State, rec: WorkloadRecord) -> tuple[str, str, str, str, 
     elif state_ == "Evicting":
         ev = rec.conditions.get(ConditionType.EVICTED)
         reason = ev.message if ev else ""
+    elif state_ == str(ConditionType.QUOTA_RESERVED) and rec.checks:
+        reason = "waiting for admission checks: " + ", ".join(
+            f"{c.name} {c.state}" + (f" ({c.message})" if c.message else "") for _, c in sorted(rec.checks.items()))
     return name, wl.queue_name, cq, state_, flavors, reason

@@ -40,6 +40,7 @@ from events import t9k
 from events.cluster import WORKLOAD_PRIORITY_CLASS_SOURCE, ConditionType, EvictionReason
 from events.messages import (
     ActuationFailed,
+    AdmissionCheckUpdated,
     ClockTicked,
     ClusterEvent,
     DecisionApplied,
@@ -49,6 +50,7 @@ from events.messages import (
     PendingReason,
     PodsNotReady,
     PodsReady,
+    ProvisioningRequestObserved,
     WorkloadFinished,
 )
 from services.core.derived import Cache, ClusterQueueQueue, Index
@@ -90,6 +92,7 @@ class State:
     # A workload with maximumExecutionTimeSeconds has been seen: cycles look for execution deadlines
     # (without it and without waitForPodsReady they need not walk the admitted workloads).
     timed: bool = False
+    checks_changed: dict[str, None] = field(default_factory=dict)  # admission checks to settle in the next cycle
     # --- not canonical ---
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
@@ -200,6 +203,18 @@ def _fold_applied_decision(state: State, event: DecisionApplied) -> None:
 def _fold_actuation_failed(state: State, event: ActuationFailed) -> None:
     _note(state, event.namespace, event.name, f"decision {event.decision_id} failed{_on(event.cluster)}: {event.error}")
     note_anomaly(state, f"actuation of {event.decision_id} failed: {event.error}")
+
+
+def _fold_check(state: State, event: AdmissionCheckUpdated) -> None:
+    from services.core.checks import fold_update  # it builds on this module
+
+    fold_update(state, event)
+
+
+def _fold_observed(state: State, event: ProvisioningRequestObserved) -> None:
+    from services.core.checks import fold_observed  # it builds on this module
+
+    fold_observed(state, event)
 
 
 def _fold_tick(state: State, event: ClockTicked) -> None:
@@ -325,6 +340,7 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
         return
     queue_time = wl.creation_time if wl.creation_time is not None else state.now
     rec = WorkloadRecord(obj=wl, seq=state.seq, queue_time=queue_time, priority=priority, priority_error=error)
+    rec.checks = {c.name: c for c in sorted(wl.admission_checks, key=lambda c: c.name)}
     state.workloads[key] = rec
     if wl.admission is not None:
         at = wl.reserved_at if wl.reserved_at is not None else wl.creation_time
@@ -339,7 +355,10 @@ def _take_admission(state: State, rec: WorkloadRecord, adm: o.Admission, at: int
     arrives already being evicted, it keeps that quota until its eviction completes."""
     reserve_quota(state, rec, adm, at)
     rec.set_condition(cond.quota_reserved(adm.cluster_queue, at))
-    rec.set_condition(cond.admitted(at))
+    if rec.checks:  # checks given with it: admitted once all are Ready (settled by the next cycle)
+        state.checks_changed[rec.key] = None
+    ready = all(c.state == o.CheckState.READY for c in rec.checks.values())
+    rec.set_condition(cond.admitted(at) if ready else cond.pending_admission_checks(at))
     ev = rec.obj.eviction
     if ev is not None:
         rec.evicting = True
@@ -432,13 +451,14 @@ def _unqueue(state: State, rec: WorkloadRecord) -> None:
 def _enqueue(state: State, rec: WorkloadRecord) -> None:
     """Put a pending workload in its ClusterQueue's queue, or record why it has none."""
     if not rec.pending:
-        return
+        return  # finished
     if not rec.active:
         rec.pending_reason = PendingReason.INACTIVE  # deactivated: not queued until re-activated
         return
     if rec.requeue_at is not None:
         if rec.requeue_at > state.now:
-            state.backing_off[rec.key] = None  # evicted after a PodsReady timeout: podsready.release queues it
+            # Evicted after a PodsReady timeout or by an admission check's Retry: podsready.release queues it.
+            state.backing_off[rec.key] = None
             rec.pending_reason = PendingReason.BACKING_OFF
             return
         # The back-off passed before the eviction completed: queued at once, as Kueue does.
@@ -555,4 +575,6 @@ _FOLD: dict[type, Callable[[State, Any], None]] = {
     DecisionApplied: _fold_applied_decision,
     ActuationFailed: _fold_actuation_failed,
     ClockTicked: _fold_tick,
+    AdmissionCheckUpdated: _fold_check,
+    ProvisioningRequestObserved: _fold_observed,
 }

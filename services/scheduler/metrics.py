@@ -23,7 +23,7 @@ from prometheus_client.metrics_core import Metric
 from events import objects as o
 from events.cluster import ConditionType
 from events.conditions import is_true
-from events.messages import AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload
+from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload
 from events.quantity import MILLI_RESOURCES
 from services.core.quota import FR
 from services.core.state import State, WorkloadRecord
@@ -91,6 +91,10 @@ class SchedulerMetrics:
         self.admission_wait = Histogram(
             "kueue_admission_wait_time_seconds",
             "The time between a workload was created or requeued until admission, per 'cluster_queue'",
+            cq, buckets=WAIT_TIME_BUCKETS, registry=r)
+        self.admission_checks_wait = Histogram(
+            "kueue_admission_checks_wait_time_seconds",
+            "The time from when a workload got the quota reservation until admission, per 'cluster_queue'",
             cq, buckets=WAIT_TIME_BUCKETS, registry=r)
         self.evicted = Counter(
             "kueue_evicted_workloads_total", "The number of evicted workloads per 'cluster_queue' and 'reason'",
@@ -166,6 +170,8 @@ class SchedulerMetrics:
         for d in decisions:
             if isinstance(d, AdmitWorkload):
                 self._admitted(d, state)
+            elif isinstance(d, AdmitChecked):
+                self._checked(d, state)
             elif isinstance(d, EvictWorkload):
                 self._evicted(d, state)
         self._latest = state
@@ -192,12 +198,27 @@ class SchedulerMetrics:
         self.quota_reserved.labels(cq_name).inc()
         if wait is not None:
             self.quota_reserved_wait.labels(cq_name).observe(wait)
-        cq = state.cluster_queues.get(cq_name)
-        # Without admission checks, reserving quota is admission (services/scheduler/effects.py).
-        if cq is not None and not cq.admission_checks:
+        # Without admission checks, reserving quota is admission (services/core/effects.py); with
+        # them, admission is AdmitChecked.
+        if not d.admission_checks:
             self.admitted.labels(cq_name).inc()
             if wait is not None:
                 self.admission_wait.labels(cq_name).observe(wait)
+
+    def _checked(self, d: AdmitChecked, state: State) -> None:
+        """Every admission check Ready: admitted, after waiting since the reservation."""
+        if d.failed_to_start:
+            return
+        cq_name = d.admission.cluster_queue
+        rec = state.workloads.get(f"{d.namespace}/{d.name}")
+        self.admitted.labels(cq_name).inc()
+        if rec is None:
+            return
+        wait = _queued_wait_seconds(rec, d.time)
+        if wait is not None:
+            self.admission_wait.labels(cq_name).observe(wait)
+        if rec.reserved_at is not None:
+            self.admission_checks_wait.labels(cq_name).observe(max(0, d.time - rec.reserved_at) / 1000)
 
     def _evicted(self, d: EvictWorkload, state: State) -> None:
         self._counted_queues.add(d.cluster_queue)

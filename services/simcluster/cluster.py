@@ -51,14 +51,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+import msgspec
 import structlog
 
 from events.codec import MalformedRecord, UnknownEventType, encode
 from events.envelope import Envelope, Topics, event_key
-from events.messages import ClusterEvent, EvictionCompleted, PodsReady, WorkloadFinished
+from events.messages import (
+    ClockTicked,
+    ClusterEvent,
+    EvictionCompleted,
+    PodsReady,
+    ProvisioningRequestObserved,
+    WorkloadFinished,
+)
+from events.simautoscaler import Behaviour, answers
 from events.simcluster import (
+    CreateProvisioningRequest,
     Reported,
     ReportKind,
+    RequestAnswered,
+    RequestCreated,
     RunStarted,
     SimClusterRecord,
     SimRecord,
@@ -89,6 +101,8 @@ class SimConfig:
     default_duration_ms: int = 60_000
     pods_ready_delay_ms: int = 0
     batch_size: int = 500
+    # The simulated autoscaler: how each provisioning class answers (events.simautoscaler).
+    provisioning: tuple[tuple[str, Behaviour], ...] = ()
 
 
 @dataclass(slots=True)
@@ -112,11 +126,56 @@ class SimState:
     handled: set[str] = field(default_factory=set)  # decision ids of commands already carried out
     # (due, _READY|_FINISH, key, run): a heap with lazy deletion; stale entries are skipped on pop.
     timeline: list[tuple[int, int, str, int]] = field(default_factory=list)
+    # The simulated autoscaler: ProvisioningRequests by name (namespace/name) and their answers due,
+    # (due, request, n) with lazy deletion like the timeline above.
+    requests: dict[str, Request] = field(default_factory=dict)
+    answers_due: list[tuple[int, str, str, int]] = field(default_factory=list)  # (due, request, created_by, n)
 
 
-def fold_status(state: SimState, record: RunStarted | Reported) -> bool:
+@dataclass(slots=True)
+class Request:
+    workload: str  # namespace/name
+    answers: list[tuple[int, ProvisioningRequestObserved]]  # (due, what the autoscaler reports then)
+    created_by: str = ""  # the create command's decision id (a name is reused after a delete)
+    answered: int = 0
+    deleted: bool = False
+
+
+StatusRecord = RunStarted | Reported | RequestCreated | RequestAnswered
+
+
+def _fold_request(state: SimState, record: RequestCreated | RequestAnswered,
+                  behaviours: dict[str, Behaviour]) -> bool:
+    if isinstance(record, RequestCreated):
+        name = f"{record.namespace}/{record.plan.name}"
+        existing = state.requests.get(name)
+        # Kueue reuses a request's name for the same attempt after an eviction deleted it.
+        if existing is not None and (existing.created_by == record.decision_id or not existing.deleted):
+            return False
+        due = [(record.time + delay, ev) for delay, ev in
+               answers(record.plan, record.namespace, record.workload, behaviours)]
+        state.requests[name] = Request(f"{record.namespace}/{record.workload}", due, record.decision_id)
+        state.handled.add(record.decision_id)
+        for n, (at, _) in enumerate(due, start=1):
+            heapq.heappush(state.answers_due, (at, name, record.decision_id, n))
+    else:
+        req = state.requests.get(f"{record.namespace}/{record.name}")
+        if (req is None or (record.request_id and record.request_id != req.created_by)
+                or (record.deleted and req.deleted) or (not record.deleted and req.answered >= record.n)):
+            return False
+        if record.deleted:
+            req.deleted = True
+        else:
+            req.answered = record.n
+    state.clock = max(state.clock, record.time)
+    return True
+
+
+def fold_status(state: SimState, record: StatusRecord, behaviours: dict[str, Behaviour] | None = None) -> bool:
     """Apply one status record; idempotent (returns False for one already applied), because
     the service applies its records when it writes them and sees them again when it reads."""
+    if isinstance(record, RequestCreated | RequestAnswered):
+        return _fold_request(state, record, behaviours or {})
     key = f"{record.namespace}/{record.name}"
     if isinstance(record, RunStarted):
         if state.run_counts.get(key, 0) >= record.run:
@@ -183,6 +242,7 @@ class SimCluster:
         self.topics = topics
         self.topic = sim_cluster_topic(topics)
         self._wall_clock = wall_clock
+        self.behaviours = dict(config.provisioning)
         self.state = SimState()
         self.index = AnnotationIndex(log, topics)
         self.next_offset = 0
@@ -214,8 +274,8 @@ class SimCluster:
             for rec in batch:
                 # Undecodable records were (or will be) reported by the step that consumes them.
                 record = self._decode(rec, quiet=True)
-                if isinstance(record, RunStarted | Reported) and self._mine(record):
-                    fold_status(self.state, record)
+                if isinstance(record, StatusRecord) and self._mine(record):
+                    fold_status(self.state, record, self.behaviours)
             offset = batch[-1].offset + 1
         self.next_offset = self.log.position(GROUP, self.topic)
         self._stale = False
@@ -234,14 +294,16 @@ class SimCluster:
             record = self._decode(rec)
             if record is None or not self._mine(record):
                 continue
-            if isinstance(record, RunStarted | Reported):
-                fold_status(self.state, record)  # our own record read back (or a predecessor's)
+            if isinstance(record, StatusRecord):
+                fold_status(self.state, record, self.behaviours)  # our own record read back (or a predecessor's)
                 continue
             # What fell due before this command happened before it (a stop right after a start
             # finds the pods ready), and a start with no ready delay is ready at once.
             self._emit_due(self._now(record.time), out)
             if isinstance(record, StartWorkload):
                 self._start(record, out)
+            elif isinstance(record, CreateProvisioningRequest):
+                self._create_request(record, out)
             else:
                 self._stop(record, out)
             self._emit_due(self._now(record.time), out)
@@ -293,19 +355,59 @@ class SimCluster:
             duration_source=duration.source,
         ))
 
+    def _create_request(self, cmd: CreateProvisioningRequest, out: _Out) -> None:
+        """Kubernetes: the ProvisioningRequest and its PodTemplates are created; the simulated
+        autoscaler will answer it. A name that exists already is not created twice."""
+        self.stats.commands += 1
+        existing = self.state.requests.get(f"{cmd.namespace}/{cmd.plan.name}")
+        if cmd.decision_id in self.state.handled or (existing is not None and not existing.deleted):
+            self.stats.duplicates += 1
+            return
+        self._record(out, RequestCreated(time=self._now(cmd.time), cluster=self.config.cluster,
+                                         decision_id=cmd.decision_id, namespace=cmd.namespace,
+                                         workload=cmd.workload, plan=cmd.plan))
+
+    def _delete_requests(self, namespace: str, workload: str, decision_id: str, out: _Out) -> None:
+        """The workload was evicted: Kueue deletes its ProvisioningRequests, which stop answering."""
+        key = f"{namespace}/{workload}"
+        for name in sorted(n for n, r in self.state.requests.items() if r.workload == key and not r.deleted):
+            self._record(out, RequestAnswered(time=self._now(), cluster=self.config.cluster, namespace=namespace,
+                                              name=name.partition("/")[2], n=0, deleted=True,
+                                              decision_id=decision_id,
+                                              request_id=self.state.requests[name].created_by))
+
     def _stop(self, cmd: StopWorkload, out: _Out) -> None:
         self.stats.commands += 1
         if cmd.decision_id in self.state.handled:
             self.stats.duplicates += 1
             return
+        self._delete_requests(cmd.namespace, cmd.name, cmd.decision_id, out)
         run = self.state.runs.get(f"{cmd.namespace}/{cmd.name}")
         # Reported even when nothing runs (finished already, never started): the scheduler
         # waits for this to release the quota, and a duplicate costs it only an anomaly.
         self._report(out, ReportKind.EVICTION_COMPLETED, cmd.namespace, cmd.name, self._now(cmd.time),
                      run=run.run if run is not None else 0, decision_id=cmd.decision_id)
 
+    def _answer_due(self, now: int, out: _Out) -> None:
+        """Report the autoscaler's answers due at or before ``now``, in time order."""
+        due = self.state.answers_due
+        while due and due[0][0] <= now:
+            at, name, created_by, n = heapq.heappop(due)
+            req = self.state.requests.get(name)
+            if req is None or req.created_by != created_by or req.deleted or req.answered >= n:
+                continue
+            event = msgspec.structs.replace(req.answers[n - 1][1], time=at)
+            env = Envelope(id=f"sim:provisioning:{name}:{created_by}:{n}", source=SOURCE, cluster=self.config.cluster,
+                           event=event)
+            out.events.append((event_key(env), encode(env)))
+            namespace, _, pr = name.partition("/")
+            self._record(out, RequestAnswered(time=at, cluster=self.config.cluster, namespace=namespace, name=pr, n=n,
+                                              request_id=created_by))
+            self.stats.reports["provisioning"] = self.stats.reports.get("provisioning", 0) + 1
+
     def _emit_due(self, now: int, out: _Out) -> None:
         """Report everything on the timeline due at or before ``now``, in time order."""
+        self._answer_due(now, out)
         timeline = self.state.timeline
         while timeline and timeline[0][0] <= now:
             entry = heapq.heappop(timeline)
@@ -335,9 +437,10 @@ class SimCluster:
                                    name=name, n=n, run=run, decision_id=decision_id, envelope_id=envelope_id))
         self.stats.reports[str(kind)] = self.stats.reports.get(str(kind), 0) + 1
 
-    def _record(self, out: _Out, record: RunStarted | Reported) -> None:
-        fold_status(self.state, record)
-        out.status.append((f"{record.namespace}/{record.name}", encode(record)))
+    def _record(self, out: _Out, record: StatusRecord) -> None:
+        fold_status(self.state, record, self.behaviours)
+        key = record.workload if isinstance(record, RequestCreated) else record.name
+        out.status.append((f"{record.namespace}/{key}", encode(record)))
 
     def _commit(self, out: _Out) -> None:
         appends: dict[str, list[tuple[str, bytes]]] = {}
@@ -359,7 +462,15 @@ class SimCluster:
         timeline = self.state.timeline
         while timeline and not _valid(self.state, timeline[0]):
             heapq.heappop(timeline)
-        return timeline[0][0] if timeline else None
+        due = self.state.answers_due
+        while due and not self._answer_pending(due[0]):
+            heapq.heappop(due)
+        times = [q[0][0] for q in (timeline, due) if q]
+        return min(times) if times else None
+
+    def _answer_pending(self, entry: tuple[int, str, str, int]) -> bool:
+        req = self.state.requests.get(entry[1])
+        return req is not None and req.created_by == entry[2] and not req.deleted and req.answered < entry[3]
 
     def system_idle(self) -> bool:
         """Every consumer is at the end of its input (scheduler and actuator by their committed
@@ -385,6 +496,20 @@ class SimCluster:
         self._commit(out)
         self.stats.jumps += 1
         return len(out.events)
+
+    def tick_to(self, at: int) -> bool:
+        """Simulated mode, system idle and nothing due before ``at``: move time on to ``at`` with a
+        clock event (the end of an admission check's back-off, which only the scheduler knows)."""
+        if self._stale:
+            self.recover()
+        if not self.system_idle() or at <= self.state.clock:
+            return False
+        env = Envelope(id=f"sim:tick:{at}", source=SOURCE, cluster=self.config.cluster, event=ClockTicked(time=at))
+        out = _Out(events=[(event_key(env), encode(env))])
+        self._commit(out)
+        self.state.clock = at
+        self.stats.jumps += 1
+        return True
 
     def done(self) -> bool:
         """Nothing runs and nothing is left to process."""

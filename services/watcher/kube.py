@@ -95,6 +95,7 @@ DEFAULT_KINDS: Final[tuple[WatchedKind, ...]] = (
     _kueue("ProvisioningRequestConfig", "provisioningrequestconfigs"),
     _kueue("Workload", "workloads"),
     WatchedKind("Job", "batch", "v1", "jobs"),
+    WatchedKind("ProvisioningRequest", "autoscaling.x-k8s.io", "v1", "provisioningrequests"),
 )
 """Configuration first: the initial LISTs run in this order."""
 

@@ -57,8 +57,10 @@ from events.messages import (
     ObjectDeleted,
     PodsNotReady,
     PodsReady,
+    ProvisioningRequestObserved,
     WorkloadFinished,
 )
+from services.watcher import provisioning
 
 SOURCE: Final = "watcher"
 ID_PREFIX: Final = "watcher:"
@@ -80,11 +82,12 @@ API_VERSIONS: Final[Mapping[str, str]] = {
     "Workload": _KUEUE_API_VERSION,
     "Job": "batch/v1",
     "Queue": t9k.API_VERSION,
+    "ProvisioningRequest": "autoscaling.x-k8s.io/v1",
 }
 """The kinds the watcher translates, configuration first, with the apiVersion an object of the
 kind is read as when it comes without one (items of a list response of built-in kinds do)."""
 
-NAMESPACED: Final = frozenset({"LocalQueue", "Workload", "Job", "Queue"})
+NAMESPACED: Final = frozenset({"LocalQueue", "Workload", "Job", "Queue", "ProvisioningRequest"})
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -167,6 +170,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         return Translation(source, resource_version=rv)  # the Job is its source of truth
     if kind == "Job" and _rejected(meta):
         return _not_queued(cluster, source, meta, rv, time_ms)
+    if kind == "ProvisioningRequest":
+        return provisioning.translate_request(cluster, source, event_type, obj, meta, rv, time_ms)
     body = _as_manifest(kind, obj, meta)
     annotations = meta.get("annotations")
     try:
@@ -375,6 +380,12 @@ class Published:
                     after = replace(after, body=body)
                     out.append(env)
                 continue
+            if isinstance(ev, ProvisioningRequestObserved):
+                body = provisioning.observed_body(ev)
+                if after is None or after.body != body:
+                    after = Entry(target=tr.source, body=body)
+                    out.append(env)
+                continue
             if after is None:
                 continue  # about an object never published
             news = _status_news(after, env)
@@ -389,8 +400,8 @@ class Published:
     def vanished(self, source: Ref, *, cluster: str, resource_version: str, time_ms: int) -> Change:
         """``source`` is gone (a relist no longer has it)."""
         before = self.entries.get(source)
-        if before is None:
-            return Change(source, None, None, [])
+        if before is None or source.kind == "ProvisioningRequest":
+            return Change(source, before, None, [])  # a request's delete says nothing to the scheduler
         return Change(source, before, None, [delete_envelope(cluster, source, before.target, resource_version,
                                                              time_ms)])
 
@@ -416,6 +427,11 @@ class Published:
     def remember(self, env: Envelope) -> None:
         """Rebuild the memory from what this watcher published before (its envelopes in the log)."""
         ev = env.event
+        if isinstance(ev, ProvisioningRequestObserved):
+            source = Ref("ProvisioningRequest", ev.namespace, ev.name)
+            self.commit(Change(source, self.entries.get(source),
+                               Entry(target=source, body=provisioning.observed_body(ev)), []))
+            return
         if isinstance(ev, ObjectApplied):
             source, target = source_of(ev.object), ref_of(ev.object)
             before = self.entries.get(source)

@@ -143,9 +143,10 @@ async def apply_crds(api: client.ApiClient) -> list[dict[str, Any]]:
         await eventually(established, what=f"CRD {name} to be Established")
         for version in served_versions(crd):
 
-            async def servable(version: str = version, plural: str = crd["spec"]["names"]["plural"]) -> bool:
+            async def servable(version: str = version, plural: str = crd["spec"]["names"]["plural"],
+                               group: str = crd["spec"]["group"]) -> bool:
                 try:
-                    await custom.list_cluster_custom_object(KUEUE_GROUP, version, plural, limit=1)
+                    await custom.list_cluster_custom_object(group, version, plural, limit=1)
                 except ApiException as exc:
                     if exc.status in (404, 429, 503):  # storage still (re)initialising
                         return False

@@ -18,6 +18,8 @@ from events.codec import MalformedRecord, UnknownEventType, decode_decision, dec
 from events.envelope import SCHEMA_VERSION, Envelope, event_key
 from events.messages import (
     ActuationFailed,
+    AdmissionCheckUpdated,
+    AdmitChecked,
     AdmitWorkload,
     ClockTicked,
     CycleCompleted,
@@ -32,6 +34,8 @@ from events.messages import (
     PendingReason,
     PodsNotReady,
     PodsReady,
+    ProvisioningRequestCondition,
+    ProvisioningRequestObserved,
     WorkloadFinished,
 )
 from events.simcluster import decode_sim_record
@@ -60,6 +64,13 @@ EVENTS = [
     PodsNotReady(time=6, namespace="ns", name="w"),
     DecisionApplied(time=7, decision_id="c1-0", namespace="ns", name="w", cluster="sim"),
     ActuationFailed(time=8, decision_id="c1-0", namespace="ns", name="w", error="boom", retriable=True),
+    AdmissionCheckUpdated(time=9, namespace="ns", name="w", check=o.AdmissionCheckState(
+        name="prov", state=o.CheckState.READY,
+        pod_set_updates=(o.PodSetUpdate(name="main", node_selector=(("k", "v"),)),), retry_count=1,
+        requeue_after_seconds=60)),
+    ProvisioningRequestObserved(time=9, namespace="ns", name="w-prov-1", workload="w", check="prov", attempt=1,
+                                conditions=(ProvisioningRequestCondition(type="Provisioned", status="True"),),
+                                class_details=(("RequestKey", "abc"),)),
 ]
 DECISIONS = [
     AdmitWorkload(id="c1-0", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM, time=9),
@@ -68,7 +79,14 @@ DECISIONS = [
     DeactivateWorkload(id="c1-3", cycle=1, namespace="ns", name="w", reason=EvictionReason.DEACTIVATED,
                        message="The workload is deactivated due to x", underlying_cause="RequeuingLimitExceeded"),
     MarkPending(id="c1-2", cycle=1, namespace="ns", name="w", reason=PendingReason.WAITING_FOR_QUOTA, message="m"),
-    CycleCompleted(cycle=1, input_offset=10, time=9, decisions=3, admitted_heads=("ns/w",),
+    AdmitWorkload(id="c1-3", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM,
+                  admission_checks=("prov",), provisioning_requests=(o.ProvisioningRequestPlan(
+                      name="w-prov-1", check="prov", attempt=1, provisioning_class_name="c",
+                      pod_sets=(o.ProvisioningRequestPodSet(pod_set="main", pod_template="ppt-w-prov-1-main",
+                                                            count=2),)),)),
+    AdmitChecked(id="c1-4", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM,
+                 pod_set_updates=(o.PodSetUpdate(name="main", labels=(("a", "b"),)),)),
+    CycleCompleted(cycle=1, input_offset=10, time=9, decisions=5, admitted_heads=("ns/w",),
                    heads=(HeadOutcome(key="ns/y", cluster_queue="cq", parked=True, last_tried=((0, 0, -1),)),)),
 ]
 

@@ -57,7 +57,7 @@ def test_admission_reserves_quota_and_admits() -> None:
 
 def test_admission_with_pending_admission_checks_is_not_admitted_yet() -> None:
     assert seen(cond.admission({}, "cq", T, checks_pending=True))["Admitted"] == (
-        "False", "UnsatisfiedChecks", "The workload has not all admission checks ready")
+        "False", "UnsatisfiedAdmissionChecks", "The workload has not all checks ready")
 
 
 @pytest.mark.parametrize(("current", "want_history"), [

@@ -74,13 +74,26 @@ def by_kind(kind: str) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in base_objects() if d["kind"] == kind}
 
 
-def crds() -> dict[str, dict[str, Any]]:
+def crds(group: str = "kueue.x-k8s.io") -> dict[str, dict[str, Any]]:
     out = {}
     for p in sorted((DEPLOY / "crds").glob("*.yaml")):
         if p.name != "kustomization.yaml":
             (doc,) = docs(p)
-            out[doc["spec"]["names"]["kind"]] = doc
+            if doc["spec"]["group"] == group:
+                out[doc["spec"]["names"]["kind"]] = doc
     return out
+
+
+def test_the_provisioning_request_crd_is_the_autoscalers_kind_with_status() -> None:
+    (pr,) = crds("autoscaling.x-k8s.io").values()
+    spec = pr["spec"]
+    assert (pr["metadata"]["name"], spec["names"]["kind"], spec["scope"]) == (
+        "provisioningrequests.autoscaling.x-k8s.io", "ProvisioningRequest", "Namespaced")
+    (v1,) = spec["versions"]
+    assert (v1["name"], v1["storage"], v1["subresources"]) == ("v1", True, {"status": {}})
+    props = v1["schema"]["openAPIV3Schema"]["properties"]
+    assert set(props["spec"]["properties"]) == {"provisioningClassName", "parameters", "podSets"}
+    assert set(props["status"]["properties"]) == {"conditions", "provisioningClassDetails"}
 
 
 def schema(kind: str, version: str = "v1beta1") -> dict[str, Any]:
@@ -413,6 +426,8 @@ EXPECTED_RULES = {
         *(("batch", "jobs", v) for v in ("get", "list", "watch")),
         *(("", "namespaces", v) for v in ("get", "list", "watch")),
         *(("scheduling.k8s.io", "priorityclasses", v) for v in ("get", "list", "watch")),
+        # the autoscaler's answers to ProvisioningRequests (services/watcher/provisioning.py)
+        *(("autoscaling.x-k8s.io", "provisioningrequests", v) for v in ("list", "watch")),
     },
     # Derived from the calls of services/actuator/kube_port.py (KubeCalls get / merge patch) and of the
     # job reconciler that runs in the same process (services/actuator/job_reconciler.py): nothing more.
@@ -430,6 +445,10 @@ EXPECTED_RULES = {
         ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
         *(("scheduling.k8s.io", "priorityclasses", v) for v in ("get", "list")),
         ("", "events", "create"),
+        # the provisioning-request admission check (services/actuator/kube_port.py): create a
+        # workload's requests and PodTemplates; on eviction find its requests and delete them.
+        *(("autoscaling.x-k8s.io", "provisioningrequests", v) for v in ("create", "list", "delete")),
+        *(("", "podtemplates", v) for v in ("create", "delete")),
     },
 }
 

@@ -408,3 +408,23 @@ def test_token_bucket_allows_a_burst_then_paces_at_qps() -> None:
 def test_token_bucket_refuses_a_bad_setting(qps: float, burst: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TokenBucket(qps, burst, 0.0)
+
+
+def test_a_workload_waiting_for_its_checks_reserves_but_is_not_admitted_until_they_are_ready() -> None:
+    import msgspec
+
+    from events.messages import AdmitChecked
+
+    counts = QueueCounts()
+    reserve = msgspec.structs.replace(admit(name="a", flavors=(("cpu", "spot"),)), admission_checks=("prov",))
+    counts.fold(reserve)
+    status = counts.cluster_queue_status("cq")
+    assert (status["reservingWorkloads"], status["admittedWorkloads"]) == (1, 0)
+    assert status["flavorsReservation"] == [{"name": "spot", "resources": [{"name": "cpu", "total": "1"}]}]
+    assert status["flavorsUsage"] == []
+    counts.fold(AdmitChecked(id="c2-0", cycle=2, namespace=reserve.namespace, name="a", cluster_queue="cq",
+                             admission=reserve.admission))
+    status = counts.cluster_queue_status("cq")
+    assert (status["reservingWorkloads"], status["admittedWorkloads"]) == (1, 1)
+    assert status["flavorsUsage"] == status["flavorsReservation"]
+    assert admitted_status({}, reserve)["conditions"][1]["reason"] == "UnsatisfiedAdmissionChecks"

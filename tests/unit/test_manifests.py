@@ -1132,10 +1132,11 @@ def test_admission_check_objects_are_normalised():
     prc = _prov_config({"provisioningClassName": "check-capacity.autoscaling.x-k8s.io",
                         "managedResources": ["nvidia.com/gpu"], "retryStrategy": {"backoffLimitCount": 3}})
     assert accept(ac) == o.AdmissionCheck(name="prov", controller_name="kueue.x-k8s.io/provisioning-request",
-                                          parameters_kind="ProvisioningRequestConfig", parameters_name="cfg")
+                                          parameters_kind="ProvisioningRequestConfig", parameters_name="cfg",
+                                          parameters_api_group="kueue.x-k8s.io")
     assert accept(prc) == o.ProvisioningRequestConfig(
         name="cfg", provisioning_class_name="check-capacity.autoscaling.x-k8s.io",
-        managed_resources=("nvidia.com/gpu",))
+        managed_resources=("nvidia.com/gpu",), backoff_limit_count=3)
 
 
 @pytest.mark.parametrize(

@@ -289,3 +289,23 @@ def test_lazy_gauges_are_refreshed_by_a_scrape_not_by_steps() -> None:
     assert calls == []
     text = generate_latest(metrics.registry).decode()
     assert calls == [1] and "kueuelog_events_folded_total 5.0" in text
+
+
+def test_a_check_ready_admits_and_observes_the_wait_from_reservation() -> None:
+    """kueue_admission_checks_wait_time_seconds: from quota reservation to admission (Kueue's
+    ReportAdmissionChecksWaitTime); w5 is admitted when its check is Ready, 30 s later."""
+    from events import objects as o
+    from events.messages import AdmissionCheckUpdated
+
+    state = two_queues()
+    metrics = SchedulerMetrics()
+    metrics.observe(*step(state), state)
+    assert value(metrics, "kueue_admitted_workloads_total", cluster_queue="cq-b") in (None, 0.0)
+    reserved = state.workloads["team-b/w5"].reserved_at
+    assert reserved is not None
+    fold(state, AdmissionCheckUpdated(time=reserved + 30_000, namespace="team-b", name="w5",
+                                      check=o.AdmissionCheckState(name="prov", state=o.CheckState.READY)))
+    metrics.observe(*step(state), state)
+    assert value(metrics, "kueue_admitted_workloads_total", cluster_queue="cq-b") == 1.0
+    assert value(metrics, "kueue_admission_checks_wait_time_seconds_count", cluster_queue="cq-b") == 1.0
+    assert value(metrics, "kueue_admission_checks_wait_time_seconds_sum", cluster_queue="cq-b") == 30.0

@@ -20,7 +20,17 @@ from events import objects as o
 from events.codec import encode
 from events.envelope import Envelope, Topics
 from events.manifests import Document, normalize
-from events.messages import ClockTicked, ClusterEvent, EvictionCompleted, ObjectApplied, PodsReady, WorkloadFinished
+from events.messages import (
+    AdmissionCheckUpdated,
+    ClockTicked,
+    ClusterEvent,
+    EvictionCompleted,
+    ObjectApplied,
+    PodsReady,
+    ProvisioningRequestCondition,
+    ProvisioningRequestObserved,
+    WorkloadFinished,
+)
 from services.core import deactivation
 from services.core.cycle import run_cycle
 from services.core.records import WorkloadRecord, canonical_fields
@@ -60,6 +70,13 @@ def _objects() -> list[Builder | o.AnyObject]:
         a_priority_class("low", 1, workload=False),
         o.AdmissionCheck(name="check", controller_name="kueue.x-k8s.io/provisioning-request"),
         o.ProvisioningRequestConfig(name="prc", provisioning_class_name="queued-provisioning.gke.io"),
+        o.AdmissionCheck(name="prov", controller_name="kueue.x-k8s.io/provisioning-request",
+                         parameters_kind="ProvisioningRequestConfig", parameters_name="prc"),
+        a_cluster_queue("cq-c").flavor("f", cpu="6").admission_checks("prov"),
+        a_local_queue("ns", "lq-c", "cq-c"),
+        a_workload("ns", "retry").queue("lq-c").request(cpu="1").created(6),
+        a_workload("ns", "reject").queue("lq-c").request(cpu="1").created(7),
+        a_workload("ns", "waits").queue("lq-c").request(cpu="1").created(8),
         o.Configuration(wait_for_pods_ready=True, wait_for_pods_ready_timeout_ms=60_000),
         a_workload("ns", "low-1").queue("lq-a").request(cpu="2").created(1),
         a_workload("ns", "low-2").queue("lq-a").request(cpu="2").created(2),
@@ -83,6 +100,12 @@ def history() -> list[ClusterEvent | str]:
     waiting for its victim, a parked workload and a drained one held: no cycle after the last events."""
     events: list[ClusterEvent | str] = [_event(item, i) for i, item in enumerate(_objects(), start=1)]
     events += ["cycle"] * 4  # low-1, low-2, drained and done admitted; too-big and unclassed tried
+    # Admission checks: retry fails its provisioning (Retry), reject is rejected, waits waits.
+    failed = ProvisioningRequestCondition(type="Failed", status="True", message="no capacity")
+    events.append(ProvisioningRequestObserved(time=T0 + 10_000, namespace="ns", name="retry-prov-1", workload="retry",
+                                              check="prov", attempt=1, conditions=(failed,)))
+    events.append(AdmissionCheckUpdated(time=T0 + 10_000, namespace="ns", name="reject", check=o.AdmissionCheckState(
+        name="prov", state=o.CheckState.REJECTED, message="no")))
     events.append(_event(a_cluster_queue("cq-stop").flavor("f", cpu="2").stop("HoldAndDrain"), 90))
     events.append(_event(a_workload("ns", "urgent").queue("lq-a").request(cpu="4").priority(100).created(11), 91))
     events.append(_event(a_workload("ns", "wide").queue("lq-b").request(cpu="3").created(12), 92))
@@ -92,6 +115,10 @@ def history() -> list[ClusterEvent | str]:
     events += ["cycle"] * 4  # drained is evicted; urgent preempts and waits; wide is parked
     events.append(EvictionCompleted(time=20_000, namespace="ns", name="drained"))
     events.append(EvictionCompleted(time=T0 + 80_000, namespace="ns", name="slow"))  # and it backs off
+    events.append(EvictionCompleted(time=T0 + 80_000, namespace="ns", name="retry"))  # back-off until T0 + 140 s
+    events.append(EvictionCompleted(time=T0 + 80_000, namespace="ns", name="reject"))  # deactivated
+    events.append(AdmissionCheckUpdated(time=T0 + 80_000, namespace="ns", name="waits", check=o.AdmissionCheckState(
+        name="prov", message="ETA 5m")))  # settled by the next cycle
     events.append(WorkloadFinished(time=20_000, namespace="ns", name="nobody"))  # an anomaly
     events.append("deactivate ns/too-big")  # the scheduler deactivates a pending workload
     # A user deactivates an admitted one: its eviction waits for the next cycle.

@@ -149,7 +149,8 @@ KINDS = [
                                         "name": "prc"}}}),
         "AdmissionCheck /prov",
         o.AdmissionCheck(name="prov", controller_name="kueue.x-k8s.io/provisioning-request",
-                         parameters_kind="ProvisioningRequestConfig", parameters_name="prc"),
+                         parameters_kind="ProvisioningRequestConfig", parameters_name="prc",
+                         parameters_api_group="kueue.x-k8s.io"),
         id="AdmissionCheck",
     ),
     pytest.param(
