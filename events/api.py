@@ -353,9 +353,18 @@ class WaitForPodsReady(WaitForPodsReadyV1beta2):
     enable: bool = False
 
 
+class ResourceTransformation(_Spec):
+    """One of Kueue's ``resources.transformations``: how a requested resource is counted."""
+
+    input: str
+    strategy: str | None = None
+    multiply_by: str | None = None
+    outputs: dict[str, Any] | None = None
+
+
 class Resources(_Spec):
     exclude_resource_prefixes: list[str] | None = None
-    transformations: list[dict[str, Any]] | None = None
+    transformations: list[ResourceTransformation] | None = None
 
 
 class ConfigurationCommon(_Loose):

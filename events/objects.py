@@ -194,6 +194,16 @@ class ProvisioningRequestConfig(_Kind, frozen=True, tag="ProvisioningRequestConf
     managed_resources: tuple[str, ...] = ()
 
 
+class ResourceTransformation(_Obj, frozen=True):
+    """Kueue's ``resources.transformations`` entry, defaulted (strategy Retain); each output's
+    factor per unit of input is an exact fraction (numerator, denominator)."""
+
+    input: str
+    strategy: str = "Retain"  # or "Replace"
+    multiply_by: str = ""
+    outputs: tuple[tuple[str, int, int], ...] = ()  # (resource, numerator, denominator), by resource
+
+
 class Configuration(_Kind, frozen=True, tag="Configuration"):
     """The knobs of Kueue's Configuration that change decisions."""
 
@@ -203,6 +213,7 @@ class Configuration(_Kind, frozen=True, tag="Configuration"):
     wait_for_pods_ready_timeout_ms: int = 300_000
     wait_for_pods_ready_block_admission: bool = False
     exclude_resource_prefixes: tuple[str, ...] = ()
+    resource_transformations: tuple[ResourceTransformation, ...] = ()  # in the Configuration's order
     # Kueue's beta feature gate FlavorFungibilityPreserveScanProgress (on by default), switched
     # by ``featureGates``: a skipped workload resumes its flavor scan in the next cycle.
     flavor_fungibility_preserve_scan_progress: bool = True

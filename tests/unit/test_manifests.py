@@ -1484,9 +1484,6 @@ _CQ_V1BETA2 = ("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata
                  "not supported by kueuelog yet", id="concurrent admission policy"),
     pytest.param(_CQ_V1BETA2 + "  admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}\n",
                  "spec.admissionScope.admissionMode", "admission fair sharing", id="admission fair sharing"),
-    pytest.param("apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nresources:\n  transformations:\n"
-                 "  - {input: nvidia.com/mig-1g.5gb, strategy: Replace}\n", "resources.transformations",
-                 "resource transformations", id="resource transformations"),
 ])
 def test_kueue_features_not_supported_yet_are_refused_by_name_never_ignored(text, field, says):
     with pytest.raises(ManifestError) as err:
