@@ -125,6 +125,7 @@ class PodSpec(_Loose):
     tolerations: list[Toleration] | None = None
     overhead: dict[str, Quantity] | None = None
     priority_class_name: str | None = None
+    resource_claims: list[Any] | None = None  # DRA: refused until deviceClassMappings are taken
 
 
 class PodTemplateSpec(_Loose):
