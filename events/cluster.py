@@ -25,9 +25,9 @@ from typing import Final
 KUEUE_GROUP: Final = "kueue.x-k8s.io"
 KUEUE_CONFIG_GROUP: Final = "config.kueue.x-k8s.io"
 KUEUE_VERSION: Final = "v1beta1"
-"""The version of Kueue's kinds the job reconciler writes (a queued Job's Workload) and ``simulate``
-renders. The watcher reads and the actuator writes at our CRDs' storage version instead,
-:data:`events.kueue_versions.STORAGE_VERSION` (docs/crds.md)."""
+"""The version ``simulate`` renders a Workload at when its input says no other (a v1beta1 input).
+The watcher reads, and the actuator and the job reconciler write, at our CRDs' storage version
+instead, :data:`events.kueue_versions.STORAGE_VERSION` (docs/crds.md)."""
 KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 
 WORKLOAD_PRIORITY_CLASS_SOURCE: Final = f"{KUEUE_GROUP}/workloadpriorityclass"

@@ -33,7 +33,7 @@ def _simulate(args: argparse.Namespace) -> int:
         print("error: --cycles must be a non-negative integer", file=sys.stderr)
         return 2
     result = simulate(args.files, args.cycles)  # bad input: ManifestError, OSError (see exits.classify)
-    doc = workload_list(result.state)
+    doc = workload_list(result.state, result.versions)
     if args.output == "json":
         json.dump(doc, sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from events import objects as o
-from events.manifests import load
+from events.cluster import KUEUE_GROUP
+from events.manifests import Document, load
 from events.messages import EvictWorkload, ObjectApplied
 from services.core.cycle import run_cycle
 from services.core.state import State, finish_eviction, fold
@@ -27,11 +28,29 @@ class SimulationResult:
     cycles: int
     decisions: int
     converged: bool
+    # ns/name -> the Kueue API version to render each Workload at (v1beta1 when absent).
+    versions: dict[str, str] = field(default_factory=dict)
 
 
 def fold_files(files: dict[str, str]) -> State:
     """Every manifest of every file, folded in order (raises ManifestError on bad input)."""
-    objects = load(files)  # validate everything before folding anything
+    return _fold(load(files))  # load validates everything before anything is folded
+
+
+def workload_versions(objects: Sequence[tuple[Document, o.AnyObject]]) -> dict[str, str]:
+    """The version each Workload is shown at: a Workload's own ``apiVersion``; one made from a
+    Job, v1beta2 when the input writes any Kueue object at v1beta2, else v1beta1."""
+    api_versions = {str(doc.body.get("apiVersion", "")) for doc, _ in objects}
+    made_from_jobs = "v1beta2" if f"{KUEUE_GROUP}/v1beta2" in api_versions else "v1beta1"
+    out: dict[str, str] = {}
+    for doc, obj in objects:
+        if isinstance(obj, o.Workload):
+            group, _, version = str(doc.body.get("apiVersion", "")).rpartition("/")
+            out[f"{obj.namespace}/{obj.name}"] = version if group == KUEUE_GROUP else made_from_jobs
+    return out
+
+
+def _fold(objects: Sequence[tuple[Document, o.AnyObject]]) -> State:
     state = State()
     for _, obj in objects:
         time = obj.creation_time or 0 if isinstance(obj, o.Workload) else 0
@@ -74,4 +93,7 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None) -> Simu
 
 
 def simulate(paths: Sequence[str], cycles: int | None) -> SimulationResult:
-    return run(fold_files(read_manifests(paths)), cycles)
+    objects = load(read_manifests(paths))
+    result = run(_fold(objects), cycles)
+    result.versions = workload_versions(objects)
+    return result

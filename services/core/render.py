@@ -5,16 +5,20 @@ written as their strings, so that any serializer (JSON, YAML) takes the objects.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from events.cluster import (
     KUEUE_API_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
     PENDING_REASON_ANNOTATION,
     ConditionReason,
     ConditionStatus,
     ConditionType,
 )
 from events.conditions import is_true
+from events.kueue_versions import respell
 from events.manifests import format_time
 from events.messages import PendingReason
 from events.objects import QueueingStrategy
@@ -40,7 +44,15 @@ def _pod_set(ps: Any) -> dict[str, Any]:
     return out
 
 
-def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
+def workload_object(state: State, rec: WorkloadRecord, version: str = KUEUE_VERSION) -> dict[str, Any]:
+    """The Workload as Kueue would show it at ``version`` (its v1beta1 body, respelled)."""
+    out = _workload_v1beta1(state, rec)
+    if version == KUEUE_VERSION:
+        return out
+    return respell({**out, "apiVersion": f"{KUEUE_GROUP}/{version}"})
+
+
+def _workload_v1beta1(state: State, rec: WorkloadRecord) -> dict[str, Any]:
     wl = rec.obj
     meta: dict[str, Any] = {"name": wl.name, "namespace": wl.namespace, "uid": wl.uid}
     if wl.creation_time is not None:
@@ -120,8 +132,10 @@ def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[str, str] | 
             f"Queued in ClusterQueue {cq.name} at position {ahead + 1}; not considered by a cycle yet")
 
 
-def workload_list(state: State) -> dict[str, Any]:
-    items = [workload_object(state, state.workloads[k]) for k in sorted(state.workloads)]
+def workload_list(state: State, versions: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Every Workload, each at its version in ``versions`` (by ``ns/name``; v1beta1 otherwise)."""
+    items = [workload_object(state, state.workloads[k], (versions or {}).get(k, KUEUE_VERSION))
+             for k in sorted(state.workloads)]
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 

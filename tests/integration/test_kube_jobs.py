@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
+STORED = "v1beta2"  # the reconciler creates Workloads at our CRDs' storage version
 WPC = "kueuelog-test-high"
 
 
@@ -135,7 +136,7 @@ async def read_job(api: client.ApiClient, ns: str, name: str) -> client.V1Job:
 async def get_workload(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
     try:
         out: dict[str, Any] = await client.CustomObjectsApi(api).get_namespaced_custom_object(
-            GROUP, VERSION, ns, "workloads", name)
+            GROUP, STORED, ns, "workloads", name)
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -189,8 +190,9 @@ async def test_running_queued_job_is_suspended_and_gets_kueues_workload(api: cli
     assert wl["metadata"]["labels"] == {"kueue.x-k8s.io/job-uid": created.metadata.uid}
     spec = wl["spec"]
     assert spec["queueName"] == "lq"
-    assert (spec["priorityClassName"], spec["priority"], spec["priorityClassSource"]) == (
-        WPC, 1000, "kueue.x-k8s.io/workloadpriorityclass")
+    assert wl["apiVersion"] == f"{GROUP}/{STORED}"
+    assert (spec["priorityClassRef"], spec["priority"]) == (
+        {"group": GROUP, "kind": "WorkloadPriorityClass", "name": WPC}, 1000)
     [pod_set] = spec["podSets"]
     assert (pod_set["name"], pod_set["count"]) == ("main", 2)  # min(parallelism, completions)
     assert pod_set["template"]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "500m", "memory": "64Mi"}
