@@ -110,11 +110,20 @@ class ConditionReason(StrEnum):
 
 
 class PendingConditionReason(StrEnum):
-    """The reason of ``QuotaReserved=False``: Kueue's ``Pending``, or ``Inadmissible`` when the
-    workload cannot queue at all (no queue, an inactive ClusterQueue)."""
+    """The reason of ``QuotaReserved=False``. Kueue >= 0.19 writes a granular reason
+    (UnadmittedWorkloadsObservability, beta, on: ``apis/kueue/v1beta2/workload_types.go``);
+    with that gate off it writes ``Pending``, or ``Inadmissible`` when the workload cannot queue
+    at all (no queue, an inactive ClusterQueue). services/core/reasons.py chooses."""
 
     PENDING = ConditionReason.PENDING.value
     INADMISSIBLE = ConditionReason.INADMISSIBLE.value
+    WAITING_FOR_QUOTA = "WaitingForQuota"
+    NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+    EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+    WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
+    MISCONFIGURED = "Misconfigured"
+    SUSPENDED = "Suspended"
+    PENDING_EVALUATION = "PendingEvaluation"
 
 
 class ConditionStatus(StrEnum):

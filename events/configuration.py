@@ -24,6 +24,7 @@ excludeResourcePrefixes``
                               request counts as (services/core/
                               resources.py)
 ``featureGates``              FlavorFungibilityPreserveScanProgress, the same
+                              UnadmittedWorkloadsObservability,
                               DisableWaitForPodsReady
 ============================  =====================================  ======================================
 
@@ -58,6 +59,7 @@ _RETAIN, _REPLACE = "Retain", "Replace"  # resources.transformations[].strategy
 # o.Configuration field each sets; the others are followed at their Kueue default.
 _FEATURE_GATES = {
     "FlavorFungibilityPreserveScanProgress": "flavor_fungibility_preserve_scan_progress",
+    "UnadmittedWorkloadsObservability": "unadmitted_workloads_observability",
 }
 _DISABLE_WAIT_FOR_PODS_READY = "DisableWaitForPodsReady"
 

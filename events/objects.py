@@ -217,6 +217,9 @@ class Configuration(_Kind, frozen=True, tag="Configuration"):
     # Kueue's beta feature gate FlavorFungibilityPreserveScanProgress (on by default), switched
     # by ``featureGates``: a skipped workload resumes its flavor scan in the next cycle.
     flavor_fungibility_preserve_scan_progress: bool = True
+    # Kueue's beta feature gate UnadmittedWorkloadsObservability (on by default since 0.19): a
+    # pending workload's QuotaReserved reason is granular (services/core/reasons.py).
+    unadmitted_workloads_observability: bool = True
 
 
 class NodeSelectorTerm(_Obj, frozen=True):

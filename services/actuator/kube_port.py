@@ -18,12 +18,12 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   ``Requeued`` and no ``status.admission``. Kueue writes the last three when the eviction
   completes; we write them at once and the watcher reports ``EvictionCompleted`` when the Job
   has no active pods.
-- ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (Kueue's ``Pending`` /
-  ``Inadmissible``) and our closed-set reason in ``kueuelog.io/pending-reason``, only when they
-  changed (a cache of what was written spares the reads). A pending mark is status, not an
-  order: it never holds up the decisions behind it, and when it cannot be written yet (no
-  Workload object yet) it is retried before later batches until a newer decision for the
-  workload replaces it.
+- ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (with the reason the decision
+  carries: Kueue's granular one, ``services/core/reasons.py``) and our closed-set reason in
+  ``kueuelog.io/pending-reason``, only when they changed (a cache of what was written spares the
+  reads). A pending mark is status, not an order: it never holds up the decisions behind it, and
+  when it cannot be written yet (no Workload object yet) it is retried before later batches until a
+  newer decision for the workload replaces it.
 - After every batch, each ClusterQueue / LocalQueue whose counts (:class:`QueueCounts`, rebuilt
   from the decisions before the committed position at recovery) changed gets its status written.
 

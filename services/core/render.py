@@ -13,9 +13,9 @@ from events.cluster import (
     KUEUE_GROUP,
     KUEUE_VERSION,
     PENDING_REASON_ANNOTATION,
-    ConditionReason,
     ConditionStatus,
     ConditionType,
+    PendingConditionReason,
 )
 from events.conditions import is_true
 from events.kueue_versions import respell
@@ -23,6 +23,7 @@ from events.manifests import format_time
 from events.messages import PendingReason
 from events.objects import QueueingStrategy
 from events.quantity import format_amount
+from services.core.reasons import quota_reserved_reason
 from services.core.state import State, WorkloadRecord
 
 
@@ -104,7 +105,8 @@ def _workload_v1beta1(state: State, rec: WorkloadRecord) -> dict[str, Any]:
         # Never a head yet (behind a StrictFIFO head, or a cycle limit): Kueue writes nothing, but a
         # pending workload should say why it waits.
         conds.append({"type": str(ConditionType.QUOTA_RESERVED), "status": str(ConditionStatus.FALSE),
-                      "reason": str(ConditionReason.PENDING), "message": waiting[1],
+                      "reason": str(quota_reserved_reason(state.config, waiting[0], PendingConditionReason.PENDING)),
+                      "message": waiting[1],
                       "lastTransitionTime": format_time(state.now)})
     if conds:
         status["conditions"] = conds
@@ -112,7 +114,7 @@ def _workload_v1beta1(state: State, rec: WorkloadRecord) -> dict[str, Any]:
             "status": status}
 
 
-def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[str, str] | None:
+def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[PendingReason, str] | None:
     """(reason, message) for a pending workload that no cycle has looked at yet."""
     if not rec.pending or ConditionType.QUOTA_RESERVED in rec.conditions or not rec.queued_in:
         return None
