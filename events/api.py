@@ -126,6 +126,7 @@ class PodSpec(_Loose):
     overhead: dict[str, Quantity] | None = None
     priority_class_name: str | None = None
     scheduler_name: str | None = None
+    resource_claims: list[Any] | None = None  # DRA: refused until deviceClassMappings are taken
 
 
 class PodTemplateSpec(_Loose):
@@ -391,9 +392,18 @@ class WaitForPodsReady(WaitForPodsReadyV1beta2):
     enable: bool = False
 
 
+class ResourceTransformation(_Spec):
+    """One of Kueue's ``resources.transformations``: how a requested resource is counted."""
+
+    input: str
+    strategy: str | None = None
+    multiply_by: str | None = None
+    outputs: dict[str, Any] | None = None
+
+
 class Resources(_Spec):
     exclude_resource_prefixes: list[str] | None = None
-    transformations: list[dict[str, Any]] | None = None
+    transformations: list[ResourceTransformation] | None = None
 
 
 class ConfigurationCommon(_Loose):

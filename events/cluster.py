@@ -25,9 +25,9 @@ from typing import Final
 KUEUE_GROUP: Final = "kueue.x-k8s.io"
 KUEUE_CONFIG_GROUP: Final = "config.kueue.x-k8s.io"
 KUEUE_VERSION: Final = "v1beta1"
-"""The version of Kueue's kinds the job reconciler writes (a queued Job's Workload) and ``simulate``
-renders. The watcher reads and the actuator writes at our CRDs' storage version instead,
-:data:`events.kueue_versions.STORAGE_VERSION` (docs/crds.md)."""
+"""The version ``simulate`` renders a Workload at when its input says no other (a v1beta1 input).
+The watcher reads, and the actuator and the job reconciler write, at our CRDs' storage version
+instead, :data:`events.kueue_versions.STORAGE_VERSION` (docs/crds.md)."""
 KUEUE_API_VERSION: Final = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 
 WORKLOAD_PRIORITY_CLASS_SOURCE: Final = f"{KUEUE_GROUP}/workloadpriorityclass"
@@ -133,11 +133,20 @@ class ConditionReason(StrEnum):
 
 
 class PendingConditionReason(StrEnum):
-    """The reason of ``QuotaReserved=False``: Kueue's ``Pending``, or ``Inadmissible`` when the
-    workload cannot queue at all (no queue, an inactive ClusterQueue)."""
+    """The reason of ``QuotaReserved=False``. Kueue >= 0.19 writes a granular reason
+    (UnadmittedWorkloadsObservability, beta, on: ``apis/kueue/v1beta2/workload_types.go``);
+    with that gate off it writes ``Pending``, or ``Inadmissible`` when the workload cannot queue
+    at all (no queue, an inactive ClusterQueue). services/core/reasons.py chooses."""
 
     PENDING = ConditionReason.PENDING.value
     INADMISSIBLE = ConditionReason.INADMISSIBLE.value
+    WAITING_FOR_QUOTA = "WaitingForQuota"
+    NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+    EXCEEDS_MAX_QUOTA = "ExceedsMaxQuota"
+    WAITING_FOR_PREEMPTED_WORKLOADS = "WaitingForPreemptedWorkloads"
+    MISCONFIGURED = "Misconfigured"
+    SUSPENDED = "Suspended"
+    PENDING_EVALUATION = "PendingEvaluation"
 
 
 class ConditionStatus(StrEnum):

@@ -24,7 +24,11 @@ field                         v1beta1                                v1beta2
                               backoffLimitCount none (for ever)
 ``resources.                  prefixes of resources Kueue ignores    the same
 excludeResourcePrefixes``
+``resources.transformations`` strategy Retain when absent; what a      the same
+                              request counts as (services/core/
+                              resources.py)
 ``featureGates``              FlavorFungibilityPreserveScanProgress, the same
+                              UnadmittedWorkloadsObservability,
                               DisableWaitForPodsReady
 ============================  =====================================  ======================================
 
@@ -44,6 +48,7 @@ import msgspec
 from events import api
 from events import objects as o
 from events import validation as v
+from events.quantity import QuantityError, parse_fraction
 
 T = TypeVar("T")
 
@@ -54,11 +59,13 @@ STRATEGY_SETS = (("LessThanOrEqualToFinalShare",), ("LessThanInitialShare",), DE
 _REQUEUING_TIMESTAMPS = ("Creation", "Eviction")
 DEFAULT_BACKOFF_BASE_SECONDS = 60
 DEFAULT_BACKOFF_MAX_SECONDS = 3600
+_RETAIN, _REPLACE = "Retain", "Replace"  # resources.transformations[].strategy
 
 # Kueue's feature gates that change decisions and that a Configuration may switch, by the
 # o.Configuration field each sets; the others are followed at their Kueue default.
 _FEATURE_GATES = {
     "FlavorFungibilityPreserveScanProgress": "flavor_fungibility_preserve_scan_progress",
+    "UnadmittedWorkloadsObservability": "unadmitted_workloads_observability",
 }
 _DISABLE_WAIT_FOR_PODS_READY = "DisableWaitForPodsReady"
 
@@ -97,11 +104,40 @@ def read_configuration(where: Where, version: str, rest: dict[str, Any]) -> o.Co
         _check_strategies(where, strategies)
         out = msgspec.structs.replace(out, fair_sharing=True, fair_sharing_strategies=strategies)
     if common.resources is not None and common.resources.transformations:
-        raise where.error("resources.transformations", "not supported by kueuelog yet (Kueue's resource "
-                          "transformations would change what each workload counts against quota); remove it")
+        out = msgspec.structs.replace(out, resource_transformations=_transformations(
+            where, common.resources.transformations))
     if common.resources is not None and common.resources.exclude_resource_prefixes:
         out = msgspec.structs.replace(out, exclude_resource_prefixes=tuple(common.resources.exclude_resource_prefixes))
     return _feature_gates(where, common.feature_gates or {}, out)
+
+
+def _transformations(where: Where, given: list[api.ResourceTransformation]) -> tuple[o.ResourceTransformation, ...]:
+    """Kueue's ``resources.transformations`` defaulted (strategy Retain) and validated as
+    ``validateResourceTransformations`` does (a known strategy, one entry per input); an output
+    factor may be negative (an allowance per unit of input)."""
+    out: list[o.ResourceTransformation] = []
+    seen: set[str] = set()
+    for i, t in enumerate(given):
+        path = f"resources.transformations[{i}]"
+        strategy = t.strategy or _RETAIN
+        if strategy not in (_RETAIN, _REPLACE):
+            raise where.error(f"{path}.strategy", f"unsupported value {strategy!r}: supported values: "
+                              f"{_RETAIN!r}, {_REPLACE!r}")
+        if not t.input:
+            raise where.error(f"{path}.input", "must name a resource")
+        if t.input in seen:
+            raise where.error(f"{path}.input", f"duplicate value {t.input!r}: one transformation per input resource")
+        seen.add(t.input)
+        factors: list[tuple[str, int, int]] = []
+        for name, value in sorted((t.outputs or {}).items()):
+            try:
+                f = parse_fraction(value)
+            except QuantityError as e:
+                raise where.error(f"{path}.outputs.{name}", str(e)) from None
+            factors.append((name, f.numerator, f.denominator))
+        out.append(o.ResourceTransformation(input=t.input, strategy=strategy, multiply_by=t.multiply_by or "",
+                                            outputs=tuple(factors)))
+    return tuple(out)
 
 
 def _check_strategies(where: Where, strategies: tuple[str, ...]) -> None:

@@ -223,10 +223,14 @@ T = TypeVar("T")
 
 
 _NOT_YET: Final = {
-    "concurrentAdmissionPolicy": "not supported by kueuelog yet (Kueue's concurrent admission policy); "
-                                 "remove it",
-    "preemptionGates": "not supported by kueuelog yet (Kueue's preemption gates); remove it",
-    "quotaCheckStrategy": "not supported by kueuelog yet (Kueue's quota check strategy); remove it",
+    "concurrentAdmissionPolicy": "not supported by kueuelog yet (Kueue's concurrent admission policy, feature "
+                                 "gate ConcurrentAdmission); remove it",
+    "preemptionGates": "not supported by kueuelog yet (Kueue's preemption gates, feature gates ConcurrentAdmission "
+                       "and MultiKueueOrchestratedPreemption); remove it",
+    "quotaCheckStrategy": "not supported by kueuelog yet (Kueue's quota check strategy, feature gate "
+                          "QuotaCheckStrategy); remove it",
+    "deviceClassMappings": "not supported by kueuelog yet (Kueue's DRA device class mappings, feature gate "
+                           "KueueDRAIntegration); remove it",
 }
 """Fields of Kueue's API that kueuelog does not act on yet: refused by name, never ignored."""
 
@@ -553,7 +557,8 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
     mode = (spec.admission_scope or {}).get("admissionMode", "NoAdmissionFairSharing")
     if mode != "NoAdmissionFairSharing":
         raise ctx.error("spec.admissionScope.admissionMode", f"{mode!r} is not supported by kueuelog yet (Kueue's "
-                        "admission fair sharing orders LocalQueues by their usage); remove admissionScope")
+                        "admission fair sharing orders LocalQueues by their usage, feature gate "
+                        "AdmissionFairSharing); remove admissionScope")
     cohort = spec.cohort or spec.cohort_name or ""
     if cohort:
         _check_name(ctx, cohort, "spec.cohort" if spec.cohort else "spec.cohortName")

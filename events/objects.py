@@ -276,6 +276,16 @@ class AdmissionCheckState(_Obj, frozen=True):
     requeue_after_seconds: int | None = None
 
 
+class ResourceTransformation(_Obj, frozen=True):
+    """Kueue's ``resources.transformations`` entry, defaulted (strategy Retain); each output's
+    factor per unit of input is an exact fraction (numerator, denominator)."""
+
+    input: str
+    strategy: str = "Retain"  # or "Replace"
+    multiply_by: str = ""
+    outputs: tuple[tuple[str, int, int], ...] = ()  # (resource, numerator, denominator), by resource
+
+
 class Configuration(_Kind, frozen=True, tag="Configuration"):
     """The knobs of Kueue's Configuration that change decisions."""
 
@@ -291,9 +301,13 @@ class Configuration(_Kind, frozen=True, tag="Configuration"):
     requeuing_backoff_base_seconds: int = 60
     requeuing_backoff_max_seconds: int = 3600
     exclude_resource_prefixes: tuple[str, ...] = ()
+    resource_transformations: tuple[ResourceTransformation, ...] = ()  # in the Configuration's order
     # Kueue's beta feature gate FlavorFungibilityPreserveScanProgress (on by default), switched
     # by ``featureGates``: a skipped workload resumes its flavor scan in the next cycle.
     flavor_fungibility_preserve_scan_progress: bool = True
+    # Kueue's beta feature gate UnadmittedWorkloadsObservability (on by default since 0.19): a
+    # pending workload's QuotaReserved reason is granular (services/core/reasons.py).
+    unadmitted_workloads_observability: bool = True
 
 
 class NodeSelectorTerm(_Obj, frozen=True):

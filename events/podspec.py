@@ -123,6 +123,11 @@ def pod_set_from_template(
     where: Where, name: str, count: int, min_count: int | None, template: api.PodTemplateSpec, path: str
 ) -> o.PodSet:
     spec = template.spec
+    if spec.resource_claims:
+        # Kueue (KueueDRAIntegration, beta, on) charges claims through the Configuration's
+        # deviceClassMappings; ignoring them would admit devices without quota.
+        raise where.error(f"{path}.spec.resourceClaims", "not supported by kueuelog yet (Kueue's DRA "
+                          "integration, feature gate KueueDRAIntegration); remove the claims or run under Kueue")
     requests = pod_requests(where, spec, f"{path}.spec")
     try:
         validation.pod_set_total(count, requests.items(), path)

@@ -13,7 +13,8 @@ webhook's part *after* creation, by list+watch of the Jobs labelled
   controller stops them. With policy ``reject`` it is labelled ``kueuelog.io/rejected``,
   annotated with the reason, left as it is and not queued; a Warning Event says why.
   Without a webhook its creation cannot be refused: it runs outside quota.
-- the Job's Workload (``kueue.x-k8s.io/v1beta1``, Kueue's name hash, owned by the Job) is
+- the Job's Workload (``kueue.x-k8s.io/v1beta2``, our CRDs' storage version, spelled for it;
+  Kueue's name hash, owned by the Job) is
   created once the Job is suspended with no active pods (as Kueue's
   ``handleJobWithNoWorkload``), or when it runs admitted. Its pod set comes from the same
   conversion the scheduler folds (``events.manifests.normalize`` of the Job), so the two
@@ -53,9 +54,7 @@ from events.cluster import (
     DECISION_ID_ANNOTATION,
     EVICTED_ANNOTATION,
     JOB_UID_LABEL,
-    KUEUE_API_VERSION,
     KUEUE_GROUP,
-    KUEUE_VERSION,
     POD_PRIORITY_CLASS_SOURCE,
     PROVISIONING_ANNOTATION_PREFIX,
     QUEUE_NAME_LABEL,
@@ -66,10 +65,14 @@ from events.cluster import (
     ConditionType,
     JobConditionType,
 )
+from events.kueue_versions import STORAGE_VERSION, respell
 from events.manifests import Document, ManifestError, format_time, normalize
 from services.actuator import checkplan
 from services.actuator.kubeapi import KubeApiError, status_retriable
 from services.runtime.clock import wall_clock_ms as _wall_clock_ms
+
+KUEUE_VERSION: Final = STORAGE_VERSION
+"""The version the reconciler reads WorkloadPriorityClasses and creates and finishes Workloads at."""
 
 Policy = Literal["suspend", "reject"]
 POLICIES: Final = ("suspend", "reject")
@@ -139,7 +142,7 @@ class WorkloadDraft:
         spec["priority"] = priority.value
         if priority.source:
             spec["priorityClassSource"] = priority.source
-        return body
+        return respell(body)  # v1beta2 spells the class as spec.priorityClassRef
 
 
 @dataclass(frozen=True)
@@ -252,7 +255,7 @@ def _draft(job: Mapping[str, Any], ref: JobRef, cluster: str) -> WorkloadDraft:
         query = PriorityQuery("Queue", wl.priority_ref.name)
     else:
         query = PriorityQuery("PriorityClass", wl.priority_ref.name)
-    body = {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": meta,
+    body = {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "Workload", "metadata": meta,
             "spec": {"queueName": wl.queue_name, "podSets": [ps]}}
     return WorkloadDraft(namespace=ref.namespace, name=wl.name, body=body, priority=query)
 

@@ -20,12 +20,12 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   has no active pods.
 - ``DeactivateWorkload`` (an eviction that deactivates): the same, then the Workload's
   ``spec.active=false``, as Kueue's workload controller writes it.
-- ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (Kueue's ``Pending`` /
-  ``Inadmissible``) and our closed-set reason in ``kueuelog.io/pending-reason``, only when they
-  changed (a cache of what was written spares the reads). A pending mark is status, not an
-  order: it never holds up the decisions behind it, and when it cannot be written yet (no
-  Workload object yet) it is retried before later batches until a newer decision for the
-  workload replaces it.
+- ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (with the reason the decision
+  carries: Kueue's granular one, ``services/core/reasons.py``) and our closed-set reason in
+  ``kueuelog.io/pending-reason``, only when they changed (a cache of what was written spares the
+  reads). A pending mark is status, not an order: it never holds up the decisions behind it, and
+  when it cannot be written yet (no Workload object yet) it is retried before later batches until a
+  newer decision for the workload replaces it.
 - After every batch, each ClusterQueue / LocalQueue whose counts (:class:`QueueCounts`, rebuilt
   from the decisions before the committed position at recovery) changed gets its status written.
 

@@ -18,7 +18,8 @@ from typing import Any
 import msgspec
 
 from events import objects as o
-from events.manifests import load
+from events.cluster import KUEUE_GROUP
+from events.manifests import Document, load
 from events.messages import (
     AdmitWorkload,
     AnyDecision,
@@ -43,6 +44,8 @@ class SimulationResult:
     decisions: int
     converged: bool
     refused: list[t9k_input.Refusal] = field(default_factory=list)  # T9k workloads refused at creation
+    # ns/name -> the Kueue API version to render each Workload at (v1beta1 when absent).
+    versions: dict[str, str] = field(default_factory=dict)
 
 
 def fold_files(files: dict[str, str]) -> State:
@@ -50,10 +53,26 @@ def fold_files(files: dict[str, str]) -> State:
     return fold_files_screened(files)[0]
 
 
+def workload_versions(objects: Sequence[tuple[Document, o.AnyObject]]) -> dict[str, str]:
+    """The version each Workload is shown at: a Workload's own ``apiVersion``; one made from a
+    Job, v1beta2 when the input writes any Kueue object at v1beta2, else v1beta1."""
+    api_versions = {str(doc.body.get("apiVersion", "")) for doc, _ in objects}
+    made_from_jobs = "v1beta2" if f"{KUEUE_GROUP}/v1beta2" in api_versions else "v1beta1"
+    out: dict[str, str] = {}
+    for doc, obj in objects:
+        if isinstance(obj, o.Workload):
+            group, _, version = str(doc.body.get("apiVersion", "")).rpartition("/")
+            out[f"{obj.namespace}/{obj.name}"] = version if group == KUEUE_GROUP else made_from_jobs
+    return out
+
+
 def fold_files_screened(files: dict[str, str]) -> tuple[State, list[t9k_input.Refusal]]:
     """:func:`fold_files`, and the T9k workloads refused at creation (``t9k_input``)."""
-    loaded = [obj for _, obj in load(files, expand=expand)]  # validate everything before folding anything
-    objects, refused = t9k_input.prepare(loaded)
+    return _fold_screened(load(files, expand=expand))  # load validates everything before folding anything
+
+
+def _fold_screened(documents: Sequence[tuple[Document, o.AnyObject]]) -> tuple[State, list[t9k_input.Refusal]]:
+    objects, refused = t9k_input.prepare([obj for _, obj in documents])
     state = State()
     for obj in objects:
         time = obj.creation_time or 0 if isinstance(obj, o.Workload) else 0
@@ -137,7 +156,8 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None,
 
 def simulate(paths: Sequence[str], cycles: int | None, until_ms: int | None = None,
              pods: int | None = None, behaviours: dict[str, Behaviour] | None = None) -> SimulationResult:
-    state, refused = fold_files_screened(read_manifests(paths))
+    documents = load(read_manifests(paths), expand=expand)
+    state, refused = _fold_screened(documents)
     if until_ms is None:
         result = run(state, cycles, behaviours=behaviours)
     else:
@@ -148,12 +168,13 @@ def simulate(paths: Sequence[str], cycles: int | None, until_ms: int | None = No
         result = SimulationResult(state=state, cycles=timed.cycles, decisions=timed.decisions,
                                   converged=timed.cycles < limit)
     result.refused = refused
+    result.versions = workload_versions(documents)
     return result
 
 
 def result_list(result: SimulationResult) -> dict[str, Any]:
     """Every Workload, refused ones included, sorted by namespace/name: ``simulate``'s output."""
-    doc = workload_list(result.state)
+    doc = workload_list(result.state, result.versions)
     if result.refused:
         doc["items"] = sorted(
             doc["items"] + [t9k_input.refused_object(result.state, wl, why) for wl, why in result.refused],

@@ -47,6 +47,7 @@ from services.core.derived import Memo
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
 from services.core.quota import FR, Node
+from services.core.reasons import quota_reserved_reason
 from services.core.state import State, WorkloadRecord, generation, tree_version
 from services.core.t9k import expired_admissions
 
@@ -489,6 +490,7 @@ def _mark_inactive(state: State, out: _Decisions) -> None:
 
 def _set_pending(state: State, out: _Decisions, rec: WorkloadRecord, message: str, reason: PendingReason,
                  *, inadmissible: bool, kueue_reason: PendingConditionReason = PendingConditionReason.PENDING) -> None:
+    kueue_reason = quota_reserved_reason(state.config, reason, kueue_reason)
     if not effects.mark_pending(state, rec, message, reason, kueue_reason):
         return
     out.out.append(MarkPending(

@@ -20,7 +20,9 @@ from enum import IntEnum
 from events import objects as o
 from events.messages import PendingReason
 from events.quantity import format_amount
+from events.validation import INT64_MAX
 from services.core.quota import FR, Node
+from services.core.resources import per_pod_requests
 from services.core.state import State, WorkloadRecord
 
 
@@ -392,16 +394,18 @@ def _find_flavor(  # noqa: PLR0913
 
 
 def pod_set_requests(state: State, cq: o.ClusterQueue, ps: o.PodSet, count: int) -> dict[str, int]:
-    """What the podSet asks of the ClusterQueue for ``count`` pods. A zero request is dropped
+    """What the podSet asks of the ClusterQueue for ``count`` pods, excluded resources and
+    resource transformations applied (services/core/resources.py). A zero request is dropped
     for a resource no group covers, but a covered one is assigned a flavor like any other
     (Kueue's assignFlavors, kubernetes-sigs/kueue#8079)."""
-    excluded = state.config.exclude_resource_prefixes
+    per_pod = per_pod_requests(ps.requests, state.config.exclude_resource_prefixes,
+                               state.config.resource_transformations)
     covered = {res for g in cq.resource_groups for res in g.covered_resources}
     out = {
-        res: per_pod * count
-        for res, per_pod in ps.requests
-        if (per_pod > 0 or (per_pod == 0 and res in covered)) and not any(res.startswith(p) for p in excluded)
-        and (cq.t9k is None or res in covered)  # a T9k Queue limits only what it has quota for
+        res: min(value * count, INT64_MAX)  # Kueue's saturating Mul; only a transformation can get there
+        for res, value in per_pod.items()
+        if value > 0 or ((value == 0 and res in covered)
+        and (cq.t9k is None or res in covered))  # a T9k Queue limits only what it has quota for
     }
     if any("pods" in g.covered_resources for g in cq.resource_groups):
         out["pods"] = count

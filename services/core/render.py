@@ -5,21 +5,26 @@ written as their strings, so that any serializer (JSON, YAML) takes the objects.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from events.checkstatus import check_state_json
 from events.cluster import (
     KUEUE_API_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
     PENDING_REASON_ANNOTATION,
-    ConditionReason,
     ConditionStatus,
     ConditionType,
+    PendingConditionReason,
 )
 from events.conditions import is_true
+from events.kueue_versions import respell
 from events.manifests import format_time
 from events.messages import PendingReason
 from events.objects import QueueingStrategy
 from events.quantity import format_amount
+from services.core.reasons import quota_reserved_reason
 from services.core.state import State, WorkloadRecord
 
 
@@ -41,7 +46,15 @@ def _pod_set(ps: Any) -> dict[str, Any]:
     return out
 
 
-def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
+def workload_object(state: State, rec: WorkloadRecord, version: str = KUEUE_VERSION) -> dict[str, Any]:
+    """The Workload as Kueue would show it at ``version`` (its v1beta1 body, respelled)."""
+    out = _workload_v1beta1(state, rec)
+    if version == KUEUE_VERSION:
+        return out
+    return respell({**out, "apiVersion": f"{KUEUE_GROUP}/{version}"})
+
+
+def _workload_v1beta1(state: State, rec: WorkloadRecord) -> dict[str, Any]:
     wl = rec.obj
     meta: dict[str, Any] = {"name": wl.name, "namespace": wl.namespace, "uid": wl.uid}
     if wl.creation_time is not None:
@@ -93,7 +106,8 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
         # Never a head yet (behind a StrictFIFO head, or a cycle limit): Kueue writes nothing, but a
         # pending workload should say why it waits.
         conds.append({"type": str(ConditionType.QUOTA_RESERVED), "status": str(ConditionStatus.FALSE),
-                      "reason": str(ConditionReason.PENDING), "message": waiting[1],
+                      "reason": str(quota_reserved_reason(state.config, waiting[0], PendingConditionReason.PENDING)),
+                      "message": waiting[1],
                       "lastTransitionTime": format_time(state.now)})
     if conds:
         status["conditions"] = conds
@@ -106,7 +120,7 @@ def workload_object(state: State, rec: WorkloadRecord) -> dict[str, Any]:
 
 def _timing(rec: WorkloadRecord, spec: dict[str, Any], status: dict[str, Any]) -> None:
     """maximumExecutionTimeSeconds, the requeue state and the past execution time, as Kueue writes
-    them at the version rendered (v1beta1 keeps Kueue's own misspelling of the last one)."""
+    them at v1beta1 (Kueue's own misspelling of the last one; ``workload_object`` respells)."""
     if rec.obj.maximum_execution_time_seconds is not None:
         spec["maximumExecutionTimeSeconds"] = rec.obj.maximum_execution_time_seconds
     if not rec.active:
@@ -117,12 +131,11 @@ def _timing(rec: WorkloadRecord, spec: dict[str, Any], status: dict[str, Any]) -
             state["requeueAt"] = format_time(rec.requeue_at)
         status["requeueState"] = state
     if rec.past_execution_ms:
-        field = ("accumulatedPastExexcutionTimeSeconds" if KUEUE_API_VERSION.endswith("v1beta1")
-                 else "accumulatedPastExecutionTimeSeconds")
-        status[field] = rec.past_execution_ms // 1000
+        # v1beta1's spelling (Kueue's own, sic); ``respell`` writes v1beta2's.
+        status["accumulatedPastExexcutionTimeSeconds"] = rec.past_execution_ms // 1000
 
 
-def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[str, str] | None:
+def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[PendingReason, str] | None:
     """(reason, message) for a pending workload that no cycle has looked at yet."""
     if not rec.pending or ConditionType.QUOTA_RESERVED in rec.conditions or not rec.queued_in:
         return None
@@ -142,8 +155,10 @@ def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[str, str] | 
             f"Queued in ClusterQueue {cq.name} at position {ahead + 1}; not considered by a cycle yet")
 
 
-def workload_list(state: State) -> dict[str, Any]:
-    items = [workload_object(state, state.workloads[k]) for k in sorted(state.workloads)]
+def workload_list(state: State, versions: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Every Workload, each at its version in ``versions`` (by ``ns/name``; v1beta1 otherwise)."""
+    items = [workload_object(state, state.workloads[k], (versions or {}).get(k, KUEUE_VERSION))
+             for k in sorted(state.workloads)]
     return {"apiVersion": "v1", "kind": "List", "items": items}
 
 

@@ -55,6 +55,7 @@ from events.messages import (
 )
 from services.core.derived import Cache, ClusterQueueQueue, Index
 from services.core.quota import Node, NodeKey
+from services.core.reasons import queue_problem_reason
 from services.core.records import DERIVED, WorkloadRecord, admission_usage
 
 __all__ = ["ClusterQueueQueue", "State", "WorkloadRecord", "admission_usage", "fold"]
@@ -466,7 +467,9 @@ def _enqueue(state: State, rec: WorkloadRecord) -> None:
         rec.set_condition(cond.backoff_finished(state.now))
     cq, problem = state.cluster_queue_for(rec.obj)
     if problem:
-        rec.set_condition(cond.inadmissible(problem, state.now))
+        lq = state.local_queues.get(f"{rec.obj.namespace}/{rec.obj.queue_name}")
+        stopped = lq is not None and lq.cluster_queue in state.cluster_queues and lq.stop_policy != o.StopPolicy.NONE
+        rec.set_condition(cond.pending_as(queue_problem_reason(state.config, stopped), problem, state.now))
         rec.pending_reason = PendingReason.QUEUE_NOT_FOUND
         return
     if state.index.dirty:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events import objects as o
 from events.kueue_versions import respell
 from events.manifests import Document, normalize, read_documents
 from tests.infra.pod_template_schema import pod_template_schema, template_schemas
@@ -138,6 +140,78 @@ async def test_every_example_applies_and_reads_back_whole_at_every_version(
     finally:
         for body in reversed(created):
             await objects.delete(body)
+
+
+SITE_CASES = sorted((ROOT / "tests" / "fixtures" / "kueue-site-examples" / "cases").glob("*.yaml"))
+
+
+def site_case(path: Any) -> list[Document]:
+    """The manifests of one case of the Kueue site-examples corpus (its header dropped)."""
+    _, _, manifests = path.read_text().partition("\n---\n")
+    return read_documents(path.name, manifests)
+
+
+def job_means(body: dict[str, Any]) -> Any:
+    wl = normalize(Document("api", 1, body))
+    assert isinstance(wl, o.Workload)
+    return wl.queue_name, wl.pod_sets  # uid, name and creation time are the server's
+
+
+async def apply_site_case(api: client.ApiClient, crds: dict[str, Any], docs: list[Document], namespace: str,
+                          created: list[dict[str, Any]]) -> int:
+    objects, batch, applied = Objects(api), client.BatchV1Api(api), 0
+    for doc in docs:
+        body = in_namespace(doc.body, namespace)
+        where = f"{doc.file}#{doc.index} {body['kind']}"
+        if body["apiVersion"].startswith(f"{KUEUE_GROUP}/"):
+            await objects.create(body)
+            created.append(body)
+            for version in served_versions(crds[body["kind"]]):
+                got = await objects.read(body, version)
+                assert what_it_means(without_server_fields(got)) == what_it_means(body), (where, version)
+        elif body["kind"] == "Job":
+            body["metadata"]["namespace"] = namespace
+            job = await batch.create_namespaced_job(namespace, body)  # type: ignore[arg-type]
+            created.append({"kind": "Job", "metadata": {"name": job.metadata.name, "namespace": namespace}})
+            readback = api.sanitize_for_serialization(await batch.read_namespaced_job(job.metadata.name, namespace))
+            named = {**body, "metadata": {**body["metadata"], "name": job.metadata.name}}  # generateName
+            assert job_means({"apiVersion": "batch/v1", "kind": "Job", **readback}) == job_means(named), where
+        else:
+            assert body["kind"] == "Configuration", where  # Kueue's file, not an API object
+            continue
+        applied += 1
+    return applied
+
+
+async def delete_site_case(api: client.ApiClient, created: list[dict[str, Any]]) -> None:
+    objects, batch = Objects(api), client.BatchV1Api(api)
+    for body in reversed(created):
+        if body["kind"] == "Job":
+            with contextlib.suppress(ApiException):
+                await batch.delete_namespaced_job(body["metadata"]["name"], body["metadata"]["namespace"],
+                                                  propagation_policy="Background")
+        else:
+            await objects.delete(body)
+    created.clear()
+
+
+async def test_every_case_of_kueues_site_examples_applies_and_reads_back_meaning_the_same(
+    kube_api_client: client.ApiClient, kube_namespace: str,
+) -> None:
+    """tests/fixtures/kueue-site-examples: each case's Kueue objects through our CRDs at the version
+    they are written in, read back at every served version; its Jobs as the API server stores them.
+    Case by case (the cases reuse names), each cleaned up before the next."""
+    crds = {crd["spec"]["names"]["kind"]: crd for crd in await apply_crds(kube_api_client)}
+    assert len(SITE_CASES) == 14
+    applied = 0
+    created: list[dict[str, Any]] = []
+    try:
+        for path in SITE_CASES:
+            applied += await apply_site_case(kube_api_client, crds, site_case(path), kube_namespace, created)
+            await delete_site_case(kube_api_client, created)
+    finally:
+        await delete_site_case(kube_api_client, created)
+    assert applied == sum(1 for path in SITE_CASES for d in site_case(path) if d.body["kind"] != "Configuration")
 
 
 async def test_the_pod_template_schema_is_derived_from_this_api_servers_openapi(

@@ -341,7 +341,7 @@ async def test_queued_jobs_are_admitted_pending_preempted_and_survive_an_apiserv
             await c.job("b", "2", priority=c.low)
             wl_b = await eventually(running, pending_because(c, "b", "insufficient unused quota for cpu in flavor "
                                                                         f"{c.rf}"), what="Job b to be pending")
-            assert conditions(wl_b)["QuotaReserved"]["reason"] == "Pending"
+            assert conditions(wl_b)["QuotaReserved"]["reason"] == "WaitingForQuota"  # Kueue 0.19's granular reason
             assert "admission" not in wl_b["status"]
             assert await suspended_job(c, "b")()
 

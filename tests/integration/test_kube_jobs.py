@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 CRDS = Path(__file__).resolve().parents[2] / "deploy" / "crds"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
+STORED = "v1beta2"  # the reconciler creates Workloads at our CRDs' storage version
 WPC = "kueuelog-test-high"
 
 
@@ -135,7 +136,7 @@ async def read_job(api: client.ApiClient, ns: str, name: str) -> client.V1Job:
 async def get_workload(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
     try:
         out: dict[str, Any] = await client.CustomObjectsApi(api).get_namespaced_custom_object(
-            GROUP, VERSION, ns, "workloads", name)
+            GROUP, STORED, ns, "workloads", name)
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -189,8 +190,9 @@ async def test_running_queued_job_is_suspended_and_gets_kueues_workload(api: cli
     assert wl["metadata"]["labels"] == {"kueue.x-k8s.io/job-uid": created.metadata.uid}
     spec = wl["spec"]
     assert spec["queueName"] == "lq"
-    assert (spec["priorityClassName"], spec["priority"], spec["priorityClassSource"]) == (
-        WPC, 1000, "kueue.x-k8s.io/workloadpriorityclass")
+    assert wl["apiVersion"] == f"{GROUP}/{STORED}"
+    assert (spec["priorityClassRef"], spec["priority"]) == (
+        {"group": GROUP, "kind": "WorkloadPriorityClass", "name": WPC}, 1000)
     [pod_set] = spec["podSets"]
     assert (pod_set["name"], pod_set["count"]) == ("main", 2)  # min(parallelism, completions)
     assert pod_set["template"]["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "500m", "memory": "64Mi"}
@@ -256,6 +258,48 @@ async def test_finished_job_marks_its_workload_finished_once(api: client.ApiClie
     assert [c for c in wl["status"]["conditions"] if c["type"] == "Finished"] == [condition]
     assert (await read_job(api, ns, "done")).spec.suspend is False  # admitted: never suspended again
     assert await event_reasons(api, ns, "done") == ["CreatedWorkload", "FinishedWorkload"]
+
+
+async def test_a_workload_an_older_version_created_at_v1beta1_is_still_finished(
+    api: client.ApiClient, kube_namespace: str,
+) -> None:
+    """Before Workloads were created at v1beta2 the reconciler wrote v1beta1 (priorityClassName +
+    priorityClassSource); with conversion None such a Workload stays as written and is finished
+    through the v1beta2 endpoint all the same, and no second one is created."""
+    ns, batch = kube_namespace, client.BatchV1Api(api)
+    job = await create_job(api, ns, a_job("old", suspend=True))
+    name = workload_name_for_job("old", job.metadata.uid)
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, "v1beta1", ns, "workloads", {
+        "apiVersion": f"{GROUP}/v1beta1", "kind": "Workload",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/job-uid": job.metadata.uid},
+                     "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "old",
+                                          "uid": job.metadata.uid, "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"queueName": "lq", "priority": 1000, "priorityClassName": WPC,
+                 "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
+                 "podSets": [{"name": "main", "count": 1, "template": a_job("old", suspend=True)["spec"]["template"]}]},
+    })
+    async with reconciler(api):
+        await batch.patch_namespaced_job("old", ns, {"metadata": {"annotations": {DECISION_ANNOTATION: "6:0"}},
+                                                     "spec": {"suspend": False}})
+        now = "2025-01-01T00:00:00Z"
+        await batch.patch_namespaced_job_status("old", ns, {"status": {
+            "startTime": now, "failed": 1, "conditions": [
+                {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
+                 "message": "Job has reached the specified backoff limit", "lastTransitionTime": now},
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                 "message": "Job has reached the specified backoff limit", "lastTransitionTime": now}]}})
+
+        async def finished() -> dict[str, Any] | None:
+            wl = await get_workload(api, ns, name)
+            conds = {c["type"]: c for c in ((wl or {}).get("status") or {}).get("conditions") or []}
+            return conds.get("Finished")
+
+        condition = await eventually(finished, what=f"Workload {name} to be Finished")
+        await barrier(api, ns)
+    assert (condition["status"], condition["reason"]) == ("True", "Failed")
+    wl = await get_workload(api, ns, name)
+    assert wl is not None and wl["spec"]["priorityClassName"] == WPC  # stored as the older version wrote it
+    assert await event_reasons(api, ns, "old") == ["FinishedWorkload"]
 
 
 @pytest.mark.parametrize("grace_s", [0.0, 10.0], ids=["crash", "graceful"])

@@ -129,7 +129,9 @@ def test_flavors_are_tried_in_the_cluster_queues_order(cpu, running, want_flavor
     out = _run(cq, *running, _wl().request(cpu=cpu).created(100))
     if want_flavor is None:
         assert out.wl("ns/w").pending
-        assert out.condition("ns/w", "QuotaReserved") == ("False", "Pending")
+        # Kueue >= 0.19 writes the flavor assigner's NoFit reason (UnadmittedWorkloadsObservability).
+        want_reason = "ExceedsMaxQuota" if "maximum capacity" in want_message else "WaitingForQuota"
+        assert out.condition("ns/w", "QuotaReserved") == ("False", want_reason)
     else:
         assert out.flavors("ns/w") == {"cpu": want_flavor}
     assert out.message("ns/w") == (want_message or "Quota reserved in ClusterQueue cq")
@@ -567,7 +569,7 @@ def test_a_missing_flavor_makes_the_cluster_queue_inactive():
     cq = a_cluster_queue("cq").group(("f1", {"cpu": 4}), ("ghost", {"cpu": 4}))
     out = _run(cq, _wl().request(cpu="1"), flavors=[a_flavor("f1")])
     assert out.admitted() == {}
-    assert out.condition("ns/w", "QuotaReserved") == ("False", "Inadmissible")
+    assert out.condition("ns/w", "QuotaReserved") == ("False", "Suspended")
     assert out.message("ns/w") == "ClusterQueue cq is inactive"
 
 

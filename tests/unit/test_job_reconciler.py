@@ -144,7 +144,7 @@ def test_workload_body_is_kueues() -> None:
     body["spec"]["template"]["metadata"] = {"labels": {"app": "x"}, "creationTimestamp": None}
     body = body_of(plan_job(body))
     assert body == {
-        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "apiVersion": "kueue.x-k8s.io/v1beta2",  # our CRDs' storage version
         "kind": "Workload",
         "metadata": {
             "name": WL,
@@ -204,9 +204,17 @@ def test_priority_comes_from_where_kueue_takes_it(change: Any, want_query: Prior
 def test_resolved_priority_goes_into_the_spec_as_kueue_writes_it() -> None:
     plan = plan_job(job().label("kueue.x-k8s.io/priority-class", "high").obj())
     spec = body_of(plan, ResolvedPriority("high", "kueue.x-k8s.io/workloadpriorityclass", 1000))["spec"]
-    assert (spec["priorityClassName"], spec["priority"], spec["priorityClassSource"]) == (
-        "high", 1000, "kueue.x-k8s.io/workloadpriorityclass")
+    # v1beta2 spells v1beta1's priorityClassName + priorityClassSource as priorityClassRef.
+    assert (spec["priorityClassRef"], spec["priority"]) == (
+        {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "high"}, 1000)
+    assert "priorityClassName" not in spec and "priorityClassSource" not in spec
     assert plan.workload is not None and "priority" not in plan.workload.body["spec"]  # the draft is untouched
+
+
+def test_a_pod_priority_class_is_referenced_in_v1beta2_spelling() -> None:
+    spec = body_of(plan_job(job().obj()), ResolvedPriority("b", "scheduling.k8s.io/priorityclass", 3))["spec"]
+    assert (spec["priorityClassRef"], spec["priority"]) == (
+        {"group": "scheduling.k8s.io", "kind": "PriorityClass", "name": "b"}, 3)
 
 
 def test_default_priority_is_the_lowest_global_default() -> None:

@@ -1480,14 +1480,29 @@ _CQ_V1BETA2 = ("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata
                "    - name: default\n      resources: [{name: cpu, nominalQuota: '2'}]\n")
 
 
+_JOB_WITH_CLAIM = ("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: ns, labels: "
+                   "{kueue.x-k8s.io/queue-name: lq}}\nspec:\n  template:\n    spec:\n      resourceClaims:\n"
+                   "      - {name: gpu, resourceClaimTemplateName: single-gpu}\n"
+                   "      containers: [{name: c, image: i, resources: {claims: [{name: gpu}]}}]\n")
+_WORKLOAD_GATED = ("apiVersion: kueue.x-k8s.io/v1beta2\nkind: Workload\nmetadata: {name: w, namespace: ns}\nspec:\n"
+                   "  queueName: lq\n  preemptionGates: [{name: example.com/gate}]\n  podSets:\n  - name: main\n"
+                   "    count: 1\n    template: {spec: {containers: [{name: c, image: i}]}}\n")
+
+
 @pytest.mark.parametrize(("text", "field", "says"), [
     pytest.param(_CQ_V1BETA2 + "  concurrentAdmissionPolicy: {}\n", "spec.concurrentAdmissionPolicy",
-                 "not supported by kueuelog yet", id="concurrent admission policy"),
+                 "feature gate ConcurrentAdmission", id="concurrent admission policy"),
     pytest.param(_CQ_V1BETA2 + "  admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}\n",
-                 "spec.admissionScope.admissionMode", "admission fair sharing", id="admission fair sharing"),
-    pytest.param("apiVersion: config.kueue.x-k8s.io/v1beta1\nkind: Configuration\nresources:\n  transformations:\n"
-                 "  - {input: nvidia.com/mig-1g.5gb, strategy: Replace}\n", "resources.transformations",
-                 "resource transformations", id="resource transformations"),
+                 "spec.admissionScope.admissionMode", "feature gate AdmissionFairSharing", id="admission fair sharing"),
+    pytest.param(_WORKLOAD_GATED, "spec.preemptionGates", "MultiKueueOrchestratedPreemption", id="preemption gates"),
+    pytest.param(_JOB_WITH_CLAIM, "spec.template.spec.resourceClaims", "feature gate KueueDRAIntegration",
+                 id="a Job's DRA resource claims"),
+    pytest.param("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n"
+                 "  deviceClassMappings: [{name: gpus, deviceClassNames: [gpu.example.com]}]\n",
+                 "resources.deviceClassMappings", "feature gate KueueDRAIntegration", id="DRA device class mappings"),
+    pytest.param("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n"
+                 "  quotaCheckStrategy: IgnoreUndeclared\n",
+                 "resources.quotaCheckStrategy", "feature gate QuotaCheckStrategy", id="quota check strategy"),
 ])
 def test_kueue_features_not_supported_yet_are_refused_by_name_never_ignored(text, field, says):
     with pytest.raises(ManifestError) as err:

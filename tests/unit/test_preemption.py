@@ -572,7 +572,8 @@ def test_two_preemptors_never_count_on_the_same_victim(borrowers, want_first_cyc
     assert out.message("ns/a1").endswith(". Pending the preemption of 1 workload(s)")
     assert out.message("ns/c1") == want_c1_message
     assert out.wl("ns/c1").pending_reason == want_c1_reason
-    assert out.condition("ns/c1", "QuotaReserved") == ("False", "Pending")
+    # Waiting for victims, its own or the other preemptor's (DeferredFit): Kueue's reason for both.
+    assert out.condition("ns/c1", "QuotaReserved") == ("False", "WaitingForPreemptedWorkloads")
     final = simulate(*objs)
     assert final.admitted() == {"ns/a1": "cq-a", "ns/c1": "cq-c"}
 

@@ -20,7 +20,7 @@ def test_a_workload_behind_a_strict_fifo_head_says_so():
     small = _by_name(out)["small"]
     assert small["metadata"]["annotations"][PENDING_REASON_ANNOTATION] == "BlockedByStrictFIFO"
     (qr,) = [c for c in small["status"]["conditions"] if c["type"] == "QuotaReserved"]
-    assert qr["status"] == "False" and qr["reason"] == "Pending"
+    assert qr["status"] == "False" and qr["reason"] == "PendingEvaluation"  # Kueue's, for one not yet evaluated
     assert qr["message"] == ("Waiting in StrictFIFO ClusterQueue cq behind 1 workload(s); "
                              "the head, ns/big, cannot be admitted yet")
     big = _by_name(out)["big"]

@@ -260,7 +260,7 @@ def test_namespace_selector(selector, want_admitted):
     assert sorted(k.split("/")[0] for k in out.admitted()) == want_admitted
     for ns in namespaces:
         if ns not in want_admitted:
-            assert out.condition(f"{ns}/w", "QuotaReserved") == ("False", "Pending")
+            assert out.condition(f"{ns}/w", "QuotaReserved") == ("False", "Misconfigured")
             assert out.message(f"{ns}/w") == MISMATCH
 
 
@@ -337,7 +337,7 @@ def test_cluster_queue_stop_policy(policy, cycles, want_admitted, want_evicted, 
     if want_evicted:
         assert out.wl("ns/running").conditions["Evicted"].message == "The ClusterQueue is stopped"
     if policy != "None":
-        assert out.condition("ns/pending", "QuotaReserved") == ("False", "Inadmissible")
+        assert out.condition("ns/pending", "QuotaReserved") == ("False", "Suspended")
         assert out.message("ns/pending") == "ClusterQueue cq is inactive"
 
 
@@ -398,7 +398,7 @@ def test_a_stopped_local_queue_holds_its_pending_workloads(policy):
     out = simulate(*objs)
     assert "ns/open" in out.admitted()
     assert out.wl("ns/held").pending
-    assert out.condition("ns/held", "QuotaReserved") == ("False", "Inadmissible")
+    assert out.condition("ns/held", "QuotaReserved") == ("False", "Suspended")
     assert out.message("ns/held") == "LocalQueue lq-stopped is inactive"
 
 
@@ -425,7 +425,7 @@ def test_a_workload_without_a_cluster_queue_is_inadmissible(queues, want_message
         a_workload("ns", "w").queue("lq").request(cpu="1"),
     )
     assert out.admitted() == {}
-    assert out.condition("ns/w", "QuotaReserved") == ("False", "Inadmissible")
+    assert out.condition("ns/w", "QuotaReserved") == ("False", "Misconfigured")
     assert out.message("ns/w") == want_message
 
 
@@ -668,5 +668,5 @@ def test_requests_above_limits_keep_the_workload_pending(workload, want_message)
     rec = out.wl(key)
     assert rec.pending
     assert rec.pending_reason == "Misconfigured"
-    assert out.condition(key, "QuotaReserved") == ("False", "Pending")
+    assert out.condition(key, "QuotaReserved") == ("False", "Misconfigured")
     assert out.message(key) == want_message
