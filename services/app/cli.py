@@ -127,7 +127,14 @@ def _explain(args: argparse.Namespace) -> int:
     if "/" not in args.workload:
         print("error: WORKLOAD must be NAMESPACE/NAME (a Workload or the Job that owns it)", file=sys.stderr)
         return 2
-    for line in explain(_open_log(args), _topics(args), args.workload, at=args.at):
+    if args.output == "json":
+        from services.app.explainer import explain as explanation
+
+        exp = explanation(_open_log(args), _topics(args), args.workload, at=args.at)
+        json.dump(exp.to_json(full=args.full), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0 if exp.names else 1
+    for line in explain(_open_log(args), _topics(args), args.workload, at=args.at, full=args.full):
         print(line)
     return 0
 
@@ -255,6 +262,8 @@ def _explain_parser(sub: Subcommands) -> None:
     exp.add_argument("workload", metavar="NS/WORKLOAD", help="a Workload, or the Job that owns it")
     _add_log_options(exp)
     exp.add_argument("--at", type=int, metavar="OFFSET", help="as of this input offset")
+    exp.add_argument("--full", action="store_true", help="every entry of the history, no runs folded")
+    exp.add_argument("-o", "--output", choices=("text", "json"), default="text")
     exp.set_defaults(func=_explain)
 
 

@@ -56,10 +56,36 @@ def test_explain_tells_where_a_job_was_admitted_and_that_it_finished(demo_log: P
 
 
 def test_explain_lists_the_cycles_that_considered_a_waiting_workload(demo_log: Path) -> None:
-    out = _run("explain", "team-b/train-001", "--log", str(demo_log))
+    out = _run("explain", "team-b/train-001", "--log", str(demo_log), "--full")
     assert out.returncode == 0, out.stderr
     assert "considered as its queue's head, not admitted" in out.stdout
     assert "pending (PreemptionNotAllowed)" in out.stdout
+
+
+def test_explain_answers_first_and_folds_the_waiting_into_runs(demo_log: Path) -> None:
+    folded = _run("explain", "team-b/train-001", "--log", str(demo_log), "--at", "100")
+    full = _run("explain", "team-b/train-001", "--log", str(demo_log), "--at", "100", "--full")
+    assert folded.returncode == 0 and full.returncode == 0, folded.stderr + full.stderr
+    first = folded.stdout.splitlines()[0]
+    assert first.startswith("team-b/job-train-001-") and "is pending in ClusterQueue team-b-cq at position" in first
+    assert "To be admitted it needs either" in first and "team-a-cq is borrowing" in first
+    assert "It was last evicted at" in first and "(InCohortReclamation) by team-a/" in first
+    assert "(29 times)" in folded.stdout or "times)" in folded.stdout
+    assert len(folded.stdout.splitlines()) < len(full.stdout.splitlines())
+    assert "DecisionApplied" in full.stdout and "DecisionApplied" not in folded.stdout
+
+
+def test_explain_as_json_has_the_answer_and_the_timeline(demo_log: Path) -> None:
+    out = _run("explain", "team-b/train-001", "--log", str(demo_log), "-o", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["answer"]["status"] == "finished" and doc["answer"]["lastEviction"]["reason"] == "Preempted"
+    kinds = [e["kind"] for e in doc["timeline"]]
+    assert kinds[0] == "submitted" and "admitted" in kinds and "evicted" in kinds
+    evicted = next(e for e in doc["timeline"] if e["kind"] == "evicted")
+    assert evicted["related"] == doc["answer"]["lastEviction"]["preemptor"]
+    missing = _run("explain", "team-b/nobody", "--log", str(demo_log), "-o", "json")
+    assert missing.returncode == 1 and json.loads(missing.stdout)["answer"] is None
 
 
 def test_explain_piped_into_head_exits_quietly(demo_log: Path) -> None:
