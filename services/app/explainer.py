@@ -22,7 +22,7 @@ from events.envelope import Topics
 from events.manifests import format_time
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, HeadOutcome, MarkPending, ObjectApplied
 from events.objects import Workload
-from services.core.answer import Answer, Eviction, answer
+from services.core.answer import Answer, Eviction, answer, decision_text
 from services.runtime.log import Log
 
 NOISE = frozenset({"DecisionApplied"})  # the actuator's echo of a decision already in the timeline
@@ -238,22 +238,6 @@ def _head_text(h: HeadOutcome) -> str:
     if h.sticky:
         return "considered as its queue's head, waiting for the workloads it preempted to stop"
     return "considered as its queue's head, not admitted, back in its queue"
-
-
-def decision_text(d: object) -> str:
-    if isinstance(d, AdmitWorkload):
-        flavors = "; ".join(
-            f"{psa.name}: " + ", ".join(f"{r}={f}" for r, f in psa.flavors) + f" x{psa.count}"
-            for psa in d.admission.pod_set_assignments
-        )
-        return f"admitted to ClusterQueue {d.cluster_queue} ({flavors})"
-    if isinstance(d, EvictWorkload):
-        by = f" by {d.preemptor}" if d.preemptor else ""
-        kind = f" ({d.preemption_reason})" if d.preemption_reason else ""
-        return f"evicted: {d.reason}{kind}{by}: {d.message}"
-    if isinstance(d, MarkPending):
-        return f"pending ({d.reason}): {d.message}"
-    return str(d)
 
 
 def _status(state: Any, names: list[str], input_offset: int) -> list[str]:

@@ -18,7 +18,7 @@ from events.codec import MalformedRecord, UnknownEventType, decode_decision, dec
 from events.envelope import Topics
 from events.manifests import format_time, parse_time
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, MarkPending
-from services.app.explainer import decision_text
+from services.core.answer import decision_text
 from services.runtime.log import Log
 from services.scheduler.service import Scheduler, bulk_fold
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from events.cluster import ConditionType
 from events.manifests import format_time
+from events.messages import AdmitWorkload, EvictWorkload, MarkPending
 from events.quantity import format_amount
 from services.core.quota import FR, Node
 from services.core.render import summary_row
@@ -247,3 +248,22 @@ def _pending_sentences(a: Answer) -> list[str]:
         lenders = "; ".join(b.text() for b in a.borrowers)
         out.append(f"To be admitted it needs {needs}" + (f"; {lenders}." if lenders else "."))
     return out
+
+
+# --- decisions in words -----------------------------------------------------------------------
+
+
+def decision_text(d: object) -> str:
+    if isinstance(d, AdmitWorkload):
+        flavors = "; ".join(
+            f"{psa.name}: " + ", ".join(f"{r}={f}" for r, f in psa.flavors) + f" x{psa.count}"
+            for psa in d.admission.pod_set_assignments
+        )
+        return f"admitted to ClusterQueue {d.cluster_queue} ({flavors})"
+    if isinstance(d, EvictWorkload):
+        by = f" by {d.preemptor}" if d.preemptor else ""
+        kind = f" ({d.preemption_reason})" if d.preemption_reason else ""
+        return f"evicted: {d.reason}{kind}{by}: {d.message}"
+    if isinstance(d, MarkPending):
+        return f"pending ({d.reason}): {d.message}"
+    return str(d)
