@@ -5,6 +5,7 @@ the same paging (``pkg/visibility/storage/pending_workloads_{cq,lq}.go``)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -59,7 +60,8 @@ def test_the_summary_has_kueues_shape() -> None:
     pytest.param(-3, -1, [], id="negative limit and offset are bounded as Kueue bounds them"),
     pytest.param(10, 99, [], id="an offset past the end: nothing"),
 ])
-def test_cluster_queue_order_and_paging(limit: int | None, offset: int | None, want: list[tuple[str, int, int]]) -> None:
+def test_cluster_queue_order_and_paging(limit: int | None, offset: int | None,
+                                        want: list[tuple[str, int, int]]) -> None:
     assert _names(visibility.cluster_queue_pending(_state(), "cq", limit=limit, offset=offset)) == want
 
 
@@ -75,9 +77,10 @@ def test_local_queue_order_and_paging(queue: str, limit: int | None, offset: int
 
 
 def test_unknown_queues_are_not_found_with_kueues_wording() -> None:
-    with pytest.raises(visibility.NotFound, match='clusterqueues.visibility.kueue.x-k8s.io "nope" not found'):
+    cq_missing = re.escape('clusterqueues.visibility.kueue.x-k8s.io "nope" not found')
+    with pytest.raises(visibility.NotFound, match=cq_missing):
         visibility.cluster_queue_pending(_state(), "nope")
-    with pytest.raises(visibility.NotFound, match='localqueues.visibility.kueue.x-k8s.io "nope" not found'):
+    with pytest.raises(visibility.NotFound, match=re.escape('localqueues.visibility.kueue.x-k8s.io "nope" not found')):
         visibility.local_queue_pending(_state(), "ns", "nope")
 
 
