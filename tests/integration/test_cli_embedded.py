@@ -112,6 +112,23 @@ def test_explain_tells_who_preempted_a_workload(demo_log: Path) -> None:
     assert f"evicted: Preempted ({v.preemption_reason}) by {v.preemptor}" in out.stdout
 
 
+def test_get_pending_lists_each_queue_in_order_with_positions_and_reasons(demo_log: Path) -> None:
+    table = _run("get", "pending", "--log", str(demo_log), "--at", "300")
+    assert table.returncode == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines()[1:]]
+    assert rows, "at input 300 the demo has pending workloads"
+    for cq in {r[0] for r in rows}:
+        assert [int(r[1]) for r in rows if r[0] == cq] == list(range(sum(1 for r in rows if r[0] == cq)))
+    out = _run("get", "pending", "--log", str(demo_log), "--at", "300", "--queue", "default", "-n", "team-b",
+               "-o", "json")
+    doc = json.loads(out.stdout)
+    assert doc["kind"] == "PendingWorkloadsSummary" and doc["items"]
+    assert [i["positionInLocalQueue"] for i in doc["items"]] == list(range(len(doc["items"])))
+    assert all(i["metadata"]["annotations"]["kueuelog.io/pending-reason"] for i in doc["items"])
+    missing = _run("get", "pending", "--log", str(demo_log), "--queue", "no-such-cq")
+    assert missing.returncode == 2 and '"no-such-cq" not found' in missing.stderr
+
+
 def test_tail_prints_decisions_as_they_come(demo_log: Path) -> None:
     proc = subprocess.Popen([*KUEUELOG, "tail", "--log", str(demo_log), "--from-start", "--type", "Evict"],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
