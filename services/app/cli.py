@@ -34,6 +34,14 @@ def _simulate(args: argparse.Namespace) -> int:
     from services.app.simulate import simulate
     from services.core.render import summary_row, workload_list
 
+    if args.from_log is not None:
+        return _what_if(args)
+    if args.at is not None or args.for_ is not None:
+        print("error: --at and --for go with --from-log", file=sys.stderr)
+        return 2
+    if not args.files:
+        print("error: give the manifests to simulate (FILE...), or --from-log LOG", file=sys.stderr)
+        return 2
     if args.cycles is not None and args.cycles < 0:
         print("error: --cycles must be a non-negative integer", file=sys.stderr)
         return 2
@@ -54,6 +62,39 @@ def _simulate(args: argparse.Namespace) -> int:
         for key in sorted(result.state.workloads):
             table.add_row(*summary_row(result.state, result.state.workloads[key]))
         Console(width=200).print(table)
+    return 0
+
+
+def _what_if(args: argparse.Namespace) -> int:
+    from services.app.logview import resolve_until
+    from services.app.whatif import report_lines, to_json, what_if
+    from services.simcluster.durations import DurationError, parse_duration
+
+    if args.cycles is not None:
+        print("error: --cycles does not go with --from-log (time runs forward instead; see --for)", file=sys.stderr)
+        return 2
+    try:
+        for_ms = parse_duration(args.for_) if args.for_ is not None else None
+    except DurationError as e:
+        print(f"error: --for: {e}", file=sys.stderr)
+        return 2
+    log = _open_log(args, path=args.from_log)
+    topics = _topics(args)
+    try:
+        at = resolve_until(log, topics, args.at)
+    except ValueError as e:
+        print(f"error: --at: {e}", file=sys.stderr)
+        return 2
+    result = what_if(log, topics, at=at, changes=args.files, for_ms=for_ms,
+                     default_duration_ms=args.default_duration * 1000)
+    if args.output == "json":
+        json.dump(to_json(result), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    elif args.output == "yaml":
+        yaml.safe_dump(to_json(result), sys.stdout, sort_keys=False, default_flow_style=False)
+    else:
+        for line in report_lines(result):
+            print(line)
     return 0
 
 
@@ -323,8 +364,22 @@ def _simulate_parser(sub: Subcommands) -> None:
             "Invalid input exits 2 with an error naming file, document, object and field."
         ),
     )
-    sim.add_argument("files", nargs="+", metavar="FILE", help="YAML files of Kubernetes objects")
+    sim.add_argument("files", nargs="*", metavar="FILE", help="YAML files of Kubernetes objects (with --from-log: "
+                                                              "the changes, applied at --at)")
     sim.add_argument("--cycles", type=int, default=None, metavar="N", help="run exactly N scheduling cycles")
+    whatif = sim.add_argument_group("what-if from a real log", "start from the state a log had at --at, apply "
+                                    "FILE... (more quota, a new flavor, another priority), run forward with the "
+                                    "recorded arrivals and run lengths, and compare with what really happened")
+    whatif.add_argument("--from-log", metavar="LOG", help="the embedded log directory (as `kueuelog demo` leaves it)")
+    whatif.add_argument("--at", metavar="OFFSET|TIME", help="input offset or RFC 3339 time (default: the end)")
+    whatif.add_argument("--for", dest="for_", metavar="DURATION",
+                        help="how far to run, e.g. 2h (default: to the log's last event)")
+    whatif.add_argument("--default-duration", type=int, default=60, metavar="SECONDS",
+                        help="run length of a workload the log never saw finish and without "
+                             "kueuelog.io/sim-duration")
+    whatif.add_argument("--topic-prefix", default=os.environ.get("KUEUELOG_TOPIC_PREFIX", "kueuelog"),
+                        metavar="PREFIX", help="the log's topics' prefix (default: kueuelog, or KUEUELOG_TOPIC_PREFIX)")
+    sim.set_defaults(bootstrap_servers=None, shard=0)
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
     sim.set_defaults(func=_simulate)
 

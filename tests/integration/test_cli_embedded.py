@@ -129,6 +129,25 @@ def test_get_pending_lists_each_queue_in_order_with_positions_and_reasons(demo_l
     assert missing.returncode == 2 and '"no-such-cq" not found' in missing.stderr
 
 
+def test_simulate_from_the_demo_log_compares_with_what_happened(demo_log: Path, tmp_path: Path) -> None:
+    from tests.unit.test_whatif import MORE_FOR_TEAM_B
+
+    change = tmp_path / "more-b.yaml"
+    change.write_text(MORE_FOR_TEAM_B)
+    out = _run("simulate", "--from-log", str(demo_log), "--at", "2025-01-01T10:00:00Z", str(change), "--for", "1h",
+               "-o", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    b = next(q for q in doc["queues"] if q["clusterQueue"] == "team-b-cq")
+    assert b["admittedWhatIf"] > b["admittedReal"]
+    table = _run("simulate", "--from-log", str(demo_log), "--at", "0")
+    assert table.returncode == 0 and "0 workload(s) admitted at another time" in table.stdout, table.stdout
+    assert _run("simulate", "--at", "0", "x.yaml").returncode == 2
+    assert _run("simulate").returncode == 2
+    bad = _run("simulate", "--from-log", str(demo_log), "--for", "soon")
+    assert bad.returncode == 2 and "--for" in bad.stderr
+
+
 def test_tail_prints_decisions_as_they_come(demo_log: Path) -> None:
     proc = subprocess.Popen([*KUEUELOG, "tail", "--log", str(demo_log), "--from-start", "--type", "Evict"],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
