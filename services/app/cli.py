@@ -227,11 +227,14 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _example_manifests() -> list[str]:
     """examples/*.yaml in the current directory, else in the checkout this kueuelog runs from (an
-    editable install, as `make run` makes), so the demo works from any directory."""
+    editable install, as `make run` makes), else those a wheel installed in
+    <prefix>/share/kueuelog/examples, so the demo works from any directory."""
+    import sysconfig
     from pathlib import Path
 
     checkout = Path(__file__).resolve().parents[2]
-    for folder in (Path("examples"), checkout / "examples"):
+    installed = Path(sysconfig.get_path("data")) / "share" / "kueuelog" / "examples"
+    for folder in (Path("examples"), checkout / "examples", installed):
         found = sorted(str(p) for p in folder.glob("*.yaml"))
         if found:
             return found
@@ -571,22 +574,40 @@ def _schema_parser(sub: Subcommands) -> None:
     sch.set_defaults(func=_schema)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _completion(args: argparse.Namespace) -> int:
+    from services.app import completion
+
+    parser = build_parser()
+    print((completion.zsh if args.shell == "zsh" else completion.bash)(parser, args.prog))
+    return 0
+
+
+def _completion_parser(sub: Subcommands) -> None:
+    comp = sub.add_parser("completion", help="shell completion: source <(kueuelog completion bash)",
+                          description="Print a completion script for bash or zsh, e.g. "
+                                      "`source <(kueuelog completion bash)` in ~/.bashrc.")
+    comp.add_argument("shell", choices=("bash", "zsh"))
+    comp.add_argument("--prog", default="kueuelog", help="the command to complete (default: kueuelog; "
+                                                         "kubectl-kueuelog for the kubectl plugin)")
+    comp.set_defaults(func=_completion)
+
+
+def build_parser(prog: str = "kueuelog") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kueuelog",
+        prog=prog,
         description="Kueue-compatible job queueing and quota admission, event-sourced.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (_simulate_parser, _replay_parser, _explain_parser, _tail_parser, _demo_parser, _run_parser,
-                _log_parser, _schema_parser, _serve_parser, _get_parser):
+                _log_parser, _schema_parser, _serve_parser, _get_parser, _completion_parser):
         add(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "kueuelog") -> int:
     """Run one subcommand; whatever ends it becomes one line on stderr and an exit code
     (:mod:`services.app.exits` lists them)."""
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
@@ -604,9 +625,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def entrypoint() -> None:
+def kubectl_entrypoint() -> None:
+    """``kubectl-kueuelog`` on PATH makes ``kubectl kueuelog explain ns/job`` work (kubectl's plugin
+    mechanism runs it with the words after ``kueuelog``)."""
+    entrypoint(prog="kubectl kueuelog")
+
+
+def entrypoint(prog: str = "kueuelog") -> None:
     try:
-        code = main()
+        code = main(prog=prog)
         sys.stdout.flush()
     except BrokenPipeError:
         # `kueuelog explain ... | head`: the reader left; that is not an error of ours.
