@@ -24,6 +24,8 @@ from typing import Final
 
 KUEUE_GROUP: Final = "kueue.x-k8s.io"
 KUEUE_CONFIG_GROUP: Final = "config.kueue.x-k8s.io"
+KUEUE_VISIBILITY_GROUP: Final = "visibility.kueue.x-k8s.io"
+"""Kueue's visibility API (pending workloads in order), which ``kueuelog serve`` answers."""
 KUEUE_VERSION: Final = "v1beta1"
 """The version of Kueue's kinds the job reconciler writes (a queued Job's Workload) and ``simulate``
 renders. The watcher reads and the actuator writes at our CRDs' storage version instead,
@@ -74,6 +76,8 @@ REJECTION_ANNOTATION: Final = f"{KUEUELOG_PREFIX}rejection"
 """... and why it was refused."""
 PENDING_REASON_ANNOTATION: Final = f"{KUEUELOG_PREFIX}pending-reason"
 """On a pending Workload: our closed-set reason (``events.messages.PendingReason``)."""
+PENDING_MESSAGE_ANNOTATION: Final = f"{KUEUELOG_PREFIX}pending-message"
+"""On a pending workload in the visibility API's answer: why it waits, with the numbers."""
 SIM_DURATION_ANNOTATION: Final = f"{KUEUELOG_PREFIX}sim-duration"
 """On a Workload (or its Job) in the simulated cluster: how long it runs once admitted."""
 

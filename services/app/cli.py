@@ -321,6 +321,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _get_pending(args: argparse.Namespace) -> int:
+    from events.cluster import PENDING_REASON_ANNOTATION
     from services.app.web import pending_documents
     from services.web.visibility import NotFound
 
@@ -342,7 +343,7 @@ def _get_pending(args: argparse.Namespace) -> int:
         cq = doc["metadata"].get("name", args.queue or "")
         for item in doc["items"]:
             meta = item["metadata"]
-            reason = meta.get("annotations", {}).get("kueuelog.io/pending-reason", "")
+            reason = meta.get("annotations", {}).get(PENDING_REASON_ANNOTATION, "")
             print(f"{cq:<16} {item['positionInClusterQueue']:>4} {item['positionInLocalQueue']:>6} "
                   f"{meta['namespace'] + '/' + meta['name']:<40} {item['localQueueName']:<14} {item['priority']:>5}  "
                   f"{reason}")

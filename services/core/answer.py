@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from events.cluster import ConditionType
+from events.conditions import is_true
 from events.manifests import format_time
 from events.messages import AdmitWorkload, EvictWorkload, MarkPending
 from events.quantity import format_amount
@@ -113,9 +114,9 @@ def answer(state: State, key: str, *, evicted: Eviction | None = None) -> Answer
                       message=ev.message if ev else "", **base)
     if rec.admission is not None:
         adm = rec.conditions.get(ConditionType.ADMITTED)
-        admitted = adm is not None and adm.status == "True"
+        admitted = is_true(adm)
         return Answer(status="admitted" if admitted else "quota-reserved", since=rec.reserved_at,
-                      reason="Admitted" if admitted else "QuotaReserved", **base)
+                      reason=str(ConditionType.ADMITTED if admitted else ConditionType.QUOTA_RESERVED), **base)
     return _pending(state, rec, reason_text, base)
 
 

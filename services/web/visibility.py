@@ -13,17 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from events.cluster import PENDING_REASON_ANNOTATION
+from events.cluster import KUEUE_VISIBILITY_GROUP, PENDING_MESSAGE_ANNOTATION, PENDING_REASON_ANNOTATION
 from events.manifests import format_time
 from services.core.answer import pending_order
 from services.core.render import summary_row
 from services.core.state import State, WorkloadRecord
 
-GROUP = "visibility.kueue.x-k8s.io"
+GROUP = KUEUE_VISIBILITY_GROUP
 VERSIONS = ("v1beta2", "v1beta1")
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 100_000
-PENDING_MESSAGE_ANNOTATION = "kueuelog.io/pending-message"
 
 
 class NotFound(LookupError):
