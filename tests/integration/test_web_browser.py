@@ -37,7 +37,7 @@ def demo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     after the demo ends; stopped with SIGINT at the end of the module."""
     where = tmp_path_factory.mktemp("web-demo")
     examples = sorted(str(p) for p in (ROOT / "examples").glob("*.yaml"))
-    proc = subprocess.Popen([*KUEUELOG, "demo", *examples, "--dir", str(where / "log"), "--pace", "0.01",
+    proc = subprocess.Popen([*KUEUELOG, "demo", *examples, "--dir", str(where / "log"), "--pace", "0.03",
                              "--web-port", "0", "--keep-serving"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
@@ -110,15 +110,18 @@ def test_a_workloads_page_shows_its_history_with_links(demo_url: str, browser: B
     # A preempted workload's page links its preemptor; wait for the demo's first eviction.
     evicted = page.locator("#decisions li.EvictWorkload a").first
     expect(evicted).to_be_visible(timeout=120_000)
-    victim = evicted.inner_text()
-    evicted.click()
+    link = evicted.element_handle()  # this element: the live list may move on before the click
+    assert link is not None
+    victim = link.inner_text()
+    link.click()
     expect(page.locator("#workload-title")).to_have_text(victim)
     expect(page.locator("#workload-answer")).to_contain_text(victim.split("/")[0] + "/", timeout=60_000)
     expect(page.locator("#workload-answer")).to_contain_text("evicted")
     expect(page.locator("#timeline li.submitted")).to_have_count(1)
     expect(page.locator("#timeline li.evicted").first).to_be_visible()
-    preemptor = page.locator("#timeline li.evicted a").first
-    expect(preemptor).to_be_visible()
+    expect(page.locator("#timeline li.evicted a").first).to_be_visible()
+    preemptor = page.locator("#timeline li.evicted a").first.element_handle()
+    assert preemptor is not None
     preemptor_key = preemptor.inner_text()
     _shot(page, "03-workload-victim")
     preemptor.click()
