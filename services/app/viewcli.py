@@ -102,7 +102,9 @@ def _serve(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
+    from services.app.exits import ConfigurationError
     from services.app.web import serve_log
+    from services.web.server import ListenError
 
     log = _log(args)
 
@@ -113,7 +115,10 @@ def _serve(args: argparse.Namespace) -> int:
         await serve_log(log, _topics(args), args.host, args.port, stop,
                         lambda url: print(f"kueuelog web view at {url}", flush=True))
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except ListenError as e:
+        raise ConfigurationError(str(e)) from None
     return 0
 
 

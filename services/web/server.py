@@ -47,6 +47,10 @@ RECORDS_PER_REFRESH = 5000
 KEEP_DECISIONS = 200
 
 
+class ListenError(OSError):
+    """The address cannot be served (taken, not ours): a configuration problem, said in one line."""
+
+
 class Feed(Protocol):
     """The follower of the log the hub advances (``services.app.follow.Follower``)."""
 
@@ -226,7 +230,10 @@ async def serve(hub: Hub, host: str, port: int, stop: asyncio.Event,
     config = uvicorn.Config(create_app(hub, stop), host=host, port=port, log_level="warning", lifespan="off",
                             timeout_graceful_shutdown=1, access_log=False)
     server = uvicorn.Server(config)
-    sock = socket.create_server((host, port), reuse_port=False)  # an OSError here names the trouble
+    try:
+        sock = socket.create_server((host, port), reuse_port=False)
+    except OSError as e:
+        raise ListenError(f"the web view cannot listen on {host}:{port}: {e.strerror or e}") from e
     sock.setblocking(False)
     follow = asyncio.create_task(hub.run(stop))
     serving = asyncio.create_task(server.serve(sockets=[sock]))

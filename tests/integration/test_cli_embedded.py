@@ -148,6 +148,16 @@ def test_simulate_from_the_demo_log_compares_with_what_happened(demo_log: Path, 
     assert bad.returncode == 2 and "--for" in bad.stderr
 
 
+def test_serve_on_a_taken_port_is_a_configuration_error_in_one_line(demo_log: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        out = _run("serve", "--log", str(demo_log), "--port", str(port), timeout=60)
+    assert out.returncode == 3, out.stderr
+    assert out.stderr.strip().count("\n") == 0 and f"cannot listen on 127.0.0.1:{port}" in out.stderr
+
+
 def test_tail_prints_decisions_as_they_come(demo_log: Path) -> None:
     proc = subprocess.Popen([*KUEUELOG, "tail", "--log", str(demo_log), "--from-start", "--type", "Evict"],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
