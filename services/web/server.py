@@ -13,7 +13,8 @@ records, so a long log is caught up in slices while the server keeps answering.
 
 Routes: ``/`` (the page), ``/static/*``, ``/api/overview``, ``/api/workloads`` (filters
 ``status``, ``clusterQueue``, ``localQueue`` as ``ns/name``, ``q``), ``/api/workloads/NS/NAME``
-(explain as JSON), ``/api/usage``, ``/api/decisions``, ``/api/stream`` (SSE), ``/healthz``, and
+(explain as JSON), ``/api/usage``, ``/api/decisions``, ``/api/stream`` (SSE), ``/healthz``,
+``/readyz`` (200 once caught up with the log), and
 Kueue's visibility API under ``/apis/visibility.kueue.x-k8s.io/{v1beta2,v1beta1}/``.
 """
 
@@ -84,6 +85,7 @@ class Hub:
         self.version = 0
         self.changed = asyncio.Event()
         self._overview: tuple[int, dict[str, Any]] | None = None
+        self.caught_up = False  # the last refresh found nothing new: the view shows the log's end
 
     def refresh(self) -> bool:
         """Apply what the log gained since the last refresh; True when something changed."""
@@ -106,7 +108,7 @@ class Hub:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            caught_up = not self.refresh()
+            caught_up = self.caught_up = not self.refresh()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), REFRESH_SECONDS if caught_up else 0)
 
@@ -164,6 +166,10 @@ def create_app(hub: Hub, stop: asyncio.Event) -> Starlette:
     async def healthz(request: Request) -> Response:
         return _json({"ok": True, "inputOffset": hub.feed.input_offset, "cycles": hub.feed.state.cycles})
 
+    async def readyz(request: Request) -> Response:
+        """Ready once caught up with the log (a new replica replays it first)."""
+        return _json({"ready": hub.caught_up, "cycles": hub.feed.state.cycles}, 200 if hub.caught_up else 503)
+
     async def stream(request: Request) -> Response:
         return StreamingResponse(_events(hub, request, stop), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -179,7 +185,7 @@ def create_app(hub: Hub, stop: asyncio.Event) -> Starlette:
 
     base = f"/apis/{visibility.GROUP}/{{version}}"
     return Starlette(routes=[
-        Route("/", page), Route("/static/{name}", static), Route("/healthz", healthz),
+        Route("/", page), Route("/static/{name}", static), Route("/healthz", healthz), Route("/readyz", readyz),
         Route("/api/overview", overview), Route("/api/workloads", workloads),
         Route("/api/workloads/{namespace}/{name}", workload), Route("/api/usage", usage),
         Route("/api/decisions", decisions), Route("/api/stream", stream),

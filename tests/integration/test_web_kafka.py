@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -32,6 +33,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=30) as res:
         return json.loads(res.read())
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "readyz", timeout=30) as res:
+            return bool(res.status == 200)
+    except urllib.error.HTTPError as e:
+        assert e.code == 503
+        return False
 
 
 def test_serve_get_pending_and_explain_follow_a_kafka_log(kafka_broker: LocalKafka, kafka_topic_prefix: str) -> None:
@@ -69,6 +79,9 @@ def test_serve_get_pending_and_explain_follow_a_kafka_log(kafka_broker: LocalKaf
         while (overview := _get(url + "api/overview"))["cycles"] < report.cycles and time.monotonic() < deadline:
             time.sleep(0.2)
         assert overview["cycles"] == report.cycles
+        while not _ready(url) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _ready(url), "ready once caught up with the log"
         assert {cq["name"] for cq in overview["clusterQueues"]} == {"cq-a", "cq-b"}
         assert overview["workloads"]["finished"] == 24
         doc = _get(url + "apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/cq-b/pendingworkloads")

@@ -587,3 +587,27 @@ def test_docker_compose_serves_the_web_view_read_only_over_the_same_topics(monke
     assert f"{args.port}:{args.port}" in compose["kafka"]["ports"], "published where the namespace is"
     ports = {s["environment"]["KUEUELOG_HTTP_PORT"] for n, s in compose.items() if n != "kafka"}
     assert len(ports) == len(compose) - 1, "one port each in the shared network namespace"
+
+
+def test_the_web_view_runs_read_only_with_the_readers_credential(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.app.cli import build_parser
+
+    dep = by_kind("Deployment")["kueuelog-web"]
+    spec = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] >= 2, "any number of read-only replicas"
+    assert spec["automountServiceAccountToken"] is False
+    assert by_kind("ServiceAccount")["kueuelog-web"]["automountServiceAccountToken"] is False
+    assert "kueuelog-web" not in by_kind("ClusterRole") and "kueuelog-web" not in by_kind("ClusterRoleBinding")
+    (container,) = spec["containers"]
+    assert container["image"] == IMAGE
+    args = build_parser().parse_args(container["args"])
+    assert container["command"] == ["kueuelog"] and args.command == "serve" and args.host == "0.0.0.0"
+    assert container["ports"] == [{"name": "http", "containerPort": args.port, "protocol": "TCP"}]
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "http"}, probe
+    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]}
+    assert set(secrets.values()) == {"kueuelog-kafka-reader"}, "reads every topic, writes none"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    service = by_kind("Service")["kueuelog-web"]
+    assert service["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
