@@ -23,6 +23,7 @@ from events.manifests import format_time
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, HeadOutcome, MarkPending, ObjectApplied
 from events.objects import Workload
 from services.core.answer import Answer, Eviction, answer, decision_text
+from services.core.state import State
 from services.runtime.log import Log
 
 NOISE = frozenset({"DecisionApplied"})  # the actuator's echo of a decision already in the timeline
@@ -112,10 +113,15 @@ def fold_runs(entries: list[Entry]) -> list[Entry]:
     return out
 
 
-def explain(log: Log, topics: Topics, key: str, *, at: int | None = None) -> Explanation:
-    """The explanation of one workload up to input offset ``at`` (default: the end of the log)."""
+def explain(log: Log, topics: Topics, key: str, *, at: int | None = None,
+            now: tuple[State, int] | None = None) -> Explanation:
+    """The explanation of one workload up to input offset ``at`` (default: the end of the log).
+    ``now``: a state already folded to an input offset (a follower's), used instead of replaying
+    the log for the answer; the history then stops at that offset too."""
     from services.app.logview import replay
 
+    if now is not None:
+        at = now[1]
     entries, names = _input_history(log, topics, key, at)
     exp = Explanation(key=key, names=names)
     if not names:
@@ -123,12 +129,14 @@ def explain(log: Log, topics: Topics, key: str, *, at: int | None = None) -> Exp
     last_eviction = _decision_history(log, topics, set(names), at, entries)
     entries.sort(key=lambda e: e.order)
     exp.timeline = entries
-    report = replay(log, topics, verify=False, until=at)
-    assert report.scheduler is not None
-    state = report.scheduler.state
-    exp.input_offset = report.input_offset
+    if now is None:
+        report = replay(log, topics, verify=False, until=at)
+        assert report.scheduler is not None
+        now = report.scheduler.state, report.input_offset
+    state = now[0]
+    exp.input_offset = now[1]
     exp.answer = answer(state, names[-1], evicted=last_eviction)
-    exp.status = _status(state, names, report.input_offset)
+    exp.status = _status(state, names, exp.input_offset)
     return exp
 
 
@@ -240,7 +248,7 @@ def _head_text(h: HeadOutcome) -> str:
     return "considered as its queue's head, not admitted, back in its queue"
 
 
-def _status(state: Any, names: list[str], input_offset: int) -> list[str]:
+def _status(state: State, names: list[str], input_offset: int) -> list[str]:
     out = []
     for key in names:
         rec = state.workloads.get(key)

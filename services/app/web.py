@@ -22,10 +22,13 @@ from services.web.server import Hub, serve
 
 
 def make_hub(log: Log, topics: Topics) -> Hub:
-    def explain_json(key: str) -> dict[str, Any]:
-        return explain(log, topics, key).to_json()
+    follower = Follower(log, topics)
 
-    return Hub(Follower(log, topics), explain_json)
+    def explain_json(key: str) -> dict[str, Any]:
+        """As of the state the page shows: the follower's, not a replay of its own."""
+        return explain(log, topics, key, now=(follower.state, follower.input_offset)).to_json()
+
+    return Hub(follower, explain_json)
 
 
 async def serve_log(log: Log, topics: Topics, host: str, port: int, stop: asyncio.Event,

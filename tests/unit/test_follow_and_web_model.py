@@ -82,3 +82,17 @@ def test_the_overview_counts_what_the_state_holds(tmp_path: Path) -> None:
     assert set(series["clusterQueues"]) <= {cq["name"] for cq in doc["clusterQueues"]}
     listed = model.workloads(state, status="pending")
     assert listed["total"] == pending and all(w["status"] == "pending" for w in listed["items"])
+
+
+def test_explain_from_a_followers_state_is_explain_at_its_offset(tmp_path: Path) -> None:
+    from services.app.explainer import explain
+
+    log = _log(tmp_path)
+    follower = Follower(log, T, until_input=80)
+    follower.catch_up()
+    keys = sorted(follower.state.workloads)
+    assert keys
+    for key in keys[:: max(1, len(keys) // 8)]:
+        fast = explain(log, T, key, now=(follower.state, follower.input_offset)).to_json()
+        slow = explain(log, T, key, at=follower.input_offset).to_json()
+        assert fast == slow, key
