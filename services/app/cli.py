@@ -456,6 +456,15 @@ def kubectl_entrypoint() -> None:
     entrypoint(prog="kubectl kueuelog")
 
 
+def kubectl_complete_entrypoint() -> None:
+    """``kubectl_complete-kueuelog``: kubectl's plugin completion (one candidate a line, then Cobra's
+    ``:directive``)."""
+    from services.app.completion import complete
+
+    candidates, directive = complete(build_parser("kubectl kueuelog"), sys.argv[1:])
+    print("\n".join([*candidates, f":{directive}"]))
+
+
 def entrypoint(prog: str = "kueuelog") -> None:
     try:
         code = main(prog=prog)

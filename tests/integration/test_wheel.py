@@ -44,6 +44,8 @@ def test_a_wheel_installs_a_working_demo_web_view_and_kubectl_plugin(tmp_path: P
     assert page.stdout.strip() == "True", page.stderr
     plugin = _run([str(bin_ / "kubectl-kueuelog"), "--help"], elsewhere)
     assert plugin.returncode == 0 and plugin.stdout.startswith("usage: kubectl kueuelog"), plugin.stderr
+    completes = _run([str(bin_ / "kubectl_complete-kueuelog"), "ex"], elsewhere)
+    assert completes.stdout.split() == ["explain", ":4"], completes.stderr
     log = next(elsewhere.glob("kueuelog-demo-*"))
     explained = _run([str(bin_ / "kubectl-kueuelog"), "explain", "team-a/release-000", "--log", str(log)], elsewhere)
     assert explained.returncode == 0 and "team-a/job-release-000-" in explained.stdout.splitlines()[0]

@@ -42,3 +42,18 @@ def test_zsh_goes_through_bashcompinit_and_the_plugin_name_is_completed_too() ->
     script = completion.zsh(build_parser(), "kubectl-kueuelog")
     assert script.startswith("# zsh completion") and "bashcompinit" in script
     assert "complete -F _kubectl_kueuelog kubectl-kueuelog" in script
+
+
+@pytest.mark.parametrize(("words", "want"), [
+    pytest.param(["ex"], (["explain"], 4), id="a subcommand, no file names"),
+    pytest.param(["get", "pending", "-o", ""], (["table", "json"], 4), id="an option's choices"),
+    pytest.param(["explain", "--fu"], (["--full"], 4), id="an option"),
+    pytest.param(["explain", "x", "--log", ""], ([], 0), id="a value without choices: the shell's file names"),
+    pytest.param([""], (sorted(["simulate", "replay", "explain", "tail", "demo", "run", "log", "schema", "serve",
+                                "get", "completion"]), 4), id="every subcommand"),
+])
+def test_kubectl_plugin_completion_answers_in_cobras_format(words: list[str], want: tuple[list[str], int]) -> None:
+    """kubectl (>= 1.26) runs `kubectl_complete-kueuelog WORDS...` and reads one candidate a line and
+    then `:DIRECTIVE` (checked by hand against kubectl 1.32's `kubectl __complete kueuelog ...`)."""
+    got = completion.complete(build_parser("kubectl kueuelog"), words)
+    assert (sorted(got[0]), got[1]) == (sorted(want[0]), want[1])
