@@ -44,10 +44,6 @@ class Borrower:
     resource: str
     amount: int  # what it uses beyond its nominal quota
 
-    def text(self) -> str:
-        return f"{self.cluster_queue} is borrowing {format_amount(self.resource, self.amount)} " \
-               f"{self.resource} in {self.flavor}"
-
 
 @dataclass(frozen=True)
 class Eviction:
@@ -246,9 +242,18 @@ def _pending_sentences(a: Answer) -> list[str]:
                 if s.beyond_capacity else f"{s.amount} more {s.resource}")
         options = [f"{' and '.join(parts)} in {flavor}" for flavor, parts in by_flavor.items()]
         needs = options[0] if len(options) == 1 else "either " + ", or ".join(options)
-        lenders = "; ".join(b.text() for b in a.borrowers)
+        lenders = "; ".join(_borrowing_text(a.borrowers))
         out.append(f"To be admitted it needs {needs}" + (f"; {lenders}." if lenders else "."))
     return out
+
+
+def _borrowing_text(borrowers: tuple[Borrower, ...]) -> list[str]:
+    """One phrase per (ClusterQueue, flavor): "team-a-cq is borrowing 4 cpu and 16Gi memory in spot"."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for b in borrowers:
+        grouped.setdefault((b.cluster_queue, b.flavor), []).append(
+            f"{format_amount(b.resource, b.amount)} {b.resource}")
+    return [f"{cq} is borrowing {' and '.join(parts)} in {flavor}" for (cq, flavor), parts in grouped.items()]
 
 
 # --- decisions in words -----------------------------------------------------------------------

@@ -141,3 +141,17 @@ def test_borrowers_and_pending_order_are_empty_for_a_queue_without_a_cohort() ->
     assert borrowing(out.state, "solo", ("f", "cpu")) == []
     assert [r.key for r in pending_order(out.state, "solo")] == ["ns/b", "ns/c"]
     assert answer(out.state, "ns/c").position == 2
+
+
+def test_one_phrase_per_borrower_and_flavor() -> None:
+    out = simulate(a_flavor("f"), a_namespace("ns"),
+                   a_cluster_queue("a").flavor("f", cpu=2, memory="2Gi").cohort("co"),
+                   a_cluster_queue("b").flavor("f", cpu=2, memory="2Gi").cohort("co")
+                   .preemption(within="Never", reclaim="Never"),
+                   a_local_queue("ns", "qa", "a"), a_local_queue("ns", "qb", "b"),
+                   a_workload("ns", "big").queue("qa").request(cpu="4", memory="4Gi").created(1)
+                   .admitted("a", {"cpu": "f", "memory": "f"}, at_seconds=1),
+                   a_workload("ns", "wait").queue("qb").request(cpu="1", memory="1Gi").created(2))
+    got = answer(out.state, "ns/wait")
+    assert "To be admitted it needs 1 more cpu and 1Gi more memory in f; a is borrowing 2 cpu and 2Gi memory " \
+           "in f." in got.paragraph(), got.paragraph()
