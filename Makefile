@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install run test unit lint conformance integration bench kafka cluster clean
+.PHONY: install run test unit lint conformance integration bench kafka cluster browser clean
 
 install: $(STAMP)
 
@@ -32,10 +32,15 @@ conformance: install
 	@out=$$($(BIN)/python ../shared/conformance/run.py); echo "$$out"; \
 	  echo "$$out" | tail -n1 | grep -Eq '^[0-9]+ passed, 0 failed$$'
 
-integration: install
+integration: install browser
 	$(BIN)/pytest -q -m integration tests
 
-test: install lint
+# Debian's chromium for the web view's browser tests (apt-get, unattended, when /usr/bin/chromium
+# is missing; fails loudly when it cannot). Playwright drives it; `playwright install` is never run.
+browser: install
+	$(BIN)/python -m tests.infra.browser install
+
+test: install lint browser
 	$(BIN)/pytest -q tests
 	@$(MAKE) --no-print-directory conformance
 
@@ -49,4 +54,4 @@ cluster: install
 	$(BIN)/python -m tests.infra.kube run
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .artifacts

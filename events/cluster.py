@@ -24,6 +24,8 @@ from typing import Final
 
 KUEUE_GROUP: Final = "kueue.x-k8s.io"
 KUEUE_CONFIG_GROUP: Final = "config.kueue.x-k8s.io"
+KUEUE_VISIBILITY_GROUP: Final = "visibility.kueue.x-k8s.io"
+"""Kueue's visibility API (pending workloads in order), which ``kueuelog serve`` answers."""
 KUEUE_VERSION: Final = "v1beta1"
 """The version ``simulate`` renders a Workload at when its input says no other (a v1beta1 input).
 The watcher reads, and the actuator and the job reconciler write, at our CRDs' storage version
@@ -86,6 +88,8 @@ PENDING_REASON_ANNOTATION: Final = f"{KUEUELOG_PREFIX}pending-reason"
 T9K_ALLOCATED_ANNOTATION: Final = f"{KUEUELOG_PREFIX}t9k-allocated"
 """On the Workload ``simulate`` makes of a T9k Queue's ``status.allocated`` (``events.t9k``)."""
 """On a pending Workload: our closed-set reason (``events.messages.PendingReason``)."""
+PENDING_MESSAGE_ANNOTATION: Final = f"{KUEUELOG_PREFIX}pending-message"
+"""On a pending workload in the visibility API's answer: why it waits, with the numbers."""
 SIM_DURATION_ANNOTATION: Final = f"{KUEUELOG_PREFIX}sim-duration"
 """On a Workload (or its Job) in the simulated cluster: how long it runs once admitted."""
 ADMISSION_GATE: Final = f"{KUEUE_GROUP}/admission"

@@ -19,6 +19,7 @@ import yaml
 
 from events.cluster import SIM_DURATION_ANNOTATION, SIM_READY_AFTER_ANNOTATION
 from events.envelope import Topics
+from services.app import viewcli
 from services.app.assembly import log_settings, open_log, run, run_settings
 from services.app.exits import classify
 
@@ -32,6 +33,14 @@ def _simulate(args: argparse.Namespace) -> int:
     from services.app.t9k_input import summary
     from services.core.render import summary_row
 
+    if args.from_log is not None:
+        return viewcli.what_if_command(args)
+    if args.at is not None or args.for_ is not None:
+        print("error: --at and --for go with --from-log", file=sys.stderr)
+        return 2
+    if not args.files:
+        print("error: give the manifests to simulate (FILE...), or --from-log LOG", file=sys.stderr)
+        return 2
     if args.cycles is not None and args.cycles < 0:
         print("error: --cycles must be a non-negative integer", file=sys.stderr)
         return 2
@@ -182,7 +191,14 @@ def _explain(args: argparse.Namespace) -> int:
     if "/" not in args.workload:
         print("error: WORKLOAD must be NAMESPACE/NAME (a Workload or the Job that owns it)", file=sys.stderr)
         return 2
-    for line in explain(_open_log(args), _topics(args), args.workload, at=args.at):
+    if args.output == "json":
+        from services.app.explainer import explain as explanation
+
+        exp = explanation(_open_log(args), _topics(args), args.workload, at=args.at)
+        json.dump(exp.to_json(full=args.full), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0 if exp.names else 1
+    for line in explain(_open_log(args), _topics(args), args.workload, at=args.at, full=args.full):
         print(line)
     return 0
 
@@ -229,11 +245,14 @@ def _schema(args: argparse.Namespace) -> int:
 
 def _example_manifests() -> list[str]:
     """examples/*.yaml in the current directory, else in the checkout this kueuelog runs from (an
-    editable install, as `make run` makes), so the demo works from any directory."""
+    editable install, as `make run` makes), else those a wheel installed in
+    <prefix>/share/kueuelog/examples, so the demo works from any directory."""
+    import sysconfig
     from pathlib import Path
 
     checkout = Path(__file__).resolve().parents[2]
-    for folder in (Path("examples"), checkout / "examples"):
+    installed = Path(sysconfig.get_path("data")) / "share" / "kueuelog" / "examples"
+    for folder in (Path("examples"), checkout / "examples", installed):
         found = sorted(str(p) for p in folder.glob("*.yaml"))
         if found:
             return found
@@ -257,8 +276,14 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"error: {directory} is not empty; the demo writes a fresh log", file=sys.stderr)
         return 2
     console = Console()
-    result = run_demo(paths, directory, console=console, pace=args.pace,
-                      default_duration_ms=args.default_duration * 1000)
+    web = viewcli.demo_web(args, directory, console)
+    try:
+        result = run_demo(paths, directory, console=console, pace=args.pace,
+                          default_duration_ms=args.default_duration * 1000)
+        viewcli.keep_serving(args, web, console)
+    finally:
+        if web is not None:
+            web.stop()
     console.print()
     for line in summary(result):
         console.print(line, highlight=False, soft_wrap=True)
@@ -288,7 +313,8 @@ def _simulate_parser(sub: Subcommands) -> None:
             "Invalid input exits 2 with an error naming file, document, object and field."
         ),
     )
-    sim.add_argument("files", nargs="+", metavar="FILE", help="YAML files of Kubernetes objects")
+    sim.add_argument("files", nargs="*", metavar="FILE", help="YAML files of Kubernetes objects (with --from-log: "
+                                                              "the changes, applied at --at)")
     sim.add_argument("--cycles", type=int, default=None, metavar="N", help="run exactly N scheduling cycles")
     sim.add_argument("--until", default=None, metavar="DURATION",
                      help=f"advance simulated time this far (e.g. 2h): pods become ready after "
@@ -297,6 +323,7 @@ def _simulate_parser(sub: Subcommands) -> None:
     sim.add_argument("--sim-pods", type=int, default=None, metavar="N",
                      help="with --until: the simulated cluster has room for N pods at once (default: for all); "
                           "pods of Jobs started together are placed in turn, so gangs can each get a part")
+    viewcli.add_what_if_options(sim)
     sim.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
     sim.add_argument("--provisioning", action="append", metavar="CLASS=BEHAVIOUR",
                      help="how the simulated autoscaler answers ProvisioningRequests of a provisioning class: "
@@ -335,6 +362,8 @@ def _explain_parser(sub: Subcommands) -> None:
     exp.add_argument("workload", metavar="NS/WORKLOAD", help="a Workload, or the Job that owns it")
     _add_log_options(exp)
     exp.add_argument("--at", type=int, metavar="OFFSET", help="as of this input offset")
+    exp.add_argument("--full", action="store_true", help="every entry of the history, no runs folded")
+    exp.add_argument("-o", "--output", choices=("text", "json"), default="text")
     exp.set_defaults(func=_explain)
 
 
@@ -359,6 +388,7 @@ def _demo_parser(sub: Subcommands) -> None:
                       help="real seconds to wait at each step of simulated time (to watch it unfold)")
     demo.add_argument("--default-duration", type=int, default=60, metavar="SECONDS",
                       help="how long a Job runs without a kueuelog.io/sim-duration annotation")
+    viewcli.add_demo_web_options(demo)
     demo.set_defaults(func=_demo)
 
 
@@ -481,24 +511,24 @@ def _schema_parser(sub: Subcommands) -> None:
     sch.set_defaults(func=_schema)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "kueuelog") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kueuelog",
+        prog=prog,
         description="Kueue-compatible job queueing and quota admission, event-sourced.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     from services.app import webhook_cmd
 
     for add in (_simulate_parser, _convert_parser, _replay_parser, _explain_parser, _tail_parser, _demo_parser,
-                _run_parser, _log_parser, _schema_parser, webhook_cmd.add_parser):
+                _run_parser, _log_parser, _schema_parser, webhook_cmd.add_parser, *viewcli.PARSERS):
         add(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "kueuelog") -> int:
     """Run one subcommand; whatever ends it becomes one line on stderr and an exit code
     (:mod:`services.app.exits` lists them)."""
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
@@ -516,9 +546,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def entrypoint() -> None:
+def kubectl_entrypoint() -> None:
+    """``kubectl-kueuelog`` on PATH makes ``kubectl kueuelog explain ns/job`` work (kubectl's plugin
+    mechanism runs it with the words after ``kueuelog``)."""
+    entrypoint(prog="kubectl kueuelog")
+
+
+def kubectl_complete_entrypoint() -> None:
+    """``kubectl_complete-kueuelog``: kubectl's plugin completion (one candidate a line, then Cobra's
+    ``:directive``)."""
+    from services.app.completion import complete
+
+    candidates, directive = complete(build_parser("kubectl kueuelog"), sys.argv[1:])
+    print("\n".join([*candidates, f":{directive}"]))
+
+
+def entrypoint(prog: str = "kueuelog") -> None:
     try:
-        code = main()
+        code = main(prog=prog)
         sys.stdout.flush()
     except BrokenPipeError:
         # `kueuelog explain ... | head`: the reader left; that is not an error of ours.

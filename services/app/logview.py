@@ -17,22 +17,8 @@ from dataclasses import dataclass, field
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope
 from events.envelope import Topics
 from events.manifests import format_time, parse_time
-from events.messages import (
-    AdmitChecked,
-    AdmitWorkload,
-    AnyDecision,
-    CycleCompleted,
-    DeactivateWorkload,
-    EvictWorkload,
-    HeadOutcome,
-    MarkPending,
-    ObjectApplied,
-)
-from events.objects import Workload
-from services.app import checkview
-from services.core import podsready
-from services.core.state import State, WorkloadRecord
-from services.core.treeview import pending_in_tree_terms, preempted_in_tree_terms
+from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload, MarkPending
+from services.app.explainer import decision_text
 from services.runtime.log import Log
 from services.scheduler.service import Scheduler, bulk_fold
 
@@ -96,182 +82,15 @@ def replay(log: Log, topics: Topics, *, verify: bool, until: int | None = None,
 # --- explain ----------------------------------------------------------------------------------
 
 
-def _matches(wl_key: str, namespace: str, name: str, owner: str) -> bool:
-    ns, _, wanted = wl_key.partition("/")
-    return ns == namespace and wanted in (name, owner)
+def explain(log: Log, topics: Topics, key: str, *, at: int | None = None, full: bool = False) -> list[str]:
+    """The answer, then the history of one workload (``ns/workload`` or ``ns/job``) up to input
+    offset ``at``, as lines (:mod:`services.app.explainer` has the structure)."""
+    from services.app.explainer import explain as explanation
 
-
-def explain(log: Log, topics: Topics, key: str, *, at: int | None = None) -> list[str]:
-    """The history of one workload (``ns/workload`` or ``ns/job``) up to input offset ``at``: what
-    the input says of it, then what each cycle decided or made of it, then its status."""
-    lines, names = _input_history(log, topics, key, at)
-    if not names:
-        return [f"no Workload {key} in the log" + (f" before input offset {at}" if at is not None else "")]
-    _decision_history(log, topics, names, at, lines)
-    return lines + _status(log, topics, names, at)
-
-
-def _input_history(log: Log, topics: Topics, key: str, at: int | None) -> tuple[list[str], set[str]]:
-    """Lines for the cluster events about the workload, and the names it had (a Job's Workload)."""
-    lines: list[str] = []
-    names: set[str] = set()
-    offset = 0
-    end = log.end_offset(topics.cluster_events) if at is None else at
-    while offset < end and (batch := log.read(topics.cluster_events, offset, min(5000, end - offset))):
-        for rec in batch:
-            try:
-                ev = decode_envelope(rec.value).event
-            except (MalformedRecord, UnknownEventType):
-                continue  # the scheduler dead-lettered it: it is not part of the history
-            if isinstance(ev, ObjectApplied) and isinstance(ev.object, Workload):
-                wl = ev.object
-                if _matches(key, wl.namespace, wl.name, wl.owner.name if wl.owner else ""):
-                    names.add(f"{wl.namespace}/{wl.name}")
-                    what = "submitted" if len(names) == 1 and not lines else "updated"
-                    lines.append(f"input {rec.offset} @ {format_time(ev.time)}: {what} as Workload "
-                                 f"{wl.namespace}/{wl.name} to LocalQueue {wl.queue_name}")
-                continue
-            about = checkview.event_key(ev)
-            if about is not None:
-                if about in names:
-                    lines.append(f"input {rec.offset} @ {format_time(ev.time)}: "
-                                 f"{checkview.event_text(ev)}")  # type: ignore[arg-type]
-                continue
-            ns, name = getattr(ev, "namespace", None), getattr(ev, "name", None)
-            if ns is not None and f"{ns}/{name}" in names:
-                lines.append(f"input {rec.offset} @ {format_time(ev.time)}: {type(ev).__name__} "
-                             f"{_event_detail(ev)}".rstrip())
-        offset = batch[-1].offset + 1
-    return lines, names
-
-
-def _decision_history(log: Log, topics: Topics, names: set[str], at: int | None, lines: list[str]) -> None:
-    """Appends each decision about ``names`` and the cycles that considered them (runs of the same
-    outcome folded into one line), up to the first cycle computed after input offset ``at``."""
-    considered = _Considered(lines)
-    offset = 0
-    while batch := log.read(topics.decisions, offset, 5000):
-        for rec in batch:
-            try:
-                d = decode_decision(rec.value)
-            except (MalformedRecord, UnknownEventType) as e:
-                lines.append(f"decision record {rec.offset}: unreadable, skipped ({e})")
-                continue
-            if isinstance(d, CycleCompleted):
-                if at is not None and d.input_offset > at:
-                    considered.flush()
-                    return
-                for h in d.heads:
-                    if h.key in names:
-                        considered.note(d.cycle, d.time, _head_text(h))
-            elif f"{d.namespace}/{d.name}" in names:
-                considered.flush()
-                lines.append(f"cycle {d.cycle} @ {format_time(d.time)}: {_decision_text(d)}")
-        offset = batch[-1].offset + 1
-    considered.flush()
-
-
-def _head_text(h: HeadOutcome) -> str:
-    if h.parked:
-        return "considered as its queue's head, not admitted, parked until quota is freed in its cohort"
-    if h.sticky:
-        return "considered as its queue's head, waiting for the workloads it preempted to stop"
-    return "considered as its queue's head, not admitted, back in its queue"
-
-
-class _Considered:
-    """Folds runs of identical head outcomes into one line: "cycles 12-40: considered 9 times, ..."."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = lines
-        self.run: tuple[int, int, int, str, int] | None = None  # first, last cycle, first time, text, count
-
-    def note(self, cycle: int, time: int, text: str) -> None:
-        if self.run is not None and self.run[3] == text:
-            first, _, t0, _, n = self.run
-            self.run = (first, cycle, t0, text, n + 1)
-            return
-        self.flush()
-        self.run = (cycle, cycle, time, text, 1)
-
-    def flush(self) -> None:
-        if self.run is None:
-            return
-        first, last, t0, text, n = self.run
-        where = f"cycle {first}" if n == 1 else f"cycles {first}-{last} ({n} times)"
-        self.lines.append(f"{where} @ {format_time(t0)}: {text}")
-        self.run = None
-
-
-def _event_detail(ev: object) -> str:
-    for attr in ("decision_id", "error", "message"):
-        value = getattr(ev, attr, "")
-        if value:
-            return f"({attr.replace('_', ' ')} {value})"
-    return ""
-
-
-def _decision_text(d: object) -> str:
-    if isinstance(d, AdmitWorkload | AdmitChecked):
-        flavors = "; ".join(
-            f"{psa.name}: " + ", ".join(f"{r}={f}" for r, f in psa.flavors) + f" x{psa.count}"
-            for psa in d.admission.pod_set_assignments
-        )
-        if isinstance(d, AdmitChecked) or d.admission_checks:
-            return checkview.decision_text(d, flavors)
-        return f"admitted to ClusterQueue {d.cluster_queue} ({flavors})"
-    if isinstance(d, EvictWorkload):
-        by = f" by {d.preemptor}" if d.preemptor else ""
-        kind = f" ({d.preemption_reason})" if d.preemption_reason else ""
-        if isinstance(d, DeactivateWorkload):
-            kind = f" ({d.underlying_cause})" if d.underlying_cause else ""
-            return f"evicted and deactivated: {d.reason}{kind}: {d.message}"
-        return f"evicted: {d.reason}{kind}{by}: {d.message}" + checkview.eviction_suffix(d)
-    if isinstance(d, MarkPending):
-        return f"pending ({d.reason}): {d.message}"
-    return str(d)
-
-
-def _timers(state: State, rec: WorkloadRecord) -> list[str]:
-    """waitForPodsReady, back-off and maximum execution time, each with the time it falls due."""
-    out = [f"  {what} {format_time(when)}" for what, when in podsready.deadlines_of(state, rec)]
-    if rec.requeue_count:
-        out.append(f"  requeueState: count {rec.requeue_count}"
-                   + (f", requeueAt {format_time(rec.requeue_at)}" if rec.requeue_at is not None else ""))
-    if rec.past_execution_ms:
-        out.append(f"  accumulated past execution time: {rec.past_execution_ms // 1000}s")
-    if not rec.active:
-        why = f" ({rec.deactivation_cause}: {rec.deactivation_message})" if rec.deactivation_cause else ""
-        out.append(f"  deactivated{why}: set spec.active back to true to start it over")
-    return out
-
-
-def _status(log: Log, topics: Topics, names: set[str], at: int | None) -> list[str]:
-    report = replay(log, topics, verify=False, until=at)
-    assert report.scheduler is not None
-    state = report.scheduler.state
-    out = []
-    for key in sorted(names):
-        rec = state.workloads.get(key)
-        if rec is None:
-            out.append(f"now: {key} is gone (deleted)")
-            continue
-        where = f" in ClusterQueue {rec.admission.cluster_queue}" if rec.admission else ""
-        status = ("finished" if rec.finished else "being evicted" if rec.evicting else
-                  "admitted" if rec.admission else "pending")
-        out.append(f"now (input offset {report.input_offset}): {key} is {status}{where}")
-        out.extend(f"  {c.type}={c.status} {c.reason}: {c.message}" for c in rec.conditions.values())
-        out.extend(_in_tree_terms(state, rec))
-        out.extend(_timers(report.scheduler.state, rec))
-        out.extend(checkview.status_lines(rec))
-    return out
-
-
-def _in_tree_terms(state: State, rec: WorkloadRecord) -> list[str]:
-    """For a workload of an ElasticQuotaTree leaf: the same, in the tree's words."""
-    lines = [f"  tree: {line}" for line in pending_in_tree_terms(state, rec)]
-    reclaimed = preempted_in_tree_terms(state, rec)
-    return [*lines, f"  tree: {reclaimed}"] if reclaimed else lines
+    lines = explanation(log, topics, key, at=at).lines(full=full)
+    if lines and lines[0].startswith("no Workload") and at is not None:
+        lines[0] += f" before input offset {at}"
+    return lines
 
 
 # --- tail -------------------------------------------------------------------------------------
@@ -281,7 +100,7 @@ def format_decision(d: object) -> str | None:
     if isinstance(d, CycleCompleted):
         return None
     ns_name = f"{d.namespace}/{d.name}"  # type: ignore[attr-defined]
-    return f"{format_time(d.time)} cycle {d.cycle} {type(d).__name__:<14} {ns_name}: {_decision_text(d)}"  # type: ignore[attr-defined]
+    return f"{format_time(d.time)} cycle {d.cycle} {type(d).__name__:<14} {ns_name}: {decision_text(d)}"  # type: ignore[attr-defined]
 
 
 async def tail(log: Log, topics: Topics, *, types: set[str], queue: str | None, from_start: bool,

@@ -56,10 +56,36 @@ def test_explain_tells_where_a_job_was_admitted_and_that_it_finished(demo_log: P
 
 
 def test_explain_lists_the_cycles_that_considered_a_waiting_workload(demo_log: Path) -> None:
-    out = _run("explain", "team-b/train-001", "--log", str(demo_log))
+    out = _run("explain", "team-b/train-001", "--log", str(demo_log), "--full")
     assert out.returncode == 0, out.stderr
     assert "considered as its queue's head, not admitted" in out.stdout
     assert "pending (PreemptionNotAllowed)" in out.stdout
+
+
+def test_explain_answers_first_and_folds_the_waiting_into_runs(demo_log: Path) -> None:
+    folded = _run("explain", "team-b/train-001", "--log", str(demo_log), "--at", "100")
+    full = _run("explain", "team-b/train-001", "--log", str(demo_log), "--at", "100", "--full")
+    assert folded.returncode == 0 and full.returncode == 0, folded.stderr + full.stderr
+    first = folded.stdout.splitlines()[0]
+    assert first.startswith("team-b/job-train-001-") and "is pending in ClusterQueue team-b-cq at position" in first
+    assert "To be admitted it needs either" in first and "team-a-cq is borrowing" in first
+    assert "It was last evicted at" in first and "(InCohortReclamation) by team-a/" in first
+    assert "(29 times)" in folded.stdout or "times)" in folded.stdout
+    assert len(folded.stdout.splitlines()) < len(full.stdout.splitlines())
+    assert "DecisionApplied" in full.stdout and "DecisionApplied" not in folded.stdout
+
+
+def test_explain_as_json_has_the_answer_and_the_timeline(demo_log: Path) -> None:
+    out = _run("explain", "team-b/train-001", "--log", str(demo_log), "-o", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["answer"]["status"] == "finished" and doc["answer"]["lastEviction"]["reason"] == "Preempted"
+    kinds = [e["kind"] for e in doc["timeline"]]
+    assert kinds[0] == "submitted" and "admitted" in kinds and "evicted" in kinds
+    evicted = next(e for e in doc["timeline"] if e["kind"] == "evicted")
+    assert evicted["related"] == doc["answer"]["lastEviction"]["preemptor"]
+    missing = _run("explain", "team-b/nobody", "--log", str(demo_log), "-o", "json")
+    assert missing.returncode == 1 and json.loads(missing.stdout)["answer"] is None
 
 
 def test_explain_piped_into_head_exits_quietly(demo_log: Path) -> None:
@@ -84,6 +110,52 @@ def test_explain_tells_who_preempted_a_workload(demo_log: Path) -> None:
     v = victims[0]
     out = _run("explain", f"{v.namespace}/{v.name}", "--log", str(demo_log))
     assert f"evicted: Preempted ({v.preemption_reason}) by {v.preemptor}" in out.stdout
+
+
+def test_get_pending_lists_each_queue_in_order_with_positions_and_reasons(demo_log: Path) -> None:
+    table = _run("get", "pending", "--log", str(demo_log), "--at", "300")
+    assert table.returncode == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines()[1:]]
+    assert rows, "at input 300 the demo has pending workloads"
+    for cq in {r[0] for r in rows}:
+        assert [int(r[1]) for r in rows if r[0] == cq] == list(range(sum(1 for r in rows if r[0] == cq)))
+    out = _run("get", "pending", "--log", str(demo_log), "--at", "300", "--queue", "default", "-n", "team-b",
+               "-o", "json")
+    doc = json.loads(out.stdout)
+    assert doc["kind"] == "PendingWorkloadsSummary" and doc["items"]
+    assert [i["positionInLocalQueue"] for i in doc["items"]] == list(range(len(doc["items"])))
+    assert all(i["metadata"]["annotations"]["kueuelog.io/pending-reason"] for i in doc["items"])
+    missing = _run("get", "pending", "--log", str(demo_log), "--queue", "no-such-cq")
+    assert missing.returncode == 2 and '"no-such-cq" not found' in missing.stderr
+
+
+def test_simulate_from_the_demo_log_compares_with_what_happened(demo_log: Path, tmp_path: Path) -> None:
+    from tests.unit.test_whatif import MORE_FOR_TEAM_B
+
+    change = tmp_path / "more-b.yaml"
+    change.write_text(MORE_FOR_TEAM_B)
+    out = _run("simulate", "--from-log", str(demo_log), "--at", "2025-01-01T10:00:00Z", str(change), "--for", "1h",
+               "-o", "json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    b = next(q for q in doc["queues"] if q["clusterQueue"] == "team-b-cq")
+    assert b["admittedWhatIf"] > b["admittedReal"]
+    table = _run("simulate", "--from-log", str(demo_log), "--at", "0")
+    assert table.returncode == 0 and "0 workload(s) admitted at another time" in table.stdout, table.stdout
+    assert _run("simulate", "--at", "0", "x.yaml").returncode == 2
+    assert _run("simulate").returncode == 2
+    bad = _run("simulate", "--from-log", str(demo_log), "--for", "soon")
+    assert bad.returncode == 2 and "--for" in bad.stderr
+
+
+def test_serve_on_a_taken_port_is_a_configuration_error_in_one_line(demo_log: Path) -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        out = _run("serve", "--log", str(demo_log), "--port", str(port), timeout=60)
+    assert out.returncode == 3, out.stderr
+    assert out.stderr.strip().count("\n") == 0 and f"cannot listen on 127.0.0.1:{port}" in out.stderr
 
 
 def test_tail_prints_decisions_as_they_come(demo_log: Path) -> None:

@@ -283,14 +283,17 @@ async def test_scheduler_cannot_touch_the_api_at_all(
 async def test_the_rest_of_deploy_base_is_accepted_by_the_apiserver(
     deployed: None, kube_api_client: client.ApiClient,
 ) -> None:
-    """The Deployments and the ConfigMap validate server-side (dry run: nothing is kept)."""
+    """The Deployments, the web view's Service and the ConfigMap validate server-side (dry run:
+    nothing is kept)."""
     core, apps = client.CoreV1Api(kube_api_client), client.AppsV1Api(kube_api_client)
     kinds = []
-    for obj in base_documents("ConfigMap", "Deployment"):
+    for obj in base_documents("ConfigMap", "Deployment", "Service"):
         kinds.append(obj["kind"])
         if obj["kind"] == "ConfigMap":
             await core.create_namespaced_config_map(NAMESPACE, obj, dry_run="All")
+        elif obj["kind"] == "Service":
+            await core.create_namespaced_service(NAMESPACE, obj, dry_run="All")
         else:
             stored = await apps.create_namespaced_deployment(NAMESPACE, obj, dry_run="All")
             assert stored.spec.template.spec.containers[0].image == "ghcr.io/kueuelog/kueuelog:0.1.0"
-    assert sorted(kinds) == ["ConfigMap", "Deployment", "Deployment", "Deployment"]
+    assert sorted(kinds) == ["ConfigMap", "Deployment", "Deployment", "Deployment", "Deployment", "Service"]

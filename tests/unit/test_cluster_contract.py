@@ -25,6 +25,8 @@ HELP_TEXTS = {
     ("services/app/cli.py", "batch/v1 Job with kueue.x-k8s.io/queue-name, Namespace"),
     ("services/app/cli.py", "how long a Job runs without a kueuelog.io/sim-duration annotation"),
     ("services/app/cli.py", "(label kueuelog.io/rejected; it runs outside quota)"),
+    ("services/app/viewcli.py", "the log never saw finish and without kueuelog.io/sim-duration"),
+    ("services/app/viewcli.py", "Kueue's visibility API (/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/CQ/"),
 }
 NOT_CONDITIONS = {
     # The job reconciler's plan type Finished, exported by name.

@@ -389,7 +389,7 @@ def test_docker_compose_commands_are_ones_the_cli_accepts(monkeypatch: pytest.Mo
 
     compose = docs(ROOT / "docker-compose.yml")[0]["services"]
     for name, s in compose.items():
-        if name == "kafka":
+        if name in ("kafka", "web"):
             continue
         _environment(monkeypatch, {k: str(v) for k, v in s["environment"].items()})
         args = build_parser().parse_args(s["command"])
@@ -580,7 +580,7 @@ def test_docker_compose_runs_the_services_over_the_unchanged_broker() -> None:
     kafka = compose["kafka"]
     assert kafka["image"] == "apache/kafka:4.1.1"
     assert kafka["environment"]["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://localhost:9092"
-    services = {name: s for name, s in compose.items() if name != "kafka"}
+    services = {name: s for name, s in compose.items() if name not in ("kafka", "web")}
     assert set(services) == {"scheduler", "scheduler-standby", "actuator", "simcluster"}
     ports = set()
     for name, s in services.items():
@@ -592,3 +592,42 @@ def test_docker_compose_runs_the_services_over_the_unchanged_broker() -> None:
     assert services["scheduler"]["build"] == "."
     assert services["scheduler"]["command"] == services["scheduler-standby"]["command"] == ["run", "scheduler"]
     assert len(ports) == len(services), "they share the broker's network namespace: one port each"
+
+
+def test_docker_compose_serves_the_web_view_read_only_over_the_same_topics(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.app.cli import build_parser
+
+    compose = docs(ROOT / "docker-compose.yml")[0]["services"]
+    web = compose["web"]
+    assert web["image"] == IMAGE and "kafka" in web["depends_on"]
+    assert set(web["environment"]) >= REQUIRED_SETTINGS
+    _environment(monkeypatch, {k: str(v) for k, v in web["environment"].items()})
+    args = build_parser().parse_args(web["command"])
+    assert args.command == "serve" and args.host == "0.0.0.0"
+    assert f"{args.port}:{args.port}" in compose["kafka"]["ports"], "published where the namespace is"
+    ports = {s["environment"]["KUEUELOG_HTTP_PORT"] for n, s in compose.items() if n != "kafka"}
+    assert len(ports) == len(compose) - 1, "one port each in the shared network namespace"
+
+
+def test_the_web_view_runs_read_only_with_the_readers_credential(monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.app.cli import build_parser
+
+    dep = by_kind("Deployment")["kueuelog-web"]
+    spec = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] >= 2, "any number of read-only replicas"
+    assert spec["automountServiceAccountToken"] is False
+    assert by_kind("ServiceAccount")["kueuelog-web"]["automountServiceAccountToken"] is False
+    assert "kueuelog-web" not in by_kind("ClusterRole") and "kueuelog-web" not in by_kind("ClusterRoleBinding")
+    (container,) = spec["containers"]
+    assert container["image"] == IMAGE
+    args = build_parser().parse_args(container["args"])
+    assert container["command"] == ["kueuelog"] and args.command == "serve" and args.host == "0.0.0.0"
+    assert container["ports"] == [{"name": "http", "containerPort": args.port, "protocol": "TCP"}]
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "http"}, probe
+    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]}
+    assert set(secrets.values()) == {"kueuelog-kafka-reader"}, "reads every topic, writes none"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    service = by_kind("Service")["kueuelog-web"]
+    assert service["spec"]["selector"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
