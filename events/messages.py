@@ -67,6 +67,15 @@ class PodsNotReady(Event, frozen=True, tag="workload.pods-not-ready"):
     name: str
 
 
+class WorkloadActivation(Event, frozen=True, tag="workload.activation"):
+    """A Job's Workload says ``spec.active`` (the Job is its source of truth for everything else):
+    a user setting it back to true re-activates a workload the scheduler deactivated."""
+
+    namespace: str
+    name: str
+    active: bool
+
+
 class DecisionApplied(Event, frozen=True, tag="actuation.applied"):
     """An actuator applied a decision to its cluster."""
 
@@ -124,6 +133,7 @@ ClusterEvent = (
     | ClockTicked
     | PodsReady
     | PodsNotReady
+    | WorkloadActivation
     | DecisionApplied
     | ActuationFailed
     | AdmissionCheckUpdated

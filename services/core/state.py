@@ -51,6 +51,7 @@ from events.messages import (
     PodsNotReady,
     PodsReady,
     ProvisioningRequestObserved,
+    WorkloadActivation,
     WorkloadFinished,
 )
 from services.core.derived import Cache, ClusterQueueQueue, Index
@@ -194,6 +195,19 @@ def _fold_pods_ready(state: State, event: PodsReady | PodsNotReady) -> None:
         from services.core.podsready import on_readiness
 
         on_readiness(state, rec, ready=isinstance(event, PodsReady))
+
+
+def _fold_activation(state: State, event: WorkloadActivation) -> None:
+    """A Job's Workload set back to ``spec.active: true`` re-activates it; ``false`` on it is the
+    actuator writing back a deactivation the scheduler already decided (nothing to do)."""
+    rec = state.workloads.get(f"{event.namespace}/{event.name}")
+    if rec is None or not event.active or rec.active or not rec.obj.active:
+        return
+    from services.core.deactivation import reactivate
+
+    reactivate(state, rec)
+    _unqueue(state, rec)
+    _enqueue(state, rec)
 
 
 def _fold_applied_decision(state: State, event: DecisionApplied) -> None:
@@ -575,6 +589,7 @@ _FOLD: dict[type, Callable[[State, Any], None]] = {
     EvictionCompleted: _eviction_completed,
     PodsReady: _fold_pods_ready,
     PodsNotReady: _fold_pods_ready,
+    WorkloadActivation: _fold_activation,
     DecisionApplied: _fold_applied_decision,
     ActuationFailed: _fold_actuation_failed,
     ClockTicked: _fold_tick,

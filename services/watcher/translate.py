@@ -58,6 +58,7 @@ from events.messages import (
     PodsNotReady,
     PodsReady,
     ProvisioningRequestObserved,
+    WorkloadActivation,
     WorkloadFinished,
 )
 from services.watcher import provisioning
@@ -167,7 +168,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         return Translation(source, errors=[f"{located}: kind: expected {kind!r}, got {obj.get('kind')!r}"],
                            resource_version=rv)
     if kind == "Workload" and _owned_by_job(meta):
-        return Translation(source, resource_version=rv)  # the Job is its source of truth
+        # The Job is its source of truth, but for spec.active (a user re-activating it).
+        return _activation(cluster, source, event_type, obj, rv, time_ms)
     if kind == "Job" and _rejected(meta):
         return _not_queued(cluster, source, meta, rv, time_ms)
     if kind == "ProvisioningRequest":
@@ -216,6 +218,25 @@ def _as_manifest(kind: str, obj: Mapping[str, Any], meta: Mapping[str, Any]) -> 
         # status changing is no news (simulate is where a given allocation counts as usage).
         body.pop("status", None)
     return body
+
+
+ACTIVATION_KIND: Final = "WorkloadActivation"  # the watcher memory's target for a Job's Workload's spec.active
+
+
+def _activation(cluster: str, source: Ref, event_type: str, obj: Mapping[str, Any], rv: str,
+                time_ms: int) -> Translation:
+    """A Job's Workload: only its ``spec.active`` is news (the memory publishes a change of it)."""
+    spec = obj.get("spec")
+    active = spec.get("active") if isinstance(spec, Mapping) else None
+    if event_type == "DELETED" or not isinstance(active, bool):
+        return Translation(source, resource_version=rv)
+    event = WorkloadActivation(time=time_ms, namespace=source.namespace, name=source.name, active=active)
+    env = Envelope(id=envelope_id(cluster, source, rv, "activation"), source=SOURCE, cluster=cluster, event=event)
+    return Translation(source, [env], resource_version=rv)
+
+
+def _activation_entry(ev: WorkloadActivation) -> Entry:
+    return Entry(target=Ref(ACTIVATION_KIND, ev.namespace, ev.name), body=b"active" if ev.active else b"inactive")
 
 
 def _rejected(meta: Mapping[str, Any]) -> bool:
@@ -380,6 +401,13 @@ class Published:
                     after = replace(after, body=body)
                     out.append(env)
                 continue
+            if isinstance(ev, WorkloadActivation):
+                # First seen active: nothing to say; afterwards each change of spec.active.
+                said = _activation_entry(ev)
+                if (after is None and not ev.active) or (after is not None and after.body != said.body):
+                    out.append(env)
+                after = said
+                continue
             if isinstance(ev, ProvisioningRequestObserved):
                 body = provisioning.observed_body(ev)
                 if after is None or after.body != body:
@@ -400,7 +428,7 @@ class Published:
     def vanished(self, source: Ref, *, cluster: str, resource_version: str, time_ms: int) -> Change:
         """``source`` is gone (a relist no longer has it)."""
         before = self.entries.get(source)
-        if before is None or source.kind == "ProvisioningRequest":
+        if before is None or source.kind == "ProvisioningRequest" or before.target.kind == ACTIVATION_KIND:
             return Change(source, before, None, [])  # a request's delete says nothing to the scheduler
         return Change(source, before, None, [delete_envelope(cluster, source, before.target, resource_version,
                                                              time_ms)])
@@ -443,6 +471,10 @@ class Published:
             found = self._sources.get(ref_of_deleted(ev))
             if found is not None:
                 self.commit(Change(found, self.entries.get(found), None, []))
+            return
+        if isinstance(ev, WorkloadActivation):
+            source = Ref("Workload", ev.namespace, ev.name)
+            self.commit(Change(source, self.entries.get(source), _activation_entry(ev), []))
             return
         if not isinstance(ev, WorkloadFinished | PodsReady | PodsNotReady | EvictionCompleted):
             return

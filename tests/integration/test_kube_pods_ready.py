@@ -1,5 +1,6 @@
 """waitForPodsReady on a real kube-apiserver: a Job whose pods never become ready is suspended again
-at the timeout, and admitted again once its back-off has passed.
+at the timeout, and admitted again once its back-off has passed; past the back-off limit it is
+deactivated, and a user setting its Workload's spec.active back to true starts it over.
 
 The stack is the one of ``test_kube_e2e`` (watcher, scheduler, actuator with the job reconciler,
 each as its ServiceAccount), with the scheduler on the wall clock so that it wakes at its own
@@ -21,6 +22,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from events import objects as o
+from events.cluster import KUEUE_GROUP
 from events.codec import encode
 from events.envelope import Envelope, Topics, event_key
 from events.messages import AdmitWorkload, EvictWorkload, ObjectApplied
@@ -81,8 +83,8 @@ async def kueuelog(plane: LocalControlPlane, log: Log, *, cluster: str, topics: 
     assert not failures, f"services stopped with {failures!r}"
 
 
-def _seed_configuration(log: Log, topics: Topics) -> None:
-    env = Envelope(id="seed:configuration", source="test", event=ObjectApplied(time=wall_clock_ms(), object=CONFIG))
+def _seed_configuration(log: Log, topics: Topics, config: o.Configuration = CONFIG) -> None:
+    env = Envelope(id="seed:configuration", source="test", event=ObjectApplied(time=wall_clock_ms(), object=config))
     log.append(topics.cluster_events, [(event_key(env), encode(env))])
 
 
@@ -118,6 +120,41 @@ async def test_a_job_whose_pods_never_become_ready_is_suspended_at_the_timeout_a
         assert kinds[:3] == [("AdmitWorkload", ""), ("EvictWorkload", "PodsReadyTimeout"), ("AdmitWorkload", "")]
         evict, readmit = ds[1], ds[2]
         assert readmit.time - evict.time >= 1_000, "not before the back-off has passed"
+    finally:
+        log.close()
+        await c.delete(kube_api_client)
+
+
+async def test_a_job_deactivated_at_the_limit_starts_over_when_its_workload_is_set_active(
+    deployed: None, kube_control_plane: LocalControlPlane, kube_api_client: client.ApiClient,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    c = Cluster(kube_api_client)
+    await c.create(cpu="3")
+    log = SqliteLog(tmp_path / "log")
+    topics = Topics()
+    _seed_configuration(log, topics, replace(CONFIG, requeuing_backoff_limit_count=0))
+    try:
+        async with kueuelog(kube_control_plane, log, cluster="ready", topics=topics) as running:
+            await c.job("gang", "1")
+            await eventually(running, admitted_job(c, "gang"), what="Job gang to be admitted")
+            await c.job_status("gang", {"startTime": stamp(), "active": 1, "ready": 0})
+
+            async def deactivated() -> dict[str, Any] | None:
+                wl = await c.workload("gang")
+                inactive = wl is not None and wl["spec"].get("active") is False
+                return wl if inactive and await suspended_job(c, "gang")() else None
+
+            wl = await eventually(running, deactivated, what="Job gang deactivated at the back-off limit")
+            assert conditions(wl)["Evicted"]["reason"] == "DeactivatedDueToRequeuingLimitExceeded"
+            await c.job_status("gang", {"startTime": None, "active": 0, "ready": 0})
+            # The user's part (kubectl patch workload ... spec.active=true): it starts over.
+            await c.co.patch_namespaced_custom_object(KUEUE_GROUP, "v1beta2", c.ns_in, "workloads",
+                                                      wl["metadata"]["name"], {"spec": {"active": True}})
+            await eventually(running, admitted_job(c, "gang"), what="Job gang admitted again once re-activated")
+        kinds = [(type(d).__name__, getattr(d, "reason", "")) for d in decisions(log, topics)
+                 if isinstance(d, AdmitWorkload | EvictWorkload) and d.name.startswith("job-gang-")]
+        assert kinds[:3] == [("AdmitWorkload", ""), ("DeactivateWorkload", "Deactivated"), ("AdmitWorkload", "")]
     finally:
         log.close()
         await c.delete(kube_api_client)

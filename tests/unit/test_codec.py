@@ -36,6 +36,7 @@ from events.messages import (
     PodsReady,
     ProvisioningRequestCondition,
     ProvisioningRequestObserved,
+    WorkloadActivation,
     WorkloadFinished,
 )
 from events.simcluster import decode_sim_record
@@ -62,6 +63,7 @@ EVENTS = [
     ClockTicked(time=5),
     PodsReady(time=6, namespace="ns", name="w"),
     PodsNotReady(time=6, namespace="ns", name="w"),
+    WorkloadActivation(time=6, namespace="ns", name="w", active=True),
     DecisionApplied(time=7, decision_id="c1-0", namespace="ns", name="w", cluster="sim"),
     ActuationFailed(time=8, decision_id="c1-0", namespace="ns", name="w", error="boom", retriable=True),
     AdmissionCheckUpdated(time=9, namespace="ns", name="w", check=o.AdmissionCheckState(

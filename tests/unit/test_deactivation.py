@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from events.cluster import ConditionType, DeactivationCause, EvictionReason
 from events.manifests import Document, normalize
-from events.messages import DeactivateWorkload, EvictionCompleted, EvictWorkload, ObjectApplied, PendingReason
+from events.messages import (
+    DeactivateWorkload,
+    EvictionCompleted,
+    EvictWorkload,
+    ObjectApplied,
+    PendingReason,
+    WorkloadActivation,
+)
 from services.core import deactivation
 from services.core.apply import apply_cycle
 from services.core.cycle import run_cycle
@@ -118,3 +125,26 @@ def test_replaying_a_deactivation_gives_the_live_state() -> None:
                             admitted_heads=tuple(second.admitted_heads), heads=tuple(second.heads))
     apply_cycle(replayed, second.decisions, record)
     assert encode_state(replayed) == encode_state(live)
+
+
+def test_a_jobs_workload_set_active_again_is_re_activated_and_admitted() -> None:
+    """On a cluster the Job is its Workload's source of truth: the watcher publishes only the
+    Workload's spec.active (WorkloadActivation), and true after the scheduler's deactivation
+    starts the workload over, as a user editing Kueue's Workload expects."""
+    state = _setup(_wl("job"))
+    run_cycle(state)
+    rec = state.workloads["ns/job"]
+    deactivation.deactivate(state, rec, DeactivationCause.REQUEUING_LIMIT_EXCEEDED, "too many retries")
+    run_cycle(state)
+    fold(state, EvictionCompleted(time=6_000, namespace="ns", name="job"))
+    # The actuator's write-back of spec.active=false says nothing new.
+    fold(state, WorkloadActivation(time=6_500, namespace="ns", name="job", active=False))
+    assert not rec.active and run_cycle(state).admitted_heads == []
+    fold(state, WorkloadActivation(time=7_000, namespace="ns", name="job", active=True))
+    assert rec.active and rec.requeue_count == 0
+    assert _reason(state, "ns/job", ConditionType.REQUEUED) == ("True", "Reactivated")
+    assert run_cycle(state).admitted_heads == ["ns/job"]
+    # For an active workload, and for one nobody knows, it is nothing.
+    fold(state, WorkloadActivation(time=8_000, namespace="ns", name="job", active=True))
+    fold(state, WorkloadActivation(time=8_000, namespace="ns", name="nobody", active=True))
+    assert state.anomaly_count == 0 and rec.admission is not None

@@ -23,6 +23,7 @@ from events.messages import (
     ObjectDeleted,
     PodsNotReady,
     PodsReady,
+    WorkloadActivation,
     WorkloadFinished,
 )
 from services.core.state import State, fold
@@ -531,3 +532,35 @@ def test_job_rejected_after_it_was_published_as_queued_takes_its_workload_back()
     assert publish(memory, run("Job", _rejected(a_served_job("3", suspend=False, status={"active": 1,
                                                                                           "ready": 1})))) == []
     assert memory.entries == {}
+
+
+def _owned_workload(active: bool | None, rv: str) -> dict[str, Any]:
+    body = a_workload("team-a", WL).request(cpu="1").obj()
+    if active is not None:
+        body["spec"]["active"] = active
+    return served(body, rv, ownerReferences=[
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": UID, "controller": True}])
+
+
+def test_a_jobs_workload_publishes_only_changes_of_spec_active() -> None:
+    """First seen active: nothing (the Job says everything); false (the actuator's write-back of a
+    deactivation), then true again (a user re-activating it): each once, and remembered from the log."""
+    memory = Published()
+    said: list[Envelope] = []
+
+    def send(active: bool | None, rv: str) -> list[ClusterEvent]:
+        change = memory.select(run("Workload", _owned_workload(active, rv)))
+        memory.commit(change)
+        said.extend(change.envelopes)
+        return [e.event for e in change.envelopes]
+
+    assert send(True, "1") == [] and send(None, "2") == []
+    assert send(False, "3") == [WorkloadActivation(time=NOW, namespace="team-a", name=WL, active=False)]
+    assert send(False, "4") == []  # a status write
+    assert send(True, "5") == [WorkloadActivation(time=NOW, namespace="team-a", name=WL, active=True)]
+    rebuilt = Published()
+    for e in said:
+        rebuilt.remember(e)
+    assert publish(rebuilt, run("Workload", _owned_workload(True, "6"))) == []
+    gone = rebuilt.vanished(Ref("Workload", "team-a", WL), cluster=CLUSTER, resource_version="7", time_ms=NOW)
+    assert gone.envelopes == [], "the Job's entry, not this one, speaks for the Workload's existence"
