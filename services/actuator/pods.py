@@ -4,15 +4,17 @@ A pod in a namespace bound to a quota-tree leaf is one Workload; it is held by t
 gate ``kueue.x-k8s.io/admission`` until admitted. Scheduling gates are the Kubernetes-native hold:
 the kube-scheduler ignores a gated pod, a gate can only be removed (so nothing else can release
 the pod), and while gated its node selector may still be narrowed to the admitted flavor's
-nodes. The gate has to be on the pod at creation (in a Deployment's pod template, say): Kueue
-puts it there with a mutating webhook, which kueuelog does not run yet.
+nodes. The gate has to be on the pod at creation: the mutating webhook (``services/webhook``,
+``mpod.kueuelog.io``) puts it there, as Kueue's does; without it, a Deployment's pod template
+has to carry it.
 
 - :class:`PodReconciler` (every ``interval`` seconds): in each bound namespace (a LocalQueue the
   tree reconciler keeps is there), a gated pod without a Workload gets one
   (:func:`events.elasticquota.pod_workload`, owned by the pod), and a pod-owned Workload whose pod
   is gone is deleted (what the garbage collector does in a full cluster), which frees its quota.
 - a Job without a queue-name label there is labelled for LocalQueue ``default`` (Kueue's
-  LocalQueueDefaulting, done after creation for want of a webhook); the job reconciler then
+  LocalQueueDefaulting; the webhook does it at creation, this catches Jobs created while it was not
+  installed); the job reconciler then
   suspends it and queues it like any other.
 - :func:`admit_pod`: the admitted flavors' node labels added to the pod's nodeSelector and the
   gate removed, in one conditional merge patch. :func:`evict_pod`: the pod is deleted (a

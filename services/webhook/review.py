@@ -5,6 +5,11 @@
   created suspended, as Kueue's job webhook does, so that no pod starts before admission; on a
   T9k Queue with a ``spec.nodeSelector`` its pod template also gets the required node affinity
   that keeps its pods on those nodes (:func:`queue_affinity`).
+- :func:`mutate_pod` and the ``bound`` argument of :func:`mutate_job`: in a namespace bound to
+  an ElasticQuotaTree leaf (``events.elasticquota``), a pod is created held by the scheduling gate
+  ``kueue.x-k8s.io/admission`` (it is a workload of its own unless a Job owns it), and a Job without
+  a queue label is created for LocalQueue ``default`` and suspended (Kueue's pod integration and
+  LocalQueueDefaulting).
 - :func:`validate_object`: a Kueue object (or a T9k Queue) is refused with the field and message
   ``kueuelog simulate`` gives for it (``events.manifests``).
 - :func:`validate_t9k_job`: a Job on a T9k Queue is refused at creation by the Queue's rules
@@ -22,7 +27,8 @@ from typing import Any
 
 from events import objects as o
 from events import t9k
-from events.cluster import QUEUE_NAME_LABEL
+from events.cluster import ADMISSION_GATE, QUEUE_NAME_LABEL
+from events.elasticquota import DEFAULT_LOCAL_QUEUE
 from events.manifests import Document, ManifestError, normalize
 from services.core.t9k import Requester, creation_refusal
 
@@ -83,14 +89,23 @@ def queue_affinity(pod_spec: Mapping[str, Any], sel: o.LabelSelector) -> dict[st
     return dict(affinity)
 
 
-def mutate_job(review: Review, queue: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``queue``: the T9k Queue the Job names, as read from the API (``None``: none, or not found)."""
+def mutate_job(review: Review, queue: Mapping[str, Any] | None = None, *, bound: bool = False) -> dict[str, Any]:
+    """``queue``: the T9k Queue the Job names, as read from the API (``None``: none, or not found);
+    ``bound``: its namespace is bound to an ElasticQuotaTree leaf (a Job there needs no label)."""
     request = _request(review)
     job = request.get("object") or {}
-    if request.get("operation") != "CREATE" or not isinstance(job, dict) or _job_queue(job) is None:
+    if request.get("operation") != "CREATE" or not isinstance(job, dict):
         return response(review, allowed=True)
-    spec = job.get("spec") or {}
     patch: list[dict[str, Any]] = []
+    if _job_queue(job) is None:
+        meta = job.get("metadata") or {}
+        if not bound or meta.get("ownerReferences"):  # not queued; or made by another controller
+            return response(review, allowed=True)
+        labels = meta.get("labels")
+        patch.append({"op": "add", "path": "/metadata/labels/" + QUEUE_NAME_LABEL.replace("/", "~1"),
+                      "value": DEFAULT_LOCAL_QUEUE} if isinstance(labels, dict) else
+                     {"op": "add", "path": "/metadata/labels", "value": {QUEUE_NAME_LABEL: DEFAULT_LOCAL_QUEUE}})
+    spec = job.get("spec") or {}
     if spec.get("suspend") is not True:
         patch.append({"op": "replace" if "suspend" in spec else "add", "path": "/spec/suspend", "value": True})
     pod_spec = (spec.get("template") or {}).get("spec")
@@ -100,6 +115,32 @@ def mutate_job(review: Review, queue: Mapping[str, Any] | None = None) -> dict[s
         if sel is not None and (sel.match_labels or sel.match_expressions):
             patch.append({"op": "replace" if "affinity" in pod_spec else "add",
                           "path": "/spec/template/spec/affinity", "value": queue_affinity(pod_spec, sel)})
+    return response(review, allowed=True, patch=patch)
+
+
+def _owned_by_job(meta: Mapping[str, Any]) -> bool:
+    refs = meta.get("ownerReferences") or []
+    return any(isinstance(r, dict) and r.get("kind") == "Job" and str(r.get("apiVersion", "")) == "batch/v1"
+               for r in refs)
+
+
+def mutate_pod(review: Review, *, bound: bool) -> dict[str, Any]:
+    """A pod created in a namespace bound to a tree leaf is held by the admission gate until its
+    Workload is admitted (``services/actuator/pods.py`` makes the Workload and lifts the gate); a
+    Job's pods are the Job's (the Job is suspended instead), and a pod gated already is left."""
+    request = _request(review)
+    pod = request.get("object") or {}
+    if not bound or request.get("operation") != "CREATE" or not isinstance(pod, dict):
+        return response(review, allowed=True)
+    spec = pod.get("spec")
+    if not isinstance(spec, dict) or _owned_by_job(pod.get("metadata") or {}):
+        return response(review, allowed=True)
+    gates = spec.get("schedulingGates")
+    if isinstance(gates, list) and any(isinstance(g, dict) and g.get("name") == ADMISSION_GATE for g in gates):
+        return response(review, allowed=True)
+    gate = {"name": ADMISSION_GATE}
+    patch = ([{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}] if isinstance(gates, list) else
+             [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}])
     return response(review, allowed=True, patch=patch)
 
 

@@ -3,11 +3,15 @@
 Routes (each takes and returns an ``admission.k8s.io/v1`` AdmissionReview):
 
 - ``POST /mutate-batch-v1-job``: queued Jobs are created suspended (:func:`review.mutate_job`);
+- ``POST /mutate-v1-pod``: pods in a namespace bound to an ElasticQuotaTree leaf are created held
+  by the admission gate (:func:`review.mutate_pod`);
 - ``POST /validate-kueue``: Kueue objects and T9k Queues, checked as ``simulate`` checks them;
 - ``POST /validate-t9k-job``: Jobs on a T9k Queue, refused at creation by the Queue's rules;
 - ``GET /healthz``.
 
-For a Job on a T9k Queue it reads the Queue (``t9k-system``), the Job's Namespace and the
+Whether a namespace is bound to a tree leaf it reads from the LocalQueue ``default`` the
+actuator's tree reconciler keeps there (labelled ``kueuelog.io/elastic-quota-tree``). For a Job on
+a T9k Queue it reads the Queue (``t9k-system``), the Job's Namespace and the
 ConfigMap ``t9k-system/resource-shapes`` from the API server. A review it cannot decide (the API
 unreachable, a malformed review) is answered with an error status, so that the API server
 applies the webhook's ``failurePolicy``.
@@ -25,6 +29,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import t9k
+from events.cluster import ELASTIC_QUOTA_TREE_LABEL, KUEUE_GROUP, QUEUE_NAME_LABEL
+from events.elasticquota import DEFAULT_LOCAL_QUEUE
 from services.webhook import review
 
 log = structlog.get_logger("kueuelog.webhook")
@@ -49,6 +55,18 @@ class Cluster:
                 raise
             return None
         return found
+
+    async def bound(self, namespace: str) -> bool:
+        """Whether ``namespace`` is bound to an ElasticQuotaTree leaf (its LocalQueue ``default`` is
+        the tree reconciler's)."""
+        try:
+            lq: Mapping[str, Any] = await self.custom.get_namespaced_custom_object(
+                KUEUE_GROUP, "v1beta2", namespace, "localqueues", DEFAULT_LOCAL_QUEUE)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return False
+        return ELASTIC_QUOTA_TREE_LABEL in ((lq.get("metadata") or {}).get("labels") or {})
 
     async def lookup(self, queue: str, namespace: str) -> review.Lookup:
         found = await self.queue(queue)
@@ -95,10 +113,19 @@ def application(cluster: Cluster | None) -> web.Application:
     async def mutate(body: review.Review) -> dict[str, Any]:
         request = body["request"]
         job = request.get("object") or {}
-        queue = review.t9k_queue_of(job) if isinstance(job, dict) else None
-        if queue is None or cluster is None or request.get("operation") != "CREATE":
+        if cluster is None or request.get("operation") != "CREATE" or not isinstance(job, dict):
             return review.mutate_job(body)
-        return review.mutate_job(body, await cluster.queue(queue))
+        queue = review.t9k_queue_of(job)
+        if queue is not None:
+            return review.mutate_job(body, await cluster.queue(queue))
+        labelled = QUEUE_NAME_LABEL in ((job.get("metadata") or {}).get("labels") or {})
+        return review.mutate_job(body, bound=not labelled and await cluster.bound(str(request.get("namespace", ""))))
+
+    async def mutate_pod(body: review.Review) -> dict[str, Any]:
+        request = body["request"]
+        if cluster is None or request.get("operation") != "CREATE":
+            return review.mutate_pod(body, bound=False)
+        return review.mutate_pod(body, bound=await cluster.bound(str(request.get("namespace", ""))))
 
     async def validate(body: review.Review) -> dict[str, Any]:
         return review.validate_object(body)
@@ -118,6 +145,7 @@ def application(cluster: Cluster | None) -> web.Application:
 
     app = web.Application(client_max_size=4 * 1024 * 1024)
     app.router.add_post("/mutate-batch-v1-job", _handler(mutate))
+    app.router.add_post("/mutate-v1-pod", _handler(mutate_pod))
     app.router.add_post("/validate-kueue", _handler(validate))
     app.router.add_post("/validate-t9k-job", _handler(validate_job))
     app.router.add_get("/healthz", healthz)

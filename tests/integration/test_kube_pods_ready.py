@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from kubernetes_asyncio import client
 
@@ -133,7 +134,7 @@ async def test_a_job_deactivated_at_the_limit_starts_over_when_its_workload_is_s
     await c.create(cpu="3")
     log = SqliteLog(tmp_path / "log")
     topics = Topics()
-    _seed_configuration(log, topics, replace(CONFIG, requeuing_backoff_limit_count=0))
+    _seed_configuration(log, topics, msgspec.structs.replace(CONFIG, requeuing_backoff_limit_count=0))
     try:
         async with kueuelog(kube_control_plane, log, cluster="ready", topics=topics) as running:
             await c.job("gang", "1")
@@ -150,7 +151,8 @@ async def test_a_job_deactivated_at_the_limit_starts_over_when_its_workload_is_s
             await c.job_status("gang", {"startTime": None, "active": 0, "ready": 0})
             # The user's part (kubectl patch workload ... spec.active=true): it starts over.
             await c.co.patch_namespaced_custom_object(KUEUE_GROUP, "v1beta2", c.ns_in, "workloads",
-                                                      wl["metadata"]["name"], {"spec": {"active": True}})
+                                                      wl["metadata"]["name"], {"spec": {"active": True}},
+                                                      _content_type="application/merge-patch+json")
             await eventually(running, admitted_job(c, "gang"), what="Job gang admitted again once re-activated")
         kinds = [(type(d).__name__, getattr(d, "reason", "")) for d in decisions(log, topics)
                  if isinstance(d, AdmitWorkload | EvictWorkload) and d.name.startswith("job-gang-")]

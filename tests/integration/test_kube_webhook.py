@@ -28,6 +28,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import t9k
+from events.cluster import ADMISSION_GATE, ELASTIC_QUOTA_TREE_LABEL
 from services.webhook.server import Cluster, application, serve, tls_context
 from tests.infra.kube import LocalControlPlane, free_port
 from tests.infra.pytest_kube import load_configuration
@@ -185,6 +186,39 @@ async def test_a_queued_job_created_running_is_stored_suspended(webhooks: Webhoo
     assert on_t9k.spec.suspend is True
     plain = await _create_job(webhooks.api, ns, _job("plain"))
     assert not plain.spec.suspend  # not queued: not ours to hold
+
+
+async def test_in_a_namespace_bound_to_a_tree_leaf_pods_are_created_gated_and_jobs_queued(
+    webhooks: Webhooks,
+) -> None:
+    """ElasticQuotaTree's namespaces: a Deployment's (or a bare) pod is held by the admission gate
+    from its creation, so it never reaches the kube-scheduler before admission; a Job's pods are
+    the Job's; an unlabelled Job is queued on LocalQueue default, suspended. Unbound: untouched."""
+    ns, core = webhooks.namespace, client.CoreV1Api(webhooks.api)
+
+    def pod(name: str, owner: str | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name}
+        if owner:
+            meta["ownerReferences"] = [{"apiVersion": "batch/v1" if owner == "Job" else "apps/v1", "kind": owner,
+                                        "name": "o", "uid": str(uuid.uuid4())}]
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [
+            {"name": "main", "image": "registry.k8s.io/e2e-test-images/agnhost:2.53"}]}}
+
+    def gates(p: client.V1Pod) -> list[str]:
+        return [g.name for g in p.spec.scheduling_gates or []]
+
+    assert gates(await core.create_namespaced_pod(ns, pod("before"))) == [], "not bound yet"
+    assert not (await _create_job(webhooks.api, ns, _job("before"))).spec.suspend
+    await client.CustomObjectsApi(webhooks.api).create_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", ns, "localqueues",
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": "default", "labels": {ELASTIC_QUOTA_TREE_LABEL: "tree"}},
+         "spec": {"clusterQueue": "root.a.1"}})
+    assert gates(await core.create_namespaced_pod(ns, pod("bare"))) == [ADMISSION_GATE]
+    assert gates(await core.create_namespaced_pod(ns, pod("replica", "ReplicaSet"))) == [ADMISSION_GATE]
+    assert gates(await core.create_namespaced_pod(ns, pod("job-pod", "Job"))) == []
+    job = await _create_job(webhooks.api, ns, _job("unlabelled", suspend=False))
+    assert (job.spec.suspend, job.metadata.labels.get("kueue.x-k8s.io/queue-name")) == (True, "default")
 
 
 async def test_the_seeds_node_selector_keeps_the_pods_on_peking_and_tianjin(webhooks: Webhooks) -> None:

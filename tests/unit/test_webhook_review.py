@@ -125,3 +125,52 @@ def test_the_queues_selector_is_anded_into_every_term_the_pod_already_has() -> N
                       "matchExpressions": [pool]}]
     assert _patch(review.mutate_job(_review(_job(t9k_queue="demo")), {**_ZONES, "spec": {}})) == [
         {"op": "add", "path": "/spec/suspend", "value": True}]
+
+
+def _pod(*, gates: list[dict[str, str]] | None = None, owner: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": "team-a"}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1" if owner == "Job" else "apps/v1", "kind": owner,
+                                    "name": "o", "uid": "u-o", "controller": True}]
+    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i"}]}
+    if gates is not None:
+        spec["schedulingGates"] = gates
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+GATE = {"name": "kueue.x-k8s.io/admission"}
+
+
+@pytest.mark.parametrize(
+    ("pod", "bound", "operation", "want"),
+    [
+        pytest.param(_pod(), True, "CREATE", [{"op": "add", "path": "/spec/schedulingGates", "value": [GATE]}],
+                     id="a pod in a bound namespace is created gated"),
+        pytest.param(_pod(gates=[{"name": "other"}]), True, "CREATE",
+                     [{"op": "add", "path": "/spec/schedulingGates/-", "value": GATE}], id="beside other gates"),
+        pytest.param(_pod(owner="ReplicaSet"), True, "CREATE",
+                     [{"op": "add", "path": "/spec/schedulingGates", "value": [GATE]}],
+                     id="a Deployment's pod is a workload of its own"),
+        pytest.param(_pod(gates=[GATE]), True, "CREATE", None, id="gated already"),
+        pytest.param(_pod(owner="Job"), True, "CREATE", None, id="a Job's pod: the Job is the workload"),
+        pytest.param(_pod(), False, "CREATE", None, id="a namespace in no leaf is left alone"),
+        pytest.param(_pod(), True, "UPDATE", None, id="only at creation"),
+    ],
+)
+def test_mutate_pod(pod: dict[str, Any], bound: bool, operation: str, want: list[dict[str, Any]] | None) -> None:
+    answer = review.mutate_pod(_review(pod, operation), bound=bound)
+    assert answer["response"]["allowed"] is True
+    assert _patch(answer) == want
+
+
+def test_a_job_without_a_queue_label_in_a_bound_namespace_goes_to_local_queue_default_suspended() -> None:
+    job = _job()
+    assert _patch(review.mutate_job(_review(job))) is None, "not bound: not Kueue's"
+    assert _patch(review.mutate_job(_review(job), bound=True)) == [
+        {"op": "add", "path": "/metadata/labels", "value": {"kueue.x-k8s.io/queue-name": "default"}},
+        {"op": "add", "path": "/spec/suspend", "value": True}]
+    job["metadata"]["labels"] = {"team": "a"}
+    assert _patch(review.mutate_job(_review(job), bound=True))[0] == {  # type: ignore[index]
+        "op": "add", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": "default"}
+    job["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "c", "uid": "u"}]
+    assert _patch(review.mutate_job(_review(job), bound=True)) is None, "a CronJob's Job is its own"
