@@ -258,6 +258,7 @@ def _simulate_parser(sub: Subcommands) -> None:
         description=(
             "Apply Kueue manifests (ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, "
             "Workload, batch/v1 Job with kueue.x-k8s.io/queue-name, Namespace, PriorityClass, Configuration; "
+            "JobSet, PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob, MPIJob, RayJob, RayCluster with the label; "
             "T9k Queue and Jobs on it, whose creation refusals are reported as Workloads with reason Rejected) "
             "in order, run scheduling cycles and print every Workload with its status. Without --cycles, "
             "cycles repeat until nothing changes; evictions complete at once between cycles. "
