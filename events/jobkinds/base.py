@@ -49,8 +49,37 @@ class PodSetSource:
     min_count: int | None = None
 
 
+@dataclass(frozen=True)
+class Finished:
+    """The object ended: how, and the message its status gives."""
+
+    succeeded: bool
+    message: str = ""
+
+
 PodSetsOf = Callable[[Where, Mapping[str, Any]], list[PodSetSource]]
 PriorityOf = Callable[[Mapping[str, Any]], str]
+FinishedOf = Callable[[Mapping[str, Any]], Finished | None]
+
+
+def conditions_finished(succeeded: str, failed: str) -> FinishedOf:
+    """Finished when ``status.conditions`` has ``succeeded`` or ``failed`` with status True (the first
+    such condition decides), as Kueue reads JobSets and Kubeflow jobs."""
+
+    def finished(body: Mapping[str, Any]) -> Finished | None:
+        status = body.get("status")
+        conditions = status.get("conditions") if isinstance(status, Mapping) else None
+        for c in conditions if isinstance(conditions, list) else []:
+            if isinstance(c, Mapping) and c.get("type") in (succeeded, failed) and c.get("status") == "True":
+                message = c.get("message")
+                return Finished(c.get("type") == succeeded, message if isinstance(message, str) else "")
+        return None
+
+    return finished
+
+
+def _never(_body: Mapping[str, Any]) -> Finished | None:
+    return None
 
 
 def _no_priority(_body: Mapping[str, Any]) -> str:
@@ -75,6 +104,8 @@ class JobKind:
     priority_class: PriorityOf = _no_priority
     """The kind's own priority class (Kueue's ``JobWithPriorityClass``); empty when it has none,
     and then the first podSet template's ``priorityClassName`` is taken."""
+    finished: FinishedOf = _never
+    """Whether the object ended, read from its status as Kueue's integration reads it."""
     managed: Callable[[Mapping[str, Any]], bool] = _always
     """Whether a queued object is Kueue's to manage at all (a RayJob on an existing cluster is not)."""
 
@@ -85,6 +116,13 @@ class JobKind:
     @property
     def key(self) -> tuple[str, str]:
         return (self.api_version, self.kind)
+
+    def suspended(self, body: Mapping[str, Any]) -> bool:
+        """Whether the object is held: its suspend flag is ``true``."""
+        at: Any = body
+        for key in self.suspend_path:
+            at = at.get(key) if isinstance(at, Mapping) else None
+        return at is True
 
 
 # --- reading a raw manifest with located errors ----------------------------------------------

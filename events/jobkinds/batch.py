@@ -7,7 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from events.jobkinds.base import JobKind, PathPart, PodSetSource, count, mapping, pod_template
+from events.jobkinds.base import (
+    JobKind,
+    PathPart,
+    PodSetSource,
+    conditions_finished,
+    count,
+    mapping,
+    pod_template,
+)
 from events.podspec import Where
 
 
@@ -26,4 +34,4 @@ def _pod_sets(where: Where, body: Mapping[str, Any]) -> list[PodSetSource]:
 
 
 JOB = JobKind(group="batch", version="v1", kind="Job", plural="jobs", suspend_path=("spec", "suspend"),
-              pod_sets=_pod_sets)
+              pod_sets=_pod_sets, finished=conditions_finished("Complete", "Failed"))

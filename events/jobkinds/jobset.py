@@ -10,6 +10,7 @@ from events.jobkinds.base import (
     JobKind,
     PathPart,
     PodSetSource,
+    conditions_finished,
     count,
     mapping,
     pod_set_name,
@@ -42,4 +43,5 @@ def _pod_sets(where: Where, body: Mapping[str, Any]) -> list[PodSetSource]:
 
 
 JOBSET = JobKind(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet", plural="jobsets",
-                 suspend_path=("spec", "suspend"), pod_sets=_pod_sets)
+                 suspend_path=("spec", "suspend"), pod_sets=_pod_sets,
+                 finished=conditions_finished("Completed", "Failed"))

@@ -15,6 +15,7 @@ from events.jobkinds.base import (
     PodSetsOf,
     PodSetSource,
     PriorityOf,
+    conditions_finished,
     count,
     mapping,
     pod_set_name,
@@ -67,7 +68,7 @@ def _priority(field: str, order: tuple[str, ...]) -> PriorityOf:
 def _kubeflow(kind: str, plural: str, field: str, order: tuple[str, ...], version: str = "v1") -> JobKind:
     return JobKind(group="kubeflow.org", version=version, kind=kind, plural=plural,
                    suspend_path=("spec", "runPolicy", "suspend"), pod_sets=_replica_specs(field, order),
-                   priority_class=_priority(field, order))
+                   priority_class=_priority(field, order), finished=conditions_finished("Succeeded", "Failed"))
 
 
 PYTORCHJOB = _kubeflow("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs", ("Master", "Worker"))

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from events.jobkinds.base import (
+    Finished,
     JobKind,
     PathPart,
     PodSetSource,
@@ -131,6 +132,16 @@ def _job(where: Where, body: Mapping[str, Any]) -> list[PodSetSource]:
     return out
 
 
+def _job_finished(body: Mapping[str, Any]) -> Finished | None:
+    """Kueue's RayJob: ended when ``status.jobDeploymentStatus`` is Complete or Failed; succeeded
+    when ``status.jobStatus`` is SUCCEEDED; the message is ``status.message``."""
+    status = body.get("status")
+    if not isinstance(status, Mapping) or status.get("jobDeploymentStatus") not in ("Complete", "Failed"):
+        return None
+    message = status.get("message")
+    return Finished(status.get("jobStatus") == "SUCCEEDED", message if isinstance(message, str) else "")
+
+
 def _job_managed(body: Mapping[str, Any]) -> bool:
     """A RayJob with a ``clusterSelector`` and no ``rayClusterSpec`` runs on an existing cluster."""
     spec = body.get("spec")
@@ -140,5 +151,5 @@ def _job_managed(body: Mapping[str, Any]) -> bool:
 RAYCLUSTER = JobKind(group="ray.io", version="v1", kind="RayCluster", plural="rayclusters",
                      suspend_path=("spec", "suspend"), pod_sets=_cluster)
 RAYJOB = JobKind(group="ray.io", version="v1", kind="RayJob", plural="rayjobs", suspend_path=("spec", "suspend"),
-                 pod_sets=_job, managed=_job_managed)
+                 pod_sets=_job, managed=_job_managed, finished=_job_finished)
 KINDS = (RAYJOB, RAYCLUSTER)

@@ -280,3 +280,42 @@ def test_batch_job_through_the_framework_matches_events_jobs(parallelism: int | 
     sources = tuple(jobkinds.JOB.pod_sets(Where(), body))
     assert jobkinds.pod_sets(Where(), sources) == wl.pod_sets
     assert wl.name == jobkinds.workload_name("Job", "batch", "x", "uid-1")
+
+
+JS = "jobset.x-k8s.io/v1alpha2"
+
+
+def _cond(kind: str, status: str = "True", message: str = "m") -> dict[str, Any]:
+    return {"conditions": [{"type": "Other", "status": "True"}, {"type": kind, "status": status, "message": message}]}
+
+
+@pytest.mark.parametrize(("api_version", "kind", "status", "expected"), [
+    pytest.param(JS, "JobSet", _cond("Completed"), jobkinds.Finished(True, "m"), id="jobset ok"),
+    pytest.param(JS, "JobSet", _cond("Failed"), jobkinds.Finished(False, "m"), id="jobset fail"),
+    pytest.param(JS, "JobSet", _cond("Completed", "False"), None, id="jobset not yet"),
+    pytest.param("kubeflow.org/v1", "PyTorchJob", _cond("Succeeded"), jobkinds.Finished(True, "m"), id="pytorch ok"),
+    pytest.param("kubeflow.org/v1", "TFJob", _cond("Failed"), jobkinds.Finished(False, "m"), id="tfjob fail"),
+    pytest.param("kubeflow.org/v2beta1", "MPIJob", _cond("Running"), None, id="mpijob running"),
+    pytest.param("ray.io/v1", "RayJob", {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "message": "ok"},
+                 jobkinds.Finished(True, "ok"), id="rayjob ok"),
+    pytest.param("ray.io/v1", "RayJob", {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED"},
+                 jobkinds.Finished(False, ""), id="rayjob fail"),
+    pytest.param("ray.io/v1", "RayJob", {"jobDeploymentStatus": "Running"}, None, id="rayjob running"),
+    pytest.param("ray.io/v1", "RayCluster", {"state": "failed"}, None, id="raycluster never finishes"),
+    pytest.param("batch/v1", "Job", _cond("Complete"), jobkinds.Finished(True, "m"), id="job ok"),
+    pytest.param("kubeflow.org/v1", "PyTorchJob", {"conditions": "broken"}, None, id="broken status"),
+])
+def test_finished(api_version: str, kind: str, status: dict[str, Any], expected: jobkinds.Finished | None) -> None:
+    k = jobkinds.kind_of(api_version, kind)
+    assert k is not None
+    assert k.finished({"status": status}) == expected
+
+
+def test_suspended_reads_the_kinds_flag() -> None:
+    pt = jobkinds.kind_of("kubeflow.org/v1", "PyTorchJob")
+    js = jobkinds.kind_of("jobset.x-k8s.io/v1alpha2", "JobSet")
+    assert pt is not None and js is not None
+    assert pt.suspended({"spec": {"runPolicy": {"suspend": True}}})
+    assert not pt.suspended({"spec": {"suspend": True}})
+    assert not pt.suspended({"spec": {"runPolicy": None}})
+    assert js.suspended({"spec": {"suspend": True}}) and not js.suspended({"spec": {}})
