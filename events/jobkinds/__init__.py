@@ -113,3 +113,19 @@ def to_workload(where: Where, kind: JobKind, meta: api.ObjectMeta, body: Mapping
         labels=tuple(sorted(labels.items())),
         annotations=tuple(sorted(annotations.items())),
     )
+
+
+def parse_kind_names(text: str) -> tuple[str, ...]:
+    """A comma-separated list of kinds besides Job (``JobSet,PyTorchJob``, any case) as the registry
+    spells them, in registry order; ``ValueError`` naming the first unknown one and the choices."""
+    by_lower = {k.kind.lower(): k.kind for k in OTHER_KINDS}
+    wanted: set[str] = set()
+    for raw in text.split(","):
+        name = raw.strip()
+        if not name:
+            continue
+        if name.lower() not in by_lower:
+            choices = ", ".join(k.kind for k in OTHER_KINDS)
+            raise ValueError(f"unknown workload kind {name[:60]!r}: choose from {choices}")
+        wanted.add(by_lower[name.lower()])
+    return tuple(k.kind for k in OTHER_KINDS if k.kind in wanted)

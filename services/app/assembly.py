@@ -156,6 +156,7 @@ class WatcherSettings(ServiceSettings):
 
     kube: KubeSettings
     t9k: bool = False  # also watch T9k Queues (events.t9k)
+    job_kinds: tuple[str, ...] = ()  # also watch these workload kinds (events.jobkinds), e.g. JobSet
     name: ClassVar[ServiceName] = "watcher"
     writer: ClassVar[str | None] = None
     leads: ClassVar[str | None] = None
@@ -276,6 +277,18 @@ def _elastic_quota_tree(args: argparse.Namespace, environ: Mapping[str, str], *,
     return bool(wanted)
 
 
+def _job_kinds(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
+    from events.jobkinds import parse_kind_names
+
+    flag = getattr(args, "job_kinds", None)
+    text, where = (flag, "--job-kinds") if flag is not None else (environ.get("KUEUELOG_JOB_KINDS", ""),
+                                                                  "KUEUELOG_JOB_KINDS")
+    try:
+        return parse_kind_names(text)
+    except ValueError as e:
+        raise SettingsError(f"{where}: {e}") from None
+
+
 def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> RunSettings:
     """The settings of ``kueuelog run SERVICE`` from its flags and the environment."""
     o = run_options(args, environ)
@@ -288,7 +301,7 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
             return SchedulerSettings(log=log, http=o.http, cluster=o.cluster)
         case "watcher":
             return WatcherSettings(log=log, http=o.http, cluster=o.cluster, kube=kube,
-                                   t9k=bool(getattr(args, "t9k", False)))
+                                   t9k=bool(getattr(args, "t9k", False)), job_kinds=_job_kinds(args, environ))
         case "actuator":
             return ActuatorSettings(log=log, http=o.http, cluster=o.cluster, kube=kube if o.kube else None,
                                     policy=o.policy, qps=float(args.qps), burst=int(args.burst),
@@ -509,7 +522,7 @@ async def _watcher(settings: WatcherSettings, context: _Context, cfg: client.Con
     assert cfg is not None  # the watcher always has a Kubernetes configuration
     async with api_client(cfg) as api:
         watcher = WatcherService(context.log, api, cluster=settings.cluster, topics=settings.log.topics,
-                                 status=context.status, t9k=settings.t9k)
+                                 status=context.status, t9k=settings.t9k, job_kinds=settings.job_kinds)
         context.registry.register(watcher.collector())
         await watcher.run(context.stop)
 

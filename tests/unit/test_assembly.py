@@ -169,3 +169,19 @@ def test_an_embedded_writer_never_loses_its_lock(two_views: tuple[SqliteLog, Sql
 def test_one_leadership_lost_a_final_log_error() -> None:
     assert kafka.LeadershipLost is LeadershipLost
     assert issubclass(LeadershipLost, LogError) and not LeadershipLost("x").retriable
+
+
+# --- the workload kinds the watcher watches ---------------------------------------------------------
+
+
+def test_watcher_job_kinds_from_flag_or_environment(env: pytest.MonkeyPatch) -> None:
+    assert settings("watcher", "--log", "x", "--job-kinds", "pytorchjob, JobSet").job_kinds == (  # type: ignore[union-attr]
+        "JobSet", "PyTorchJob")
+    env.setenv("KUEUELOG_JOB_KINDS", "RayJob")
+    assert settings("watcher", "--log", "x").job_kinds == ("RayJob",)  # type: ignore[union-attr]
+    assert settings("watcher", "--log", "x", "--job-kinds", "").job_kinds == ()  # type: ignore[union-attr]
+
+
+def test_watcher_unknown_job_kind_is_a_usage_error(env: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SettingsError, match=r"^--job-kinds: unknown workload kind 'Deployment': choose from JobSet, "):
+        settings("watcher", "--log", "x", "--job-kinds", "JobSet,Deployment")
