@@ -49,7 +49,8 @@ def suspend_patch(kind: JobKind, suspended: bool) -> Json:
     return patch
 
 
-def _lookup(body: Mapping[str, Any], path: Sequence[PathPart]) -> Any:
+def lookup(body: Mapping[str, Any], path: Sequence[PathPart]) -> Any:
+    """What is at ``path`` in ``body``; ``None`` when any step is missing."""
     at: Any = body
     for part in path:
         if isinstance(part, int):
@@ -84,7 +85,7 @@ def scheduling_ops(where: Where, kind: JobKind, body: Mapping[str, Any], per_pod
         want = per_pod_set.get(source.name)
         if want is None:
             continue
-        written = _lookup(body, source.path)
+        written = lookup(body, source.path)
         spec = (written or source.template).get("spec") or {}
         selector, tolerations = _merged(source.name, spec, want, merge)
         if written is None:
@@ -111,7 +112,7 @@ def _suspend_ops(kind: JobKind, body: Mapping[str, Any], suspended: bool) -> lis
     path: list[PathPart] = []
     for key in kind.suspend_path[:-1]:
         path.append(key)
-        if _lookup(body, path) is None:
+        if lookup(body, path) is None:
             ops.append({"op": "add", "path": pointer(path), "value": {}})
     ops.append({"op": "add", "path": pointer(kind.suspend_path), "value": suspended})
     return ops
