@@ -172,6 +172,7 @@ class ActuatorSettings(ServiceSettings):
     burst: int = 40
     elastic_quota_tree: bool = False  # keep the Kueue objects of ACK's ElasticQuotaTree (tree_reconciler)
     t9k: bool = False  # the job reconciler also takes Jobs on T9k Queues (events.t9k)
+    job_kinds: tuple[str, ...] = ()  # also reconcile and actuate these workload kinds (events.jobkinds)
     name: ClassVar[ServiceName] = "actuator"
     writer: ClassVar[str | None] = "actuator"
     leads: ClassVar[str | None] = "actuator"
@@ -306,7 +307,8 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
             return ActuatorSettings(log=log, http=o.http, cluster=o.cluster, kube=kube if o.kube else None,
                                     policy=o.policy, qps=float(args.qps), burst=int(args.burst),
                                     elastic_quota_tree=_elastic_quota_tree(args, environ, kube=o.kube),
-                                    t9k=bool(getattr(args, "t9k", False)))
+                                    t9k=bool(getattr(args, "t9k", False)),
+                                    job_kinds=_job_kinds(args, environ) if o.kube else ())
         case "simcluster":
             return SimclusterSettings(log=log, http=o.http, cluster=o.cluster, clock=clock, seed=seed,
                                       compress=int(args.compress))
@@ -543,6 +545,6 @@ async def _actuator(settings: ActuatorSettings, context: _Context, cfg: client.C
         actuator = ActuatorService(context.log, api, cluster=settings.cluster, topics=topics,
                                    policy=settings.policy, qps=settings.qps, burst=settings.burst,
                                    status=context.status, elastic_quota_tree=settings.elastic_quota_tree,
-                                   t9k=settings.t9k)
+                                   t9k=settings.t9k, job_kinds=settings.job_kinds)
         context.registry.register(actuator.collector())
         await actuator.run(context.stop)

@@ -367,8 +367,9 @@ def _add_kube_options(run: argparse.ArgumentParser) -> None:
                       help="default: KUEUELOG_KUBECONFIG, else KUBECONFIG, else the in-cluster configuration")
     kube.add_argument("--context", metavar="NAME", help="the kubeconfig context (default: its current context)")
     kube.add_argument("--job-kinds", default=None, metavar="KIND,...",
-                      help="watcher: also watch these workload kinds besides batch/v1 Job (their CRDs must exist): "
-                           "JobSet, PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob, MPIJob, RayJob, RayCluster "
+                      help="watcher: also watch these workload kinds besides batch/v1 Job; actuator --kube: also "
+                           "hold, release and evict them (their CRDs must exist): JobSet, PyTorchJob, TFJob, "
+                           "XGBoostJob, PaddleJob, JAXJob, MPIJob, RayJob, RayCluster "
                            "(default: KUEUELOG_JOB_KINDS, else none)")
     kube.add_argument("--t9k", action=argparse.BooleanOptionalAction,
                       default=os.environ.get("KUEUELOG_T9K", "").strip().lower() in ("1", "true", "yes"),
