@@ -2,8 +2,10 @@
 holds (``tests/unit/test_job_kind_rbac.py`` keeps the file equal to :func:`manifests`; regenerate
 with ``python -m tests.unit.test_job_kind_rbac``).
 
-Today only the watcher acts on these kinds (``--job-kinds``: list and watch); the job reconciler
-and the actuator still take ``batch/v1`` Jobs only, so they are granted nothing here yet."""
+The watcher with ``--job-kinds`` lists and watches them; the actuator with ``--job-kinds`` (its
+kind reconcilers and its port) lists, watches and reads them and patches them (hold, release,
+inject and restore scheduling). Neither creates or deletes one; the Workloads and Events the
+actuator writes are granted in ``deploy/base``."""
 
 from __future__ import annotations
 
@@ -12,27 +14,31 @@ from typing import Any
 from events.jobkinds import OTHER_KINDS
 
 NAMESPACE = "kueuelog-system"
-_LABELS = {"app.kubernetes.io/name": "kueuelog", "app.kubernetes.io/component": "watcher"}
+VERBS = {"watcher": ["list", "watch"], "actuator": ["get", "list", "watch", "patch"]}
 
 
-def watcher_rules() -> list[dict[str, Any]]:
-    """One rule per API group, its kinds' plurals in registry order: list and watch."""
+def rules(service: str) -> list[dict[str, Any]]:
+    """One rule per API group, its kinds' plurals in registry order, with the service's verbs."""
     groups: dict[str, list[str]] = {}
     for kind in OTHER_KINDS:
         plurals = groups.setdefault(kind.group, [])
         if kind.plural not in plurals:
             plurals.append(kind.plural)
-    return [{"apiGroups": [group], "resources": plurals, "verbs": ["list", "watch"]}
+    return [{"apiGroups": [group], "resources": plurals, "verbs": list(VERBS[service])}
             for group, plurals in groups.items()]
 
 
 def manifests() -> list[dict[str, Any]]:
-    name = "kueuelog-watcher-job-kinds"
-    return [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": name, "labels": dict(_LABELS)}, "rules": watcher_rules()},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": name, "labels": dict(_LABELS)},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": "kueuelog-watcher", "namespace": NAMESPACE}]},
-    ]
+    out: list[dict[str, Any]] = []
+    for service in VERBS:
+        name = f"kueuelog-{service}-job-kinds"
+        labels = {"app.kubernetes.io/name": "kueuelog", "app.kubernetes.io/component": service}
+        out += [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": name, "labels": labels}, "rules": rules(service)},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": name, "labels": dict(labels)},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": f"kueuelog-{service}", "namespace": NAMESPACE}]},
+        ]
+    return out

@@ -1,6 +1,7 @@
 """``deploy/jobkinds/rbac.yaml`` on a real kube-apiserver: the watcher's service account, with
 ``deploy/base`` and this file applied, lists and watches every workload kind of the registry
-(our minimal CRDs) and can write none of them; the actuator's account is granted nothing on them."""
+(our minimal CRDs) and can write none of them; the actuator's account reads and patches them and
+can neither create nor delete one."""
 
 from __future__ import annotations
 
@@ -47,8 +48,19 @@ async def test_watcher_lists_every_job_kind_and_writes_none(
             await forbidden(co.patch_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural,
                                                               "x", {"spec": {}}, _content_type=MERGE),
                             f"watcher: patch a {kind.kind}")
+    for kind in jobkinds.OTHER_KINDS:  # one object of each kind, for the actuator to read and patch
+        await admin.create_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural, {
+            "apiVersion": kind.api_version, "kind": kind.kind, "metadata": {"name": "y"}})
     async with as_service_account(kube_control_plane, "kueuelog-actuator") as api:
         co = client.CustomObjectsApi(api)
         for kind in jobkinds.OTHER_KINDS:
-            await forbidden(co.list_cluster_custom_object(kind.group, kind.version, kind.plural),
-                            f"actuator: list {kind.plural} (nothing acts on them yet)")
+            await allowed(lambda k=kind: co.list_cluster_custom_object(k.group, k.version, k.plural),  # type: ignore[misc]
+                          f"actuator: list {kind.plural}")
+            await co.get_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural, "y")
+            await co.patch_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural, "y",
+                                                    {"metadata": {"annotations": {"a": "b"}}}, _content_type=MERGE)
+            await forbidden(co.create_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural, {
+                "apiVersion": kind.api_version, "kind": kind.kind, "metadata": {"name": "z"}}),
+                f"actuator: create a {kind.kind}")
+            await forbidden(co.delete_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural,
+                                                               "y"), f"actuator: delete a {kind.kind}")
