@@ -28,14 +28,15 @@ from events.cluster import (
     WORKLOAD_PRIORITY_CLASS_SOURCE,
 )
 from events.jobkinds import kubeflow, ray
-from events.jobkinds.base import Finished, JobKind, PodSetSource, dotted
-from events.jobkinds.batch import JOB
+from events.jobkinds.base import Finished as Finished  # re-exported: the package's names
+from events.jobkinds.base import JobKind as JobKind
+from events.jobkinds.base import PodSetSource as PodSetSource
+from events.jobkinds.base import dotted
+from events.jobkinds.batch import JOB as JOB
 from events.jobkinds.jobset import JOBSET
-from events.jobkinds.naming import check_queue_name, workload_name
+from events.jobkinds.naming import check_queue_name
+from events.jobkinds.naming import workload_name as workload_name
 from events.podspec import Where, pod_set_from_template
-
-__all__ = ["BY_KEY", "JOB", "KINDS", "OTHER_KINDS", "Finished", "JobKind", "PodSetSource", "by_api_version", "kind_of",
-           "pod_sets", "to_workload", "workload_name"]
 
 OTHER_KINDS: tuple[JobKind, ...] = (JOBSET, *kubeflow.KINDS, *ray.KINDS)
 """The kinds whose Workload this package builds (every kind but ``batch/v1`` Job)."""
