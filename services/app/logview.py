@@ -116,8 +116,9 @@ def _input_history(log: Log, topics: Topics, key: str, at: int | None) -> tuple[
                 if _matches(key, wl.namespace, wl.name, wl.owner.name if wl.owner else ""):
                     names.add(f"{wl.namespace}/{wl.name}")
                     what = "submitted" if len(names) == 1 and not lines else "updated"
+                    owner = f" ({wl.owner.kind} {wl.namespace}/{wl.owner.name})" if wl.owner else ""
                     lines.append(f"input {rec.offset} @ {format_time(ev.time)}: {what} as Workload "
-                                 f"{wl.namespace}/{wl.name} to LocalQueue {wl.queue_name}")
+                                 f"{wl.namespace}/{wl.name}{owner} to LocalQueue {wl.queue_name}")
                 continue
             ns, name = getattr(ev, "namespace", None), getattr(ev, "name", None)
             if ns is not None and f"{ns}/{name}" in names:
