@@ -1,9 +1,12 @@
-"""KubeRay (``ray.io/v1``) RayCluster and RayJob, held by ``spec.suspend``.
+"""KubeRay (``ray.io/v1``) RayCluster and RayJob, held by ``spec.suspend``, and RayService.
 
 A cluster's podSets: ``head`` (1 pod, from ``headGroupSpec``), then one per worker group, named
 after ``groupName`` in lowercase, of ``replicas`` (1 when unset) times ``numOfHosts`` pods. With
 GCS fault tolerance (annotation ``ray.io/ft-enabled: "true"`` or ``gcsFaultToleranceOptions``) the
 head's first container requests at least KubeRay's Redis clean-up Job (200m CPU, 256Mi).
+
+A RayService (a long-running service: it never finishes) has the podSets of its
+``rayClusterConfig`` and is held by ``spec.rayClusterConfig.suspend``.
 
 A RayJob has its cluster's podSets from ``rayClusterSpec`` plus, in ``K8sJobMode`` (the default
 ``submissionMode``), a ``submitter`` podSet of 1 pod (``submitterPodTemplate``, else KubeRay's
@@ -142,6 +145,12 @@ def _job_finished(body: Mapping[str, Any]) -> Finished | None:
     return Finished(status.get("jobStatus") == "SUCCEEDED", message if isinstance(message, str) else "")
 
 
+def _service(where: Where, body: Mapping[str, Any]) -> list[PodSetSource]:
+    spec = mapping(where, body.get("spec"), ("spec",), required=True)
+    at: tuple[PathPart, ...] = ("spec", "rayClusterConfig")
+    return cluster_pod_sets(where, body, mapping(where, spec.get("rayClusterConfig"), at, required=True), at)
+
+
 def _job_managed(body: Mapping[str, Any]) -> bool:
     """A RayJob with a ``clusterSelector`` and no ``rayClusterSpec`` runs on an existing cluster."""
     spec = body.get("spec")
@@ -152,4 +161,6 @@ RAYCLUSTER = JobKind(group="ray.io", version="v1", kind="RayCluster", plural="ra
                      suspend_path=("spec", "suspend"), pod_sets=_cluster)
 RAYJOB = JobKind(group="ray.io", version="v1", kind="RayJob", plural="rayjobs", suspend_path=("spec", "suspend"),
                  pod_sets=_job, managed=_job_managed, finished=_job_finished)
-KINDS = (RAYJOB, RAYCLUSTER)
+RAYSERVICE = JobKind(group="ray.io", version="v1", kind="RayService", plural="rayservices",
+                     suspend_path=("spec", "rayClusterConfig", "suspend"), pod_sets=_service)
+KINDS = (RAYJOB, RAYCLUSTER, RAYSERVICE)

@@ -38,6 +38,9 @@ EXAMPLES = [
                  [("head", 1, {"cpu": "1", "memory": "1953125Ki"}),  # 2G, as Kueue's usage in Ki
                   ("cpu-group", 2, {"cpu": "2", "memory": "1953125Ki"})],
                  id="RayCluster: head and worker group"),
+    pytest.param("rayservice.yaml", "rayservice-ray-serve-",
+                 [("head", 1, {"cpu": "1", "memory": "2Gi"}), ("serve-group", 1, {"cpu": "500m", "memory": "2Gi"})],
+                 id="RayService: its rayClusterConfig's head and group"),
     pytest.param("rayjob.yaml", "rayjob-ray-count-",
                  [("head", 1, {"cpu": "1"}), ("small-group", 1, {"cpu": "1"}),
                   ("submitter", 1, {"cpu": "500m", "memory": "200Mi"})],

@@ -125,6 +125,8 @@ CASES = [
                                                                      ("big", 6, 2000)],
                  id="raycluster: head then groups, replicas x numOfHosts"),
     pytest.param(raycluster(), [("head", 1, 1000)], id="raycluster: head only"),
+    pytest.param(obj("ray.io/v1", "RayService", {"rayClusterConfig": cluster_spec(("g", 3, None))}),
+                 [("head", 1, 1000), ("g", 3, 2000)], id="rayservice: its rayClusterConfig"),
     pytest.param(rayjob(("g", 2, None)), [("head", 1, 1000), ("g", 2, 2000), ("submitter", 1, 500)],
                  id="rayjob: K8sJobMode (default) adds KubeRay's submitter"),
     pytest.param(rayjob(("g", 2, None), submissionMode="HTTPMode"), [("head", 1, 1000), ("g", 2, 2000)],
@@ -302,6 +304,7 @@ def _cond(kind: str, status: str = "True", message: str = "m") -> dict[str, Any]
                  jobkinds.Finished(False, ""), id="rayjob fail"),
     pytest.param("ray.io/v1", "RayJob", {"jobDeploymentStatus": "Running"}, None, id="rayjob running"),
     pytest.param("ray.io/v1", "RayCluster", {"state": "failed"}, None, id="raycluster never finishes"),
+    pytest.param("ray.io/v1", "RayService", {"serviceStatus": "Running"}, None, id="rayservice never finishes"),
     pytest.param("batch/v1", "Job", _cond("Complete"), jobkinds.Finished(True, "m"), id="job ok"),
     pytest.param("kubeflow.org/v1", "PyTorchJob", {"conditions": "broken"}, None, id="broken status"),
 ])
@@ -319,3 +322,5 @@ def test_suspended_reads_the_kinds_flag() -> None:
     assert not pt.suspended({"spec": {"suspend": True}})
     assert not pt.suspended({"spec": {"runPolicy": None}})
     assert js.suspended({"spec": {"suspend": True}}) and not js.suspended({"spec": {}})
+    rs = jobkinds.kind_of("ray.io/v1", "RayService")
+    assert rs is not None and rs.suspended({"spec": {"rayClusterConfig": {"suspend": True}}})
