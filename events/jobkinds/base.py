@@ -156,6 +156,15 @@ def count(where: Where, value: object, path: Sequence[PathPart], default: int, *
     return value
 
 
+def pods(where: Where, factors: tuple[int, int], path: Sequence[PathPart], what: str) -> int:
+    """A podSet's count as a product (replicas x pods per replica), at most a 32-bit integer as
+    Kueue's Workload takes it; refused at the field that makes it too large."""
+    total = factors[0] * factors[1]
+    if total > INT32_MAX:
+        raise where.error(dotted(path), f"{what} ({factors[0]} x {factors[1]} = {total}) must be at most {INT32_MAX}")
+    return total
+
+
 def text(where: Where, value: object, path: Sequence[PathPart], *, required: bool = False) -> str:
     if value is None or value == "":
         if required:

@@ -15,6 +15,7 @@ from events.jobkinds.base import (
     mapping,
     pod_set_name,
     pod_template,
+    pods,
     sequence,
     text,
 )
@@ -37,8 +38,8 @@ def _pod_sets(where: Where, body: Mapping[str, Any]) -> list[PodSetSource]:
                            (*at, "template", "spec"), required=True)
         per_replica = job_pod_count(where, job_spec, (*at, "template", "spec"))
         path = (*at, "template", "spec", "template")
-        out.append(PodSetSource(name, replicas * per_replica, pod_template(where, job_spec.get("template"), path),
-                                path))
+        total = pods(where, (replicas, per_replica), (*at, "replicas"), "replicas x the Job's pods at once")
+        out.append(PodSetSource(name, total, pod_template(where, job_spec.get("template"), path), path))
     return out
 
 

@@ -35,6 +35,7 @@ from events.jobkinds.base import (
     mapping,
     pod_set_name,
     pod_template,
+    pods,
     sequence,
     text,
     with_container,
@@ -92,10 +93,11 @@ def cluster_pod_sets(where: Where, body: Mapping[str, Any], spec: Mapping[str, A
                             (*g_at, "groupName"))
         if name == HEAD:
             raise where.error(dotted((*g_at, "groupName")), f"{HEAD!r} is reserved for the head group")
-        pods = count(where, group.get("replicas"), (*g_at, "replicas"), 1)
+        replicas = count(where, group.get("replicas"), (*g_at, "replicas"), 1)
         hosts = count(where, group.get("numOfHosts"), (*g_at, "numOfHosts"), 1)
+        total = pods(where, (replicas, max(hosts, 1)), (*g_at, "numOfHosts"), "replicas x numOfHosts")
         path = (*g_at, "template")
-        out.append(PodSetSource(name, pods * max(hosts, 1), pod_template(where, group.get("template"), path), path))
+        out.append(PodSetSource(name, total, pod_template(where, group.get("template"), path), path))
     return out
 
 
