@@ -14,7 +14,6 @@ give the same Job (and stable across replays).
 from __future__ import annotations
 
 import hashlib
-import re
 
 from events import api
 from events import objects as o
@@ -27,19 +26,15 @@ from events.cluster import (
     QUEUE_NAME_LABEL,
     WORKLOAD_PRIORITY_CLASS_SOURCE,
 )
+from events.jobkinds.naming import MAX_NAME, check_queue_name, workload_name
 from events.podspec import Where, pod_set_from_template
 
-MAX_NAME = 253
-_HASH_LENGTH = 5
-_MAX_PREFIX = MAX_NAME - 1 - _HASH_LENGTH  # 247: room for "-" and the hash
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+__all__ = ["MAX_NAME", "job_to_workload", "workload_name_for_job"]
 
 
 def workload_name_for_job(job_name: str, job_uid: str) -> str:
     """Kueue's ``jobframework.GetWorkloadNameForOwnerWithGVK`` for a batch/v1 Job."""
-    digest = hashlib.sha1(f"Job\nbatch\n{job_name}\n{job_uid}".encode(), usedforsecurity=False).hexdigest()
-    prefix = f"job-{job_name}"[:_MAX_PREFIX]
-    return f"{prefix}-{digest[:_HASH_LENGTH]}"
+    return workload_name("Job", "batch", job_name, job_uid)
 
 
 def job_to_workload(
@@ -50,12 +45,7 @@ def job_to_workload(
     if queue is None:
         return None  # not managed by Kueue
     name = meta.name or ""
-    if not queue:
-        raise where.error(f"metadata.labels.{QUEUE_NAME_LABEL}", "must not be empty")
-    if len(queue) > MAX_NAME or not _DNS_SUBDOMAIN.fullmatch(queue):
-        # Kueue's job webhook: the label must name a LocalQueue (jobframework.ValidateLabelAsCRDName).
-        raise where.error(f"metadata.labels.{QUEUE_NAME_LABEL}",
-                          f"invalid value {queue!r}: must be a lowercase RFC 1123 subdomain (a LocalQueue name)")
+    check_queue_name(where, queue)
     parallelism = 1 if spec.parallelism is None else spec.parallelism
     try:
         count = v.int32(parallelism, "spec.parallelism", minimum=0)

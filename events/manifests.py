@@ -24,7 +24,7 @@ from typing import Any, Final, NoReturn, TypeVar
 import msgspec
 import yaml
 
-from events import api, checks_manifest, t9k
+from events import api, checks_manifest, jobkinds, t9k
 from events import objects as o
 from events import validation as v
 from events.cluster import (
@@ -297,6 +297,7 @@ SUPPORTED_KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("scheduling.k8s.io/v1",), ("PriorityClass",)),
     (("batch/v1",), ("Job",)),
     ((t9k.API_VERSION,), ("Queue",)),
+    *jobkinds.by_api_version(jobkinds.OTHER_KINDS),
 )
 _PLAIN = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9./_]{0,99}$")
 
@@ -939,7 +940,8 @@ def normalize(doc: Document) -> o.AnyObject | None:
         return read_configuration(name_ctx, version, rest)
     # A Namespace's name is an RFC 1123 label (no dots, at most 63 characters); most names are subdomains.
     name = _check_name(name_ctx, meta.name, "metadata.name", label=(kind == "Namespace" and api_version == "v1"))
-    namespaced = kind in ("LocalQueue", "Workload", "Job", "Queue", "ConfigMap")
+    namespaced = (kind in ("LocalQueue", "Workload", "Job", "Queue", "ConfigMap")
+                  or (api_version, kind) in jobkinds.BY_KEY)
     namespace = meta.namespace or (t9k.NAMESPACE if kind == "Queue" else "default")
     if namespaced:
         _check_name(name_ctx, namespace, "metadata.namespace", label=True)
@@ -995,8 +997,21 @@ def _dispatch(
         if global_default is not None and not isinstance(global_default, bool):
             raise ctx.error("globalDefault", f"expected a boolean, got {global_default!r}")
         return o.PriorityClass(name=ctx.name, value=value, global_default=bool(global_default))
+    return _front_end_or_job_kind(ctx, api_version, kind, body, meta, namespace)
+
+
+def _front_end_or_job_kind(
+    ctx: _Ctx, api_version: str, kind: str, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str
+) -> o.AnyObject | None:
+    """A T9k Queue, or a workload kind of :mod:`events.jobkinds` (JobSet, PyTorchJob, RayJob, ...)."""
     if (api_version, kind) in t9k.KINDS:
         return t9k.normalize(ctx, kind, body, namespace)
+    job_kind = jobkinds.kind_of(api_version, kind)
+    if job_kind is not None:
+        try:
+            return jobkinds.to_workload(ctx, job_kind, meta, body, namespace, _creation(ctx, meta))
+        except ObjectError as e:
+            raise ctx.error(e.field, e.message) from None
     refusal = _unsupported(kind, api_version) or ("kind", f"unsupported kind {kind} (apiVersion {api_version})")
     raise ctx.error(*refusal)
 
@@ -1012,7 +1027,8 @@ def _job(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: st
         raise ctx.error(e.field, e.message) from None
 
 
-_GENERATED_NAME_KINDS = {("batch/v1", "Job")} | {(f"{KUEUE_GROUP}/{v}", "Workload") for v in KUEUE_VERSIONS}
+_GENERATED_NAME_KINDS = ({("batch/v1", "Job")} | {(f"{KUEUE_GROUP}/{v}", "Workload") for v in KUEUE_VERSIONS}
+                         | {k.key for k in jobkinds.OTHER_KINDS})
 
 
 class _Names:

@@ -442,6 +442,7 @@ class JobReconciler:
         self._finished_done: set[str] = set()
         self._reported: dict[str, str] = {}  # Job uid -> the invalidity already reported
         self._log = _log.bind(cluster=cluster, policy=policy)
+        self.what, self.kind_key = "Jobs", ("batch/v1", "Job")  # plural and (apiVersion, kind), for messages
 
     async def run(self, stop: asyncio.Event) -> ReconcilerStats:
         tasks = [asyncio.create_task(self._list_and_watch()), asyncio.create_task(self._work())]
@@ -484,10 +485,10 @@ class JobReconciler:
         seen: dict[Key, dict[str, Any]] = {}
         token: str | None = None
         while True:
-            page = await _request("list Jobs", self._batch.list_job_for_all_namespaces(
+            page = await _request(f"list {self.what}", self._list(
                 label_selector=self._selector, limit=500, _continue=token, _preload_content=False))
             for item in page.get("items") or []:
-                job = _as_job(item)
+                job = self._as_obj(item)
                 meta = job.get("metadata") or {}
                 seen[(str(meta.get("namespace")), str(meta.get("name")))] = job
             token = (page.get("metadata") or {}).get("continue") or None
@@ -504,7 +505,7 @@ class JobReconciler:
 
     async def _watch(self, rv: str) -> str:
         try:
-            resp = await self._batch.list_job_for_all_namespaces(
+            resp = await self._list(
                 label_selector=self._selector, watch=True, resource_version=rv, allow_watch_bookmarks=True,
                 timeout_seconds=self.watch_timeout_s, _preload_content=False,
                 _request_timeout=aiohttp.ClientTimeout(total=None, sock_read=self.watch_timeout_s + 30))
@@ -551,7 +552,7 @@ class JobReconciler:
             self._finished_done.discard(uid)
             self._reported.pop(uid, None)
         elif kind in ("ADDED", "MODIFIED"):
-            self._jobs[key] = _as_job(obj)
+            self._jobs[key] = self._as_obj(obj)
             self._enqueue(key)
         return new_rv
 
@@ -595,7 +596,7 @@ class JobReconciler:
         for _ in range(_MAX_ATTEMPTS):
             if job is None:
                 return
-            plan = plan_job(job, policy=self.policy, cluster=self.cluster)
+            plan = self._plan(job)
             if plan.nothing_to_do:
                 return
             try:
@@ -623,8 +624,7 @@ class JobReconciler:
             await self._event(ref, "Warning", "InvalidJob", f"Not queued: {plan.invalid}")
             self._reported[ref.uid] = str(plan.invalid)
         if plan.suspend:
-            patched = await self._patch_job(ref, {"metadata": {"resourceVersion": ref.resource_version},
-                                                  "spec": {"suspend": True}})
+            patched = await self._patch_job(ref, self._suspend_patch(ref))
             self.stats.suspended += 1
             log.info("queued job suspended until admitted")
             await self._event(ref, "Normal", "Stopped", "Suspended: not admitted by a ClusterQueue yet")
@@ -635,12 +635,32 @@ class JobReconciler:
             await self._write_finished(ref, plan.finished)
         return None
 
+    # --- what another kind (services.actuator.kind_reconciler) changes ---
+
+    def _list(self, **kwargs: Any) -> Any:
+        return self._batch.list_job_for_all_namespaces(**kwargs)
+
+    def _as_obj(self, item: Any) -> dict[str, Any]:
+        return _as_job(item)
+
+    def _plan(self, job: Mapping[str, Any]) -> JobPlan:
+        return plan_job(job, policy=self.policy, cluster=self.cluster)
+
+    def _suspend_patch(self, ref: JobRef) -> dict[str, Any]:
+        return {"metadata": {"resourceVersion": ref.resource_version}, "spec": {"suspend": True}}
+
+    def _patch_call(self, ref: JobRef, patch: dict[str, Any]) -> Any:
+        return self._batch.patch_namespaced_job(ref.name, ref.namespace, patch, _content_type=MERGE_PATCH,
+                                                _preload_content=False)
+
+    def _read_call(self, ref: JobRef) -> Any:
+        return self._batch.read_namespaced_job(ref.name, ref.namespace, _preload_content=False)
+
     # --- calls ---
 
     async def _patch_job(self, ref: JobRef, patch: dict[str, Any]) -> dict[str, Any]:
         try:
-            return _as_job(await _request(f"patch Job {ref}", self._batch.patch_namespaced_job(
-                ref.name, ref.namespace, patch, _content_type=MERGE_PATCH, _preload_content=False)))
+            return self._as_obj(await _request(f"patch {self.kind_key[1]} {ref}", self._patch_call(ref, patch)))
         except KubeApiError as e:
             if e.status == 409:
                 raise _Conflict from e
@@ -648,8 +668,7 @@ class JobReconciler:
 
     async def _read_job(self, ref: JobRef) -> dict[str, Any] | None:
         try:
-            job = _as_job(await _request(f"read Job {ref}", self._batch.read_namespaced_job(
-                ref.name, ref.namespace, _preload_content=False)))
+            job = self._as_obj(await _request(f"read {self.kind_key[1]} {ref}", self._read_call(ref)))
         except KubeApiError as e:
             if e.status == 404:
                 return None
@@ -756,7 +775,7 @@ class JobReconciler:
         now = format_time(self.clock() // 1000 * 1000)
         body = {
             "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
-            "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": ref.name,
+            "involvedObject": {"apiVersion": self.kind_key[0], "kind": self.kind_key[1], "name": ref.name,
                                "namespace": ref.namespace, "uid": ref.uid},
             "type": type_, "reason": reason, "message": message[:1024],
             "source": {"component": COMPONENT},

@@ -57,10 +57,12 @@ from typing import Any, Final
 import structlog
 from kubernetes_asyncio import client
 
+from events import jobkinds
 from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
 from events.cluster import PENDING_REASON_ANNOTATION
 from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, DeactivateWorkload, EvictWorkload, MarkPending
 from services.actuator import checkplan
+from services.actuator.kindplan import kind_admit_ops, kind_evict_ops
 from services.actuator.kubeapi import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
 from services.actuator.kubeplan import (
     Decision,
@@ -221,6 +223,49 @@ class KubePort:
                                 f"names {ref} with uid {owners[0]['uid']}, but that Job has uid {uid} (recreated)")
         return ref, job
 
+    async def _kind_owner(self, wl: Json, d: Decision) -> tuple[jobkinds.JobKind, Ref, Json] | None:
+        """The object of a workload kind besides Job (a JobSet, a PyTorchJob, ...) that owns the Workload."""
+        for r in (wl.get("metadata") or {}).get("ownerReferences") or []:
+            if not isinstance(r, dict):
+                continue
+            kind = jobkinds.kind_of(str(r.get("apiVersion", "")), str(r.get("kind", "")))
+            if kind is None or kind.key == jobkinds.JOB.key:
+                continue
+            ref = Ref(kind.kind, kind.group, kind.version, kind.plural, str(r.get("name")), d.namespace)
+            obj = await self.kube.get(ref, not_found_retriable=not isinstance(d, EvictWorkload))
+            uid = (obj.get("metadata") or {}).get("uid")
+            if r.get("uid") and uid != r["uid"]:
+                raise InvalidObject(f"Workload {d.namespace}/{d.name}", "metadata.ownerReferences",
+                                    f"names {ref} with uid {r['uid']}, but that object has uid {uid} (recreated)")
+            return kind, ref, obj
+        return None
+
+    async def _kind_apply(self, owner: tuple[jobkinds.JobKind, Ref, Json],
+                          d: AdmitWorkload | AdmitChecked | EvictWorkload) -> bool:
+        """Admit or evict a workload kind's object; False on a conflict (read again)."""
+        kind, ref, obj = owner
+        verdict = idempotency(obj, d)
+        if verdict == "stale":
+            self.stats.stale += 1
+            return True
+        if verdict == "applied":
+            self.stats.already_applied += 1
+            return True
+        if isinstance(d, AdmitWorkload | AdmitChecked):  # (a check's podSetUpdates: Jobs only, so far)
+            flavors = {psa.name: [await self._flavor(f) for f in sorted({f for _, f in psa.flavors})]
+                       for psa in d.admission.pod_set_assignments}
+            ops = kind_admit_ops(kind, obj, d, flavors)
+        else:
+            ops = kind_evict_ops(kind, obj, d)
+        try:
+            await self.kube.json_patch(ref, ops, not_found_retriable=True)
+        except KubeApiError as e:
+            if e.conflict:
+                self.stats.conflicts += 1
+                return False
+            raise
+        return True
+
     async def _flavor(self, name: str) -> FlavorScheduling:
         now = time.monotonic()
         hit = self._flavors.get(name)
@@ -274,6 +319,9 @@ class KubePort:
                     self._later.pop(f"restore:{d.namespace}/{d.name}", None)
                 else:
                     self.stats.already_applied += 1
+            elif starts and (kind_owner := await self._kind_owner(wl, d)) is not None:
+                if not await self._kind_apply(kind_owner, d):
+                    continue
             elif starts and (pod := pod_owner(wl)) is not None:  # a pod held by its scheduling gate: release it
                 labels: dict[str, str] = {}
                 for n in flavor_names(d):
@@ -306,6 +354,9 @@ class KubePort:
                     self.stats.already_applied += 1
                 if ANN_ORIGINAL in annotations_of(job) and not await self._restore(ref, job):
                     self._later[f"restore:{key}"] = _Later(attempts=0, due=time.monotonic() + 1.0, job=ref)
+            elif (kind_owner := await self._kind_owner(wl, d)) is not None:
+                if not await self._kind_apply(kind_owner, d):
+                    continue
             elif (pod := pod_owner(wl)) is not None:  # Kueue's pod integration stops a pod by deleting it
                 await evict_pod(self._api, d.namespace, pod[0])
             desired = evicted_status(wl.get("status") or {}, d)

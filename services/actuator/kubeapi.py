@@ -184,6 +184,7 @@ class Ref:
 
 
 MERGE_PATCH: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
 
 
 class KubeCalls:
@@ -221,6 +222,14 @@ class KubeCalls:
             args = (ref.group, ref.version, ref.plural, ref.name)
         call = f"patch {ref.kind}{' status' if status else ''}"
         return await self._call(call, str(ref), fn, args, body, not_found_retriable)
+
+    async def json_patch(self, ref: Ref, ops: list[dict[str, Any]], *, not_found_retriable: bool = False
+                         ) -> dict[str, Any]:
+        """A JSON Patch (RFC 6902) of a namespaced object; a ``replace`` of ``/metadata/resourceVersion``
+        among ``ops`` makes it conditional (409 Conflict when the object changed since it was read)."""
+        args = (ref.group, ref.version, ref.namespace, ref.plural, ref.name)
+        return await self._call(f"patch {ref.kind}", str(ref), self._co.patch_namespaced_custom_object, args, ops,
+                                not_found_retriable, content_type=JSON_PATCH)
 
     async def create(self, ref: Ref, body: dict[str, Any]) -> bool:
         """Create a namespaced object (a PodTemplate in the core group, else a custom object);
@@ -278,14 +287,15 @@ class KubeCalls:
         return out
 
     async def _call(self, call: str, what: str, fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
-                    body: dict[str, Any] | None, not_found_retriable: bool) -> dict[str, Any]:
+                    body: dict[str, Any] | list[dict[str, Any]] | None, not_found_retriable: bool, *,
+                    content_type: str = "") -> dict[str, Any]:
         wait = self._bucket.reserve(time.monotonic())
         if wait > 0:
             self.stats.throttled_seconds += wait
             await asyncio.sleep(wait)
         kwargs: dict[str, Any] = {"_request_timeout": self._timeout}
         if body is not None:
-            kwargs["_content_type"] = MERGE_PATCH
+            kwargs["_content_type"] = content_type or MERGE_PATCH
             args = (*args, body)
         started = time.monotonic()
         try:

@@ -12,11 +12,14 @@ still leads.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from kubernetes_asyncio import client
 
+from events import jobkinds
 from events.envelope import Topics
 from services.actuator.job_reconciler import JobReconciler, Policy
+from services.actuator.kind_reconciler import KindReconciler
 from services.actuator.kube_port import KUBE_TUNING, KubePort
 from services.actuator.loop import Actuator, Tuning
 from services.actuator.pods import PodReconciler
@@ -36,9 +39,11 @@ class ActuatorService:
                  policy: Policy = "suspend", qps: float = 20, burst: int = 40, status: ServiceStatus | None = None,
                  role: str = "actuator", poll_seconds: float = POLL_SECONDS,
                  reconciler_api: client.ApiClient | None = None, tuning: Tuning = KUBE_TUNING,
-                 elastic_quota_tree: bool = False, t9k: bool = False) -> None:
+                 elastic_quota_tree: bool = False, t9k: bool = False, job_kinds: Sequence[str] = ()) -> None:
         """``role`` is the leadership the caller acquired (checked on every step); ``reconciler_api``
-        another client for the reconciler (default: the actuator's, which then shares its connections)."""
+        another client for the reconciler (default: the actuator's, which then shares its connections);
+        ``job_kinds``: the workload kinds besides Job to reconcile too (``events.jobkinds``; their CRDs
+        must exist), one :class:`KindReconciler` each."""
         self.role, self.poll_seconds = role, poll_seconds
         self.status = status or ServiceStatus("actuator", leading=True)
         self.port = KubePort(api, cluster=cluster, qps=qps, burst=burst, tuning=tuning, t9k=t9k)
@@ -47,6 +52,8 @@ class ActuatorService:
         # ACK's ElasticQuotaTree kept as Kueue objects (deploy/frontends/ack), when asked for.
         self.trees = TreeReconciler(reconciler_api or api) if elastic_quota_tree else None
         self.pods = PodReconciler(reconciler_api or api) if elastic_quota_tree else None
+        self.kinds = [KindReconciler(reconciler_api or api, k, cluster=cluster) for k in jobkinds.OTHER_KINDS
+                      if k.kind in job_kinds]
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop``; raises what stopped either task for good (the other is stopped too)."""
@@ -59,6 +66,8 @@ class ActuatorService:
                     group.create_task(self.trees.run(stop), name="elasticquotatree reconciler")
                 if self.pods is not None:
                     group.create_task(self.pods.run(stop), name="pod reconciler")
+                for r in self.kinds:
+                    group.create_task(r.run(stop), name=f"{r.kind.kind} reconciler")
         except BaseExceptionGroup as eg:
             if len(eg.exceptions) == 1:
                 raise eg.exceptions[0] from None  # say which failed, not "unhandled errors in a TaskGroup"
@@ -72,4 +81,6 @@ class ActuatorService:
         if self.pods is not None:
             pods = self.pods
             sources["pod_reconciler_"] = lambda: pods.stats
+        for r in self.kinds:
+            sources[f"{r.kind.kind.lower()}_reconciler_"] = lambda r=r: r.stats  # type: ignore[misc]
         return StatsCollector("actuator", sources)

@@ -161,6 +161,7 @@ class WatcherSettings(ServiceSettings):
 
     kube: KubeSettings
     t9k: bool = False  # also watch T9k Queues (events.t9k)
+    job_kinds: tuple[str, ...] = ()  # also watch these workload kinds (events.jobkinds), e.g. JobSet
     name: ClassVar[ServiceName] = "watcher"
     writer: ClassVar[str | None] = None
     leads: ClassVar[str | None] = None
@@ -176,6 +177,7 @@ class ActuatorSettings(ServiceSettings):
     burst: int = 40
     elastic_quota_tree: bool = False  # keep the Kueue objects of ACK's ElasticQuotaTree (tree_reconciler)
     t9k: bool = False  # the job reconciler also takes Jobs on T9k Queues (events.t9k)
+    job_kinds: tuple[str, ...] = ()  # also reconcile and actuate these workload kinds (events.jobkinds)
     name: ClassVar[ServiceName] = "actuator"
     writer: ClassVar[str | None] = "actuator"
     leads: ClassVar[str | None] = "actuator"
@@ -282,6 +284,18 @@ def _elastic_quota_tree(args: argparse.Namespace, environ: Mapping[str, str], *,
     return bool(wanted)
 
 
+def _job_kinds(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[str, ...]:
+    from events.jobkinds import parse_kind_names
+
+    flag = getattr(args, "job_kinds", None)
+    text, where = (flag, "--job-kinds") if flag is not None else (environ.get("KUEUELOG_JOB_KINDS", ""),
+                                                                  "KUEUELOG_JOB_KINDS")
+    try:
+        return parse_kind_names(text)
+    except ValueError as e:
+        raise SettingsError(f"{where}: {e}") from None
+
+
 def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> RunSettings:
     """The settings of ``kueuelog run SERVICE`` from its flags and the environment."""
     o = run_options(args, environ)
@@ -298,12 +312,13 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
             return SchedulerSettings(log=log, http=o.http, cluster=o.cluster, seed=seed)
         case "watcher":
             return WatcherSettings(log=log, http=o.http, cluster=o.cluster, kube=kube,
-                                   t9k=bool(getattr(args, "t9k", False)))
+                                   t9k=bool(getattr(args, "t9k", False)), job_kinds=_job_kinds(args, environ))
         case "actuator":
             return ActuatorSettings(log=log, http=o.http, cluster=o.cluster, kube=kube if o.kube else None,
                                     policy=o.policy, qps=float(args.qps), burst=int(args.burst),
                                     elastic_quota_tree=_elastic_quota_tree(args, environ, kube=o.kube),
-                                    t9k=bool(getattr(args, "t9k", False)))
+                                    t9k=bool(getattr(args, "t9k", False)),
+                                    job_kinds=_job_kinds(args, environ) if o.kube else ())
         case "simcluster":
             return SimclusterSettings(log=log, http=o.http, cluster=o.cluster, clock=clock, seed=seed,
                                       compress=int(args.compress), provisioning=provisioning)
@@ -536,7 +551,7 @@ async def _watcher(settings: WatcherSettings, context: _Context, cfg: client.Con
     assert cfg is not None  # the watcher always has a Kubernetes configuration
     async with api_client(cfg) as api:
         watcher = WatcherService(context.log, api, cluster=settings.cluster, topics=settings.log.topics,
-                                 status=context.status, t9k=settings.t9k)
+                                 status=context.status, t9k=settings.t9k, job_kinds=settings.job_kinds)
         context.registry.register(watcher.collector())
         await watcher.run(context.stop)
 
@@ -557,6 +572,6 @@ async def _actuator(settings: ActuatorSettings, context: _Context, cfg: client.C
         actuator = ActuatorService(context.log, api, cluster=settings.cluster, topics=topics,
                                    policy=settings.policy, qps=settings.qps, burst=settings.burst,
                                    status=context.status, elastic_quota_tree=settings.elastic_quota_tree,
-                                   t9k=settings.t9k)
+                                   t9k=settings.t9k, job_kinds=settings.job_kinds)
         context.registry.register(actuator.collector())
         await actuator.run(context.stop)

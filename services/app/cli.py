@@ -307,6 +307,8 @@ def _simulate_parser(sub: Subcommands) -> None:
         description=(
             "Apply Kueue manifests (ResourceFlavor, ClusterQueue, Cohort, LocalQueue, WorkloadPriorityClass, "
             "Workload, batch/v1 Job with kueue.x-k8s.io/queue-name, Namespace, PriorityClass, Configuration; "
+            "JobSet, PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob, MPIJob, RayJob, RayCluster, RayService with "
+            "the label; "
             "T9k Queue and Jobs on it, whose creation refusals are reported as Workloads with reason Rejected) "
             "in order, run scheduling cycles and print every Workload with its status. Without --cycles, "
             "cycles repeat until nothing changes; evictions complete at once between cycles. "
@@ -431,6 +433,11 @@ def _add_kube_options(run: argparse.ArgumentParser) -> None:
     kube.add_argument("--kubeconfig", metavar="PATH",
                       help="default: KUEUELOG_KUBECONFIG, else KUBECONFIG, else the in-cluster configuration")
     kube.add_argument("--context", metavar="NAME", help="the kubeconfig context (default: its current context)")
+    kube.add_argument("--job-kinds", default=None, metavar="KIND,...",
+                      help="watcher: also watch these workload kinds besides batch/v1 Job; actuator --kube: also "
+                           "hold, release and evict them (their CRDs must exist): JobSet, PyTorchJob, TFJob, "
+                           "XGBoostJob, PaddleJob, JAXJob, MPIJob, RayJob, RayCluster, RayService "
+                           "(default: KUEUELOG_JOB_KINDS, else none)")
     kube.add_argument("--t9k", action=argparse.BooleanOptionalAction,
                       default=os.environ.get("KUEUELOG_T9K", "").strip().lower() in ("1", "true", "yes"),
                       help="watcher: also watch T9k Scheduler's Queues (scheduler.tensorstack.dev; the CRD must "

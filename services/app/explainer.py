@@ -178,7 +178,8 @@ def _input_history(log: Log, topics: Topics, key: str, at: int | None) -> tuple[
                     what = "submitted" if not entries else "updated"
                     if wl_key not in names:
                         names.append(wl_key)
-                    entries.append(Entry(order, ev.time, what, f"{what} as Workload {wl_key} to LocalQueue "
+                    owner = f" ({wl.owner.kind} {wl.namespace}/{wl.owner.name})" if wl.owner else ""
+                    entries.append(Entry(order, ev.time, what, f"{what} as Workload {wl_key}{owner} to LocalQueue "
                                                                f"{wl.queue_name}", offset=rec.offset))
                 continue
             about = checkview.event_key(ev)

@@ -38,7 +38,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from events import t9k
+from events import jobkinds, t9k
 from events.cluster import KUEUE_GROUP
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
 from events.envelope import Topics, event_key
@@ -102,6 +102,13 @@ DEFAULT_KINDS: Final[tuple[WatchedKind, ...]] = (
 T9K_KINDS: Final[tuple[WatchedKind, ...]] = (WatchedKind("Queue", t9k.GROUP, "v1beta1", "queues"),)
 """T9k Scheduler's Queues (``events.t9k``), for clusters that run T9k: watched before the Jobs
 when the watcher runs with ``--t9k`` (the Queue CRD must exist)."""
+
+
+JOB_KINDS: Final[tuple[WatchedKind, ...]] = tuple(
+    WatchedKind(k.kind, k.group, k.version, k.plural) for k in jobkinds.OTHER_KINDS)
+"""The workload kinds besides Job (``events.jobkinds``), each watched only when asked for (its CRD
+must exist): ``--job-kinds``."""
+JOB_KIND_NAMES: Final = frozenset({"Job", *(k.kind for k in JOB_KINDS)})
 
 
 class WatchError(Exception):
@@ -294,12 +301,14 @@ class _Shell:
     # Many arguments: keyword-only options with defaults.
     def __init__(self, log: Log, api: ApiClient, stop: asyncio.Event, *, cluster: str, topics: Topics,  # noqa: PLR0913
                  clock: Callable[[], int], stats: WatcherStats, backoff: tuple[float, float],
-                 watch_timeout_s: int, request_timeout_s: float, page_size: int) -> None:
+                 watch_timeout_s: int, request_timeout_s: float, page_size: int,
+                 kinds: Sequence[WatchedKind] = ()) -> None:
         self.log, self.api, self.stop, self.cluster, self.topics = log, api, stop, cluster, topics
         self.clock, self.stats = clock, stats
         self.backoff_initial_s, self.backoff_max_s = backoff
         self.watch_timeout_s, self.request_timeout_s, self.page_size = watch_timeout_s, request_timeout_s, page_size
-        self.memory = Published()
+        self.owners = frozenset(k.kind for k in kinds if k.kind in JOB_KIND_NAMES)
+        self.memory = Published(self.owners)
 
     async def sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -329,7 +338,7 @@ class _Shell:
         self.stats.notifications += 1
         now = self.clock()
         try:
-            tr = translate(kind, event_type, obj, cluster=self.cluster, time_ms=now)
+            tr = translate(kind, event_type, obj, cluster=self.cluster, time_ms=now, owners=self.owners)
         except Exception:  # a translator bug must not stop the watcher: the object is skipped, loudly
             _log.exception("watcher.translate_failed", cluster=self.cluster, kind=kind)
             self.stats.errors += 1
@@ -400,7 +409,8 @@ async def run_kube_watcher(  # noqa: PLR0913
     is returned. ``backoff`` is (first, longest) wait in seconds after an error."""
     shell = _Shell(log, api, stop, cluster=cluster, topics=topics or Topics(), clock=clock,
                    stats=stats if stats is not None else WatcherStats(), backoff=backoff,
-                   watch_timeout_s=watch_timeout_s, request_timeout_s=request_timeout_s, page_size=page_size)
+                   watch_timeout_s=watch_timeout_s, request_timeout_s=request_timeout_s, page_size=page_size,
+                   kinds=kinds)
     if recover:
         shell.recover()
         _log.info("watcher.recovered", cluster=cluster, objects=len(shell.memory), envelopes=shell.stats.recovered)

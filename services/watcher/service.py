@@ -10,7 +10,7 @@ credentials and RBAC work.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kubernetes_asyncio import client
 
@@ -19,7 +19,7 @@ from services.runtime.clock import wall_clock_ms
 from services.runtime.log import Log
 from services.runtime.metrics import StatsCollector
 from services.runtime.supervise import ServiceStatus
-from services.watcher.kube import DEFAULT_KINDS, T9K_KINDS, WatchedKind, WatcherStats, run_kube_watcher
+from services.watcher.kube import DEFAULT_KINDS, JOB_KINDS, T9K_KINDS, WatchedKind, WatcherStats, run_kube_watcher
 
 
 class WatcherService:
@@ -27,11 +27,14 @@ class WatcherService:
 
     def __init__(self, log: Log, api: client.ApiClient, *, cluster: str, topics: Topics | None = None,
                  status: ServiceStatus | None = None, backoff: tuple[float, float] = (0.2, 30.0),
-                 clock: Callable[[], int] = wall_clock_ms, t9k: bool = False) -> None:
-        """``t9k``: also watch T9k Scheduler's Queues (before the Jobs that name them)."""
+                 clock: Callable[[], int] = wall_clock_ms, t9k: bool = False,
+                 job_kinds: Sequence[str] = ()) -> None:
+        """``t9k``: also watch T9k Scheduler's Queues (before the Jobs that name them); ``job_kinds``:
+        also watch these workload kinds besides Job (``events.jobkinds``; their CRDs must exist)."""
         self.log, self.api, self.cluster = log, api, cluster
         self.kinds: tuple[WatchedKind, ...] = (
             (*DEFAULT_KINDS[:-1], *T9K_KINDS, DEFAULT_KINDS[-1]) if t9k else DEFAULT_KINDS)
+        self.kinds += tuple(k for k in JOB_KINDS if k.kind in job_kinds)
         self.topics = topics or Topics()
         self.status = status or ServiceStatus("watcher")
         self.status.leading = True  # no election

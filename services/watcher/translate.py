@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, NamedTuple
 
-from events import jobs, t9k
+from events import jobkinds, jobs, t9k
 from events import objects as o
 from events.cluster import (
     ACTUATION_ANNOTATIONS,
@@ -84,11 +84,15 @@ API_VERSIONS: Final[Mapping[str, str]] = {
     "Job": "batch/v1",
     "Queue": t9k.API_VERSION,
     "ProvisioningRequest": "autoscaling.x-k8s.io/v1",
+    **{k.kind: k.api_version for k in jobkinds.OTHER_KINDS},
 }
 """The kinds the watcher translates, configuration first, with the apiVersion an object of the
 kind is read as when it comes without one (items of a list response of built-in kinds do)."""
 
-NAMESPACED: Final = frozenset({"LocalQueue", "Workload", "Job", "Queue", "ProvisioningRequest"})
+NAMESPACED: Final = frozenset({"LocalQueue", "Workload", "Job", "Queue", "ProvisioningRequest",
+                               *(k.kind for k in jobkinds.OTHER_KINDS)})
+OTHER_JOB_KINDS: Final[Mapping[str, jobkinds.JobKind]] = {k.kind: k for k in jobkinds.OTHER_KINDS}
+"""The workload kinds besides Job (``events.jobkinds``), by kind."""
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
@@ -126,11 +130,15 @@ def ref_of(obj: o.AnyObject) -> Ref:
     return Ref(str(tag), getattr(obj, "namespace", ""), getattr(obj, "name", ""))
 
 
-def source_of(obj: o.AnyObject) -> Ref:
-    """The API object a published object was translated from: a Job for a Job's Workload."""
+JOB_ONLY: Final = frozenset({"Job"})
+
+
+def source_of(obj: o.AnyObject, owners: frozenset[str] = JOB_ONLY) -> Ref:
+    """The API object a published object was translated from: a Job for a Job's Workload (a JobSet
+    for a JobSet's, ... for the workload kinds in ``owners``, those the watcher watches)."""
     if isinstance(obj, o.Workload) and obj.owner is not None and _is_job_owner(obj.owner.api_version,
-                                                                              obj.owner.kind):
-        return Ref("Job", obj.namespace, obj.owner.name)
+                                                                              obj.owner.kind, owners):
+        return Ref(obj.owner.kind, obj.namespace, obj.owner.name)
     return ref_of(obj)
 
 
@@ -147,8 +155,11 @@ def delete_envelope(cluster: str, source: Ref, target: Ref, resource_version: st
 
 
 def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, cluster: str,
-              time_ms: int) -> Translation:
-    """One watch notification to envelopes (or errors naming the object and the field)."""
+              time_ms: int, owners: frozenset[str] = JOB_ONLY) -> Translation:
+    """One watch notification to envelopes (or errors naming the object and the field).
+
+    ``owners``: the workload kinds watched; a Workload owned by one of them is left to its owner
+    (one not watched, as a JobSet on a watcher without JobSets, is translated as a Workload)."""
     where = f"cluster:{cluster}"
     if not isinstance(obj, Mapping):
         return Translation(Ref(kind, "", ""), errors=[f"{where}: {kind}: expected an object, got "
@@ -167,8 +178,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
     if obj.get("kind", kind) != kind:
         return Translation(source, errors=[f"{located}: kind: expected {kind!r}, got {obj.get('kind')!r}"],
                            resource_version=rv)
-    if kind == "Workload" and _owned_by_job(meta):
-        # The Job is its source of truth, but for spec.active (a user re-activating it).
+    if kind == "Workload" and _owned_by_job(meta, owners):
+        # The Job (or its kind's object) is its source of truth, but for spec.active (a user re-activating it).
         return _activation(cluster, source, event_type, obj, rv, time_ms)
     if kind == "Job" and _rejected(meta):
         return _not_queued(cluster, source, meta, rv, time_ms)
@@ -193,6 +204,10 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
     envelopes = [envelope("applied", ObjectApplied(time=time_ms, object=normalized))]
     frozen = False
     errors: list[str] = []
+    if isinstance(normalized, o.Workload) and kind in OTHER_JOB_KINDS:
+        running, status_events = _kind_status(OTHER_JOB_KINDS[kind], body, meta, normalized, time_ms)
+        frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations)
+        envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status_events)
     if isinstance(normalized, o.Workload) and kind == "Job":
         running, status_events, errors = _job_status(located, body, meta, normalized, time_ms)
         frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations)
@@ -208,7 +223,8 @@ def _as_manifest(kind: str, obj: Mapping[str, Any], meta: Mapping[str, Any]) -> 
     body.setdefault("kind", kind)
     body.setdefault("apiVersion", API_VERSIONS[kind])
     annotations = meta.get("annotations")
-    if kind == "Job" and isinstance(annotations, Mapping) and not ACTUATION_ANNOTATIONS.isdisjoint(annotations):
+    if ((kind == "Job" or kind in OTHER_JOB_KINDS) and isinstance(annotations, Mapping)
+            and not ACTUATION_ANNOTATIONS.isdisjoint(annotations)):
         body["metadata"] = {**meta, "annotations": {k: v for k, v in annotations.items()
                                                     if k not in ACTUATION_ANNOTATIONS}}
     if str(body.get("apiVersion", "")).startswith(f"{KUEUE_GROUP}/"):
@@ -253,15 +269,16 @@ def _not_queued(cluster: str, source: Ref, meta: Mapping[str, Any], rv: str, tim
     return Translation(source, [delete_envelope(cluster, source, target, rv, time_ms)], resource_version=rv)
 
 
-def _is_job_owner(api_version: str, kind: str) -> bool:
-    return kind == "Job" and api_version == "batch/v1"
+def _is_job_owner(api_version: str, kind: str, owners: frozenset[str]) -> bool:
+    """A watched workload kind's object (a Job, a JobSet, a PyTorchJob, ...) owns its Workload."""
+    return kind in owners and (api_version, kind) in jobkinds.BY_KEY
 
 
-def _owned_by_job(meta: Mapping[str, Any]) -> bool:
+def _owned_by_job(meta: Mapping[str, Any], owners: frozenset[str]) -> bool:
     refs = meta.get("ownerReferences")
     if not isinstance(refs, list):
         return False
-    return any(isinstance(r, Mapping) and _is_job_owner(str(r.get("apiVersion", "")), str(r.get("kind", "")))
+    return any(isinstance(r, Mapping) and _is_job_owner(str(r.get("apiVersion", "")), str(r.get("kind", "")), owners)
                for r in refs)
 
 
@@ -316,6 +333,26 @@ def _job_status(
     return running, [], []
 
 
+def _kind_status(
+    kind: jobkinds.JobKind, body: Mapping[str, Any], meta: Mapping[str, Any], wl: o.Workload, time_ms: int
+) -> tuple[bool, list[tuple[str, ClusterEvent, str]]]:
+    """(running, status events) of a workload kind besides Job: finished as its integration reads
+    it (``JobKind.finished``); running while not held; an evicted object held again has completed
+    its eviction (its controller removes the pods of a suspended object)."""
+    suspended = kind.suspended(body)
+    ended = kind.finished(body)
+    if ended is not None:
+        finished = WorkloadFinished(time=time_ms, namespace=wl.namespace, name=wl.name, succeeded=ended.succeeded,
+                                    message=ended.message)
+        return not suspended, [("finished", finished, "")]
+    annotations = meta.get("annotations")
+    decision = annotations.get(EVICTED_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if suspended and decision:
+        completed = EvictionCompleted(time=time_ms, namespace=wl.namespace, name=wl.name)
+        return False, [("eviction-completed", completed, str(decision))]
+    return not suspended, []
+
+
 # --- what has been published -----------------------------------------------------------------
 
 
@@ -362,7 +399,8 @@ class Published:
     ``select`` and ``vanished`` decide; ``commit`` applies their answer once the log has taken
     the envelopes, so a failed append leaves the memory as it was and a relist repeats it."""
 
-    def __init__(self) -> None:
+    def __init__(self, owners: frozenset[str] = JOB_ONLY) -> None:
+        self.owners = owners  # the workload kinds watched (see :func:`translate`)
         self.entries: dict[Ref, Entry] = {}
         self._sources: dict[Ref, Ref] = {}  # published target -> its source
         self._refused: dict[Ref, str] = {}  # source -> resourceVersion whose refusal was reported
@@ -461,7 +499,7 @@ class Published:
                                Entry(target=source, body=provisioning.observed_body(ev)), []))
             return
         if isinstance(ev, ObjectApplied):
-            source, target = source_of(ev.object), ref_of(ev.object)
+            source, target = source_of(ev.object, self.owners), ref_of(ev.object)
             before = self.entries.get(source)
             keep = before if before is not None and before.target == target else None
             after = replace(keep, body=encode(ev.object)) if keep else Entry(target=target, body=encode(ev.object))

@@ -56,6 +56,26 @@ TARGETS = [
     a_namespace("team", team="a").obj(),
     {"apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration",
      "waitForPodsReady": {"enable": True, "timeout": "5m"}},
+    # The workload kinds of events.jobkinds: podSets from replicated jobs, replica maps, Ray groups.
+    {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+     "metadata": {"name": "js", "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+     "spec": {"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": {"parallelism": 2, "template": {
+         "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}}}}]}},
+    {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+     "metadata": {"name": "pt", "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+     "spec": {"runPolicy": {"schedulingPolicy": {"priorityClass": "p"}}, "pytorchReplicaSpecs": {
+         "Master": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c", "resources": {
+             "requests": {"cpu": "1"}}}]}}},
+         "Worker": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "resources": {
+             "limits": {"cpu": "1"}}}]}}}}}},
+    {"apiVersion": "ray.io/v1", "kind": "RayJob",
+     "metadata": {"name": "rj", "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "lq"},
+                  "annotations": {"ray.io/ft-enabled": "true"}},
+     "spec": {"shutdownAfterJobFinishes": True, "submissionMode": "K8sJobMode", "rayClusterSpec": {
+         "headGroupSpec": {"template": {"spec": {"containers": [{"name": "h", "image": "i", "resources": {
+             "requests": {"cpu": "1"}}}]}}},
+         "workerGroupSpecs": [{"groupName": "g", "replicas": 2, "numOfHosts": 2, "template": {"spec": {
+             "containers": [{"name": "w", "resources": {"requests": {"cpu": "1"}}}]}}}]}}},
 ]
 _TOKEN = re.compile(r'"@(deep|digits|laughs):(\d+)@"')
 

@@ -193,3 +193,19 @@ def test_run_scheduler_seed_appends_the_configuration_once(env: pytest.MonkeyPat
         assert ev.object.wait_for_pods_ready and ev.object.wait_for_pods_ready_timeout_ms == 120_000
     finally:
         log.close()
+
+
+# --- the workload kinds the watcher watches ---------------------------------------------------------
+
+
+def test_watcher_job_kinds_from_flag_or_environment(env: pytest.MonkeyPatch) -> None:
+    assert settings("watcher", "--log", "x", "--job-kinds", "pytorchjob, JobSet").job_kinds == (  # type: ignore[union-attr]
+        "JobSet", "PyTorchJob")
+    env.setenv("KUEUELOG_JOB_KINDS", "RayJob")
+    assert settings("watcher", "--log", "x").job_kinds == ("RayJob",)  # type: ignore[union-attr]
+    assert settings("watcher", "--log", "x", "--job-kinds", "").job_kinds == ()  # type: ignore[union-attr]
+
+
+def test_watcher_unknown_job_kind_is_a_usage_error(env: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SettingsError, match=r"^--job-kinds: unknown workload kind 'Deployment': choose from JobSet, "):
+        settings("watcher", "--log", "x", "--job-kinds", "JobSet,Deployment")

@@ -20,6 +20,7 @@ from services.app.cli import main
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "kueue-site-examples"
 CASES = sorted((CORPUS / "cases").glob("*.yaml"))
+JOB_KINDS = Path(__file__).resolve().parents[1] / "fixtures" / "kueue-job-kinds"
 INDEX: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "index.yaml").read_text())
 REFUSED: list[dict[str, Any]] = yaml.safe_load((CORPUS / "refused.yaml").read_text())
 
@@ -127,6 +128,8 @@ def test_the_index_accounts_for_every_published_example_once() -> None:
             named.update(_listed(value))
         elif kind == "refused":
             assert value in refused, example
+        elif kind == "job-kind":
+            assert (JOB_KINDS / value).is_file(), example
         else:
             assert kind in ("known-deviation", "not-a-manifest") and value, example
     assert named == cases  # every case restates at least one example

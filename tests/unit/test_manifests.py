@@ -894,10 +894,13 @@ def test_unquoted_yaml_timestamp_stays_a_string_and_is_parsed_by_us():
         pytest.param({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "kueue-sleep-"}}, "Pod",
                      "kind", "unsupported kind Pod (apiVersion v1)",
                      id="a Pod with generateName is a kind we do not take"),
-        pytest.param({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": 7},
-                      "spec": {"replicatedJobs": "broken"}}, "JobSet", "kind",
-                     "unsupported kind JobSet (apiVersion jobset.x-k8s.io/v1alpha2)",
-                     id="a JobSet with broken fields is refused for its kind first"),
+        pytest.param({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": 7},
+                      "spec": {"leaderWorkerTemplate": "broken"}}, "LeaderWorkerSet", "kind",
+                     "unsupported kind LeaderWorkerSet (apiVersion leaderworkerset.x-k8s.io/v1)",
+                     id="a LeaderWorkerSet with broken fields is refused for its kind first"),
+        pytest.param({"apiVersion": "jobset.x-k8s.io/v1", "kind": "JobSet", "metadata": {"name": "js"}},
+                     "JobSet js", "apiVersion", "unsupported kind JobSet (apiVersion jobset.x-k8s.io/v1)",
+                     id="a JobSet at a version kueuelog does not take is refused by its apiVersion"),
         pytest.param({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "MultiKueueCluster\nfake line"},
                      "MultiKueueCluster\nfake line", "kind",
                      "unsupported kind 'MultiKueueCluster\\nfake line' (apiVersion kueue.x-k8s.io/v1beta1)",
@@ -914,7 +917,9 @@ def test_unsupported_kind_lists_the_kinds_kueuelog_takes():
         "; kueuelog takes kueue.x-k8s.io/v1beta1 and v1beta2 AdmissionCheck, ClusterQueue, Cohort, LocalQueue, "
         "ProvisioningRequestConfig, ResourceFlavor, Workload, WorkloadPriorityClass; kueue.x-k8s.io/v1alpha1 Cohort; "
         "config.kueue.x-k8s.io/v1beta1 and v1beta2 Configuration; v1 Namespace, ConfigMap; scheduling.k8s.io/v1 "
-        "PriorityClass; batch/v1 Job; scheduler.tensorstack.dev/v1beta1 Queue")
+        "PriorityClass; batch/v1 Job; scheduler.tensorstack.dev/v1beta1 Queue; jobset.x-k8s.io/v1alpha2 JobSet; "
+        "kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob; kubeflow.org/v2beta1 MPIJob; "
+        "ray.io/v1 RayJob, RayCluster, RayService")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,44 @@
+"""The RBAC the workload kinds need, derived from the registry: what ``deploy/jobkinds/rbac.yaml``
+holds (``tests/unit/test_job_kind_rbac.py`` keeps the file equal to :func:`manifests`; regenerate
+with ``python -m tests.unit.test_job_kind_rbac``).
+
+The watcher with ``--job-kinds`` lists and watches them; the actuator with ``--job-kinds`` (its
+kind reconcilers and its port) lists, watches and reads them and patches them (hold, release,
+inject and restore scheduling). Neither creates or deletes one; the Workloads and Events the
+actuator writes are granted in ``deploy/base``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from events.jobkinds import OTHER_KINDS
+
+NAMESPACE = "kueuelog-system"
+VERBS = {"watcher": ["list", "watch"], "actuator": ["get", "list", "watch", "patch"]}
+
+
+def rules(service: str) -> list[dict[str, Any]]:
+    """One rule per API group, its kinds' plurals in registry order, with the service's verbs."""
+    groups: dict[str, list[str]] = {}
+    for kind in OTHER_KINDS:
+        plurals = groups.setdefault(kind.group, [])
+        if kind.plural not in plurals:
+            plurals.append(kind.plural)
+    return [{"apiGroups": [group], "resources": plurals, "verbs": list(VERBS[service])}
+            for group, plurals in groups.items()]
+
+
+def manifests() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for service in VERBS:
+        name = f"kueuelog-{service}-job-kinds"
+        labels = {"app.kubernetes.io/name": "kueuelog", "app.kubernetes.io/component": service}
+        out += [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": name, "labels": labels}, "rules": rules(service)},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": name, "labels": dict(labels)},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+             "subjects": [{"kind": "ServiceAccount", "name": f"kueuelog-{service}", "namespace": NAMESPACE}]},
+        ]
+    return out

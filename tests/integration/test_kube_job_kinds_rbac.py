@@ -1,0 +1,66 @@
+"""``deploy/jobkinds/rbac.yaml`` on a real kube-apiserver: the watcher's service account, with
+``deploy/base`` and this file applied, lists and watches every workload kind of the registry
+(our minimal CRDs) and can write none of them; the actuator's account reads and patches them and
+can neither create nor delete one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+
+from events import jobkinds
+from tests.infra.kube import LocalControlPlane
+from tests.integration.jobkind_crds import ensure_job_kind_crds
+from tests.integration.kube_deploy import as_service_account, base_documents, create_or_replace, read_yaml
+from tests.integration.test_kube_rbac import allowed, forbidden, status_of
+from tests.integration.test_kube_watcher import retrying
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "jobkinds" / "rbac.yaml"
+MERGE = "application/merge-patch+json"
+
+
+async def test_watcher_lists_every_job_kind_and_writes_none(
+    kube_control_plane: LocalControlPlane, kube_api_client: client.ApiClient, kube_namespace: str,
+) -> None:
+    for obj in base_documents("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+        await create_or_replace(kube_api_client, obj)
+    for obj in read_yaml(RBAC):
+        await create_or_replace(kube_api_client, obj)
+    await ensure_job_kind_crds(kube_api_client, *(k.kind for k in jobkinds.OTHER_KINDS))
+    admin = client.CustomObjectsApi(kube_api_client)
+    for kind in jobkinds.OTHER_KINDS:
+        await retrying(lambda k=kind: admin.list_cluster_custom_object(k.group, k.version, k.plural),  # type: ignore[misc]
+                       what=f"{kind.plural} to be served")
+    async with as_service_account(kube_control_plane, "kueuelog-watcher") as api:
+        co = client.CustomObjectsApi(api)
+        for kind in jobkinds.OTHER_KINDS:
+            await allowed(lambda k=kind: co.list_cluster_custom_object(k.group, k.version, k.plural),  # type: ignore[misc]
+                          f"watcher: list {kind.plural}")
+            assert await status_of(co.list_cluster_custom_object(kind.group, kind.version, kind.plural,
+                                                                 watch=True, timeout_seconds=1)) == 200
+            await forbidden(co.create_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural, {
+                "apiVersion": kind.api_version, "kind": kind.kind, "metadata": {"name": "x"}}),
+                f"watcher: create a {kind.kind}")
+            await forbidden(co.patch_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural,
+                                                              "x", {"spec": {}}, _content_type=MERGE),
+                            f"watcher: patch a {kind.kind}")
+    for kind in jobkinds.OTHER_KINDS:  # one object of each kind, for the actuator to read and patch
+        await admin.create_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural, {
+            "apiVersion": kind.api_version, "kind": kind.kind, "metadata": {"name": "y"}})
+    async with as_service_account(kube_control_plane, "kueuelog-actuator") as api:
+        co = client.CustomObjectsApi(api)
+        for kind in jobkinds.OTHER_KINDS:
+            await allowed(lambda k=kind: co.list_cluster_custom_object(k.group, k.version, k.plural),  # type: ignore[misc]
+                          f"actuator: list {kind.plural}")
+            await co.get_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural, "y")
+            await co.patch_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural, "y",
+                                                    {"metadata": {"annotations": {"a": "b"}}}, _content_type=MERGE)
+            await forbidden(co.create_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural, {
+                "apiVersion": kind.api_version, "kind": kind.kind, "metadata": {"name": "z"}}),
+                f"actuator: create a {kind.kind}")
+            await forbidden(co.delete_namespaced_custom_object(kind.group, kind.version, kube_namespace, kind.plural,
+                                                               "y"), f"actuator: delete a {kind.kind}")
