@@ -26,13 +26,14 @@ from events.cluster import (
     DECISION_CYCLE_ANNOTATION,
     DECISION_ID_ANNOTATION,
     EVICTED_ANNOTATION,
-    KUEUE_API_VERSION,
+    KUEUE_GROUP,
     ORIGINAL_POD_SCHEDULING_ANNOTATION,
     QUEUE_NAME_LABEL,
     WORKLOAD_PRIORITY_CLASS_SOURCE,
 )
 from events.jobkinds.base import pointer
 from events.jobkinds.patches import Scheduling, evict_ops, lookup, resume_ops, scheduling_ops, suspend_patch
+from events.kueue_versions import STORAGE_VERSION
 from events.manifests import Document, ManifestError, normalize
 from events.messages import AdmitChecked, AdmitWorkload, EvictWorkload
 from services.actuator.job_reconciler import (
@@ -110,7 +111,9 @@ def _draft(kind: jobkinds.JobKind, obj: Mapping[str, Any], ref: JobRef, cluster:
         query = PriorityQuery("WorkloadPriorityClass", wl.priority_ref.name)
     else:
         query = PriorityQuery("PriorityClass", wl.priority_ref.name)
-    body = {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": meta,
+    # Created at our CRDs' storage version, as the job reconciler creates a Job's (WorkloadDraft
+    # respells the body for it).
+    body = {"apiVersion": f"{KUEUE_GROUP}/{STORAGE_VERSION}", "kind": "Workload", "metadata": meta,
             "spec": {"queueName": wl.queue_name, "podSets": pod_sets}}
     return WorkloadDraft(namespace=ref.namespace, name=wl.name, body=body, priority=query)
 
