@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPOT_TOLERATION = {"key": "kueuelog.io/spot", "operator": "Exists", "effect": "NoSchedule"}
 OWN_TOLERATION = {"key": "team", "operator": "Equal", "value": "a", "effect": "NoSchedule"}
 WAIT_S = 90.0
+EMPTY: Mapping[str, Any] = {}  # no further options (read only)
 
 
 # --- the stack under test ----------------------------------------------------------------------
@@ -95,20 +96,25 @@ class Running:
 
 @contextlib.asynccontextmanager
 async def kueuelog(plane: LocalControlPlane, log: Log, *, cluster: str, topics: Topics | None = None,
-                   role: str = "actuator", policy: Policy = "suspend") -> AsyncIterator[Running]:
+                   role: str = "actuator", policy: Policy = "suspend", watcher_options: Mapping[str, Any] = EMPTY,
+                   actuator_options: Mapping[str, Any] = EMPTY, scheduler_options: Mapping[str, Any] = EMPTY,
+                   ) -> AsyncIterator[Running]:
     """Watcher, scheduler and actuator with the job reconciler, each as its ServiceAccount; ``role``
-    is the leadership the actuator checks it holds (on Kafka)."""
+    is the leadership the actuator checks it holds (on Kafka). The ``*_options`` are further keyword
+    arguments of each service (front ends, workload kinds, the scheduler's wall clock, ...)."""
     topics = topics or Topics()
     cfg = await load_configuration(plane)
     watcher_api = api_client(cfg, impersonate=service_account("kueuelog-watcher"))
     actuator_api = api_client(cfg, impersonate=service_account("kueuelog-actuator"))
     scheduler = ServiceStatus("scheduler")
-    watcher = WatcherService(log, watcher_api, cluster=cluster, topics=topics, backoff=(0.1, 1.0))
+    watcher = WatcherService(log, watcher_api, cluster=cluster, topics=topics, backoff=(0.1, 1.0), **watcher_options)
     actuator = ActuatorService(log, actuator_api, cluster=cluster, topics=topics, role=role, policy=policy,
-                               tuning=replace(KUBE_TUNING, retry_base_seconds=0.1, retry_max_seconds=2.0))
+                               tuning=replace(KUBE_TUNING, retry_base_seconds=0.1, retry_max_seconds=2.0),
+                               **actuator_options)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(watcher.run(stop), name="watcher"),
-             asyncio.create_task(run_scheduler(log, stop, topics=topics, status=scheduler), name="scheduler"),
+             asyncio.create_task(run_scheduler(log, stop, topics=topics, status=scheduler, **scheduler_options),
+                                 name="scheduler"),
              asyncio.create_task(actuator.run(stop), name="actuator")]
     running = Running(tasks, scheduler, watcher, actuator, stop)
     try:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +21,17 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events.cluster import ADMISSION_GATE
-from events.envelope import Topics
-from services.actuator.kube_port import KUBE_TUNING
-from services.actuator.service import ActuatorService
-from services.runtime.kubeclient import api_client
 from services.runtime.sqlite import SqliteLog
-from services.runtime.supervise import ServiceStatus
-from services.scheduler.runner import run_scheduler
-from services.watcher.service import WatcherService
 from tests.infra.kube import LocalControlPlane
-from tests.infra.pytest_kube import load_configuration
-from tests.integration.kube_deploy import as_service_account, create_or_replace, service_account
-from tests.integration.test_kube_e2e import Running, deployed, eventually  # noqa: F401  (fixture)
+from tests.integration.kube_deploy import as_service_account, create_or_replace
+from tests.integration.test_kube_e2e import Running, deployed, eventually, kueuelog  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parents[2]
 ACK = ROOT / "deploy" / "frontends" / "ack"
 NS = "eqt-pods"
+WITH_TREE = {"elastic_quota_tree": True}  # the actuator keeps the tree's Kueue objects and its pods
 TREE = {
     "apiVersion": "scheduling.sigs.k8s.io/v1beta1", "kind": "ElasticQuotaTree",
     "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
@@ -55,31 +46,6 @@ DEPLOYMENT = {
         "spec": {"schedulingGates": [{"name": ADMISSION_GATE}],
                  "containers": [{"name": "nginx", "image": "nginx", "resources": {"requests": {"cpu": "5"}}}]}}},
 }
-
-
-@contextlib.asynccontextmanager
-async def stack(plane: LocalControlPlane, log: SqliteLog) -> AsyncIterator[Running]:
-    topics = Topics()
-    cfg = await load_configuration(plane)
-    watcher_api = api_client(cfg, impersonate=service_account("kueuelog-watcher"))
-    actuator_api = api_client(cfg, impersonate=service_account("kueuelog-actuator"))
-    scheduler = ServiceStatus("scheduler")
-    watcher = WatcherService(log, watcher_api, cluster="eqt", topics=topics, backoff=(0.1, 1.0))
-    actuator = ActuatorService(log, actuator_api, cluster="eqt", topics=topics, elastic_quota_tree=True,
-                               tuning=replace(KUBE_TUNING, retry_base_seconds=0.1, retry_max_seconds=2.0))
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(watcher.run(stop), name="watcher"),
-             asyncio.create_task(run_scheduler(log, stop, topics=topics, status=scheduler), name="scheduler"),
-             asyncio.create_task(actuator.run(stop), name="actuator")]
-    running = Running(tasks, scheduler, watcher, actuator, stop)
-    try:
-        yield running
-        running.check()
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=60)
-        await watcher_api.close()
-        await actuator_api.close()
 
 
 async def _frontend(api: client.ApiClient, plane: LocalControlPlane) -> None:
@@ -157,7 +123,7 @@ async def test_a_deployment_past_the_leafs_max_is_held_then_released_when_quota_
         return released, held
 
     try:
-        async with stack(kube_control_plane, log) as running:
+        async with kueuelog(kube_control_plane, log, cluster="eqt", actuator_options=WITH_TREE) as running:
             deployment = (await apps.create_namespaced_deployment(NS, DEPLOYMENT)).to_dict()
             deployment = {"metadata": {"uid": deployment["metadata"]["uid"]}, "spec": DEPLOYMENT["spec"]}
             for i in range(5):
@@ -208,7 +174,7 @@ async def test_a_job_without_a_queue_label_in_a_bound_namespace_is_queued_and_ad
            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
                {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "4"}}}]}}}}
     try:
-        async with stack(kube_control_plane, log) as running:
+        async with kueuelog(kube_control_plane, log, cluster="eqt", actuator_options=WITH_TREE) as running:
             await batch.create_namespaced_job(NS, job)
 
             async def admitted() -> dict[str, Any] | None:

@@ -8,10 +8,7 @@ No operators run: the test plays their part (the PyTorchJob's Succeeded conditio
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +16,18 @@ import pytest
 from kubernetes_asyncio import client
 
 from events import jobkinds
-from events.envelope import Topics
-from services.actuator.kube_port import KUBE_TUNING
-from services.actuator.service import ActuatorService
-from services.runtime.kubeclient import api_client
 from services.runtime.sqlite import SqliteLog
-from services.runtime.supervise import ServiceStatus
-from services.scheduler.runner import run_scheduler
-from services.watcher.service import WatcherService
 from tests.infra.kube import LocalControlPlane
-from tests.infra.pytest_kube import load_configuration
 from tests.integration.jobkind_crds import ensure_job_kind_crds
-from tests.integration.kube_deploy import create_or_replace, read_yaml, service_account
+from tests.integration.kube_deploy import create_or_replace, read_yaml
 from tests.integration.test_kube_e2e import (
     MERGE,
     SPOT_TOLERATION,
     Cluster,
-    Running,
     conditions,
     deployed,  # noqa: F401  (the fixture)
     eventually,
+    kueuelog,
 )
 from tests.integration.test_kube_job_kinds_watcher import a_jobset, a_pytorchjob
 
@@ -48,33 +37,6 @@ KINDS = ("JobSet", "PyTorchJob")
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "jobkinds" / "rbac.yaml"
 PT = ("kubeflow.org", "v1", "pytorchjobs")
 JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
-
-
-@contextlib.asynccontextmanager
-async def kueuelog(plane: LocalControlPlane, log: SqliteLog) -> AsyncIterator[Running]:
-    topics = Topics()
-    cfg = await load_configuration(plane)
-    watcher_api = api_client(cfg, impersonate=service_account("kueuelog-watcher"))
-    actuator_api = api_client(cfg, impersonate=service_account("kueuelog-actuator"))
-    scheduler = ServiceStatus("scheduler")
-    watcher = WatcherService(log, watcher_api, cluster="e2e", topics=topics, backoff=(0.1, 1.0), job_kinds=KINDS)
-    actuator = ActuatorService(log, actuator_api, cluster="e2e", topics=topics, job_kinds=KINDS,
-                               tuning=replace(KUBE_TUNING, retry_base_seconds=0.1, retry_max_seconds=2.0))
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(watcher.run(stop), name="watcher"),
-             asyncio.create_task(run_scheduler(log, stop, topics=topics, status=scheduler), name="scheduler"),
-             asyncio.create_task(actuator.run(stop), name="actuator")]
-    running = Running(tasks, scheduler, watcher, actuator, stop)
-    try:
-        yield running
-        running.check()
-    finally:
-        stop.set()
-        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=60)
-        await watcher_api.close()
-        await actuator_api.close()
-    failures = [r for r in results if isinstance(r, BaseException)]
-    assert not failures, f"services stopped with {failures!r}"
 
 
 async def test_pytorchjob_admitted_finishes_and_frees_quota_for_a_jobset(
@@ -90,7 +52,8 @@ async def test_pytorchjob_admitted_finishes_and_frees_quota_for_a_jobset(
     co = client.CustomObjectsApi(api)
     ns = c.ns_in
     log = SqliteLog(tmp_path / "log")
-    async with kueuelog(kube_control_plane, log) as running:
+    async with kueuelog(kube_control_plane, log, cluster="e2e", watcher_options={"job_kinds": KINDS},
+                        actuator_options={"job_kinds": KINDS}) as running:
         running_pt = a_pytorchjob("pt", "lq")  # 1 + 2 pods of 1 CPU: 3 of the 4
         running_pt["spec"]["runPolicy"]["suspend"] = False  # as a user creates it: no webhook holds it
         pt = await eventually(running, lambda: co.create_namespaced_custom_object(*PT[:2], ns, PT[2], running_pt),

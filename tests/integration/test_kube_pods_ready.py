@@ -11,10 +11,6 @@ kubelet: the Job's pod is active but never ready.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,61 +23,27 @@ from events.cluster import KUEUE_GROUP
 from events.codec import encode
 from events.envelope import Envelope, Topics, event_key
 from events.messages import AdmitWorkload, EvictWorkload, ObjectApplied
-from services.actuator.kube_port import KUBE_TUNING
-from services.actuator.service import ActuatorService
 from services.runtime.clock import wall_clock_ms
-from services.runtime.kubeclient import api_client
 from services.runtime.log import Log
 from services.runtime.sqlite import SqliteLog
-from services.runtime.supervise import ServiceStatus
-from services.scheduler.runner import run_scheduler
-from services.watcher.service import WatcherService
 from tests.infra.kube import LocalControlPlane
-from tests.infra.pytest_kube import load_configuration
-from tests.integration.kube_deploy import service_account
 from tests.integration.test_kube_e2e import (
     Cluster,
-    Running,
     admitted_job,
     conditions,
     decisions,
     deployed,  # noqa: F401 - the fixture
     eventually,
+    kueuelog,
     stamp,
     suspended_job,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
+WALL_CLOCK = {"wall_clock": wall_clock_ms, "cluster": "ready"}  # wakes at its own deadlines
 CONFIG = o.Configuration(wait_for_pods_ready=True, wait_for_pods_ready_timeout_ms=3_000,
                          requeuing_backoff_base_seconds=1, requeuing_backoff_max_seconds=1)
-
-
-@contextlib.asynccontextmanager
-async def kueuelog(plane: LocalControlPlane, log: Log, *, cluster: str, topics: Topics) -> AsyncIterator[Running]:
-    cfg = await load_configuration(plane)
-    watcher_api = api_client(cfg, impersonate=service_account("kueuelog-watcher"))
-    actuator_api = api_client(cfg, impersonate=service_account("kueuelog-actuator"))
-    scheduler = ServiceStatus("scheduler")
-    watcher = WatcherService(log, watcher_api, cluster=cluster, topics=topics, backoff=(0.1, 1.0))
-    actuator = ActuatorService(log, actuator_api, cluster=cluster, topics=topics, policy="suspend",
-                               tuning=replace(KUBE_TUNING, retry_base_seconds=0.1, retry_max_seconds=2.0))
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(watcher.run(stop), name="watcher"),
-             asyncio.create_task(run_scheduler(log, stop, topics=topics, status=scheduler, wall_clock=wall_clock_ms,
-                                               cluster=cluster), name="scheduler"),
-             asyncio.create_task(actuator.run(stop), name="actuator")]
-    running = Running(tasks, scheduler, watcher, actuator, stop)
-    try:
-        yield running
-        running.check()
-    finally:
-        stop.set()
-        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=60)
-        await watcher_api.close()
-        await actuator_api.close()
-    failures = [r for r in results if isinstance(r, BaseException)]
-    assert not failures, f"services stopped with {failures!r}"
 
 
 def _seed_configuration(log: Log, topics: Topics, config: o.Configuration = CONFIG) -> None:
@@ -99,7 +61,8 @@ async def test_a_job_whose_pods_never_become_ready_is_suspended_at_the_timeout_a
     topics = Topics()
     _seed_configuration(log, topics)
     try:
-        async with kueuelog(kube_control_plane, log, cluster="ready", topics=topics) as running:
+        async with kueuelog(kube_control_plane, log, cluster="ready", topics=topics,
+                            scheduler_options=WALL_CLOCK) as running:
             await c.job("gang", "1")
             await eventually(running, admitted_job(c, "gang"), what="Job gang to be admitted")
             # The kubelet's part: the pod runs but never becomes ready.
@@ -136,7 +99,8 @@ async def test_a_job_deactivated_at_the_limit_starts_over_when_its_workload_is_s
     topics = Topics()
     _seed_configuration(log, topics, msgspec.structs.replace(CONFIG, requeuing_backoff_limit_count=0))
     try:
-        async with kueuelog(kube_control_plane, log, cluster="ready", topics=topics) as running:
+        async with kueuelog(kube_control_plane, log, cluster="ready", topics=topics,
+                            scheduler_options=WALL_CLOCK) as running:
             await c.job("gang", "1")
             await eventually(running, admitted_job(c, "gang"), what="Job gang to be admitted")
             await c.job_status("gang", {"startTime": stamp(), "active": 1, "ready": 0})

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,47 +19,15 @@ from kubernetes_asyncio import client
 
 from events import t9k
 from events.cluster import DECISION_ID_ANNOTATION
-from events.envelope import Topics
-from services.actuator.kube_port import KUBE_TUNING
-from services.actuator.service import ActuatorService
-from services.runtime.kubeclient import api_client
 from services.runtime.sqlite import SqliteLog
-from services.runtime.supervise import ServiceStatus
-from services.scheduler.runner import run_scheduler
-from services.watcher.service import WatcherService
 from tests.infra.kube import LocalControlPlane
-from tests.infra.pytest_kube import load_configuration
-from tests.integration.kube_deploy import create_or_replace, eventually, service_account
-from tests.integration.test_kube_e2e import deployed  # noqa: F401 - the fixture
+from tests.integration.kube_deploy import create_or_replace, eventually
+from tests.integration.test_kube_e2e import deployed, kueuelog  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-
-
-@contextlib.asynccontextmanager
-async def _kueuelog(plane: LocalControlPlane, log: SqliteLog) -> AsyncIterator[list[asyncio.Task[Any]]]:
-    cfg = await load_configuration(plane)
-    watcher_api = api_client(cfg, impersonate=service_account("kueuelog-watcher"))
-    actuator_api = api_client(cfg, impersonate=service_account("kueuelog-actuator"))
-    topics = Topics()
-    stop = asyncio.Event()
-    watcher = WatcherService(log, watcher_api, cluster="t9k-e2e", topics=topics, backoff=(0.1, 1.0), t9k=True)
-    actuator = ActuatorService(log, actuator_api, cluster="t9k-e2e", topics=topics, t9k=True,
-                               tuning=replace(KUBE_TUNING, retry_base_seconds=0.1, retry_max_seconds=2.0))
-    tasks = [asyncio.create_task(watcher.run(stop), name="watcher"),
-             asyncio.create_task(run_scheduler(log, stop, topics=topics, status=ServiceStatus("scheduler")),
-                                 name="scheduler"),
-             asyncio.create_task(actuator.run(stop), name="actuator")]
-    try:
-        yield tasks
-    finally:
-        stop.set()
-        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=60)
-        await watcher_api.close()
-        await actuator_api.close()
-    failures = [r for r in results if isinstance(r, BaseException)]
-    assert not failures, f"services stopped with {failures!r}"
+T9K = {"t9k": True}  # watcher and actuator take T9k Queues and the Jobs on them
 
 
 def _job(name: str, queue: str, cpu: str) -> dict[str, Any]:
@@ -113,14 +79,15 @@ async def test_jobs_on_a_t9k_queue_are_admitted_within_its_quota(
         return job["spec"]["suspend"] is False and DECISION_ID_ANNOTATION in (job["metadata"]["annotations"] or {})
 
     try:
-        async with _kueuelog(kube_control_plane, log) as tasks:
+        async with kueuelog(kube_control_plane, log, cluster="t9k-e2e", watcher_options=T9K,
+                            actuator_options=T9K) as running:
             await eventually(lambda: admitted("first"), timeout=90, what="Job first to be admitted on the Queue")
             workload = await co.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", kube_namespace,
                                                               "workloads")
             by_queue = {w["spec"]["queueName"]: w for w in workload["items"]}
             assert by_queue[queue]["spec"]["priority"] == 50  # the Queue's priority
             await asyncio.sleep(3)  # the scheduler has had every chance to admit "second"
-            assert not [t for t in tasks if t.done()]
+            running.check()  # no service stopped
             assert not await admitted("second"), "3 + 2 CPUs would exceed the Queue's quota of 4"
 
             async def allocated() -> dict[str, Any] | None:
