@@ -303,16 +303,37 @@ class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
         self.joined_ns = wall_clock_ns()
         self.term = 0  # the term this member leads in, 0 if it does not (or lost)
         self.seen = 0  # the newest term this member has heard of
+        self.led = False  # was ever granted a term: it may keep its own, never win a new one
         self.beat_ns = 0  # when the coordinator last acknowledged a heartbeat
         self.longest_gap_ns = 0  # the longest time between two acknowledged heartbeats (the margin)
+        # Proof of a live session: when the newest heartbeat the coordinator acknowledged was *sent*
+        # (or the join that granted the lease began). The coordinator received it later, so until
+        # this plus the session timeout it cannot have dropped this member and given the lease away.
+        self.alive_since_ns = 0
+        self.join_began_ns = 0
 
-    def beat(self) -> None:
+    def beat(self, sent_ns: int) -> None:
         now = time.monotonic_ns()
         if self.beat_ns:
             self.longest_gap_ns = max(self.longest_gap_ns, now - self.beat_ns)
         self.beat_ns = now
+        self.alive_since_ns = max(self.alive_since_ns, sent_ns)
+
+    def forfeit(self) -> None:
+        """The coordinator no longer knows this member's generation (its session expired, or it
+        was left out of a rebalance): whatever term it held is gone. It rejoins as a member that
+        led before, so it can neither claim its old term back nor win a new one."""
+        self.term = 0
+
+    def fresh(self, session_timeout_ms: int) -> bool:
+        """Is this member's session known to be alive on the coordinator now? A member frozen
+        (SIGSTOP, a stalled VM) past its session may still believe it holds the lease until its
+        next heartbeat is answered; it is not fresh, so it must not start a writer."""
+        return bool(self.alive_since_ns) and time.monotonic_ns() - self.alive_since_ns < session_timeout_ms * 1_000_000
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
+        # Called before every join request (with nothing revoked on the first one).
+        self.join_began_ns = time.monotonic_ns()
         if revoked and self.state == "held":
             self.state = "revoked"
 
@@ -320,27 +341,41 @@ class _Lease(ConsumerRebalanceListener):  # type: ignore[misc]
         self.state = "held" if assigned else "none"
         if not assigned:
             self.term = 0
+        elif self.join_began_ns:
+            self.alive_since_ns = max(self.alive_since_ns, self.join_began_ns)
 
 
 def _time_heartbeats(consumer: AIOKafkaConsumer, lease: _Lease) -> None:
     """Note every heartbeat the coordinator acknowledges in ``lease``: the longest gap between two
-    is how close this member came to losing its session (e.g. while the scheduler computes)."""
+    is how close this member came to losing its session (e.g. while the scheduler computes), and
+    when the newest was sent proves the session alive. A reset generation forfeits the term."""
     coordinator = consumer._coordinator
     heartbeat = coordinator._do_heartbeat
 
     async def timed() -> bool:
+        sent = time.monotonic_ns()
         ok: bool = await heartbeat()
         if ok:
-            lease.beat()
+            lease.beat(sent)
         return ok
 
     coordinator._do_heartbeat = timed
+    reset = coordinator.reset_generation
+
+    def forfeiting_reset() -> None:
+        lease.forfeit()
+        reset()
+
+    coordinator.reset_generation = forfeiting_reset
 
 
 class _LeaseAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
-    """Who leads: the member that holds the current term keeps the lease (a standby joining does
-    not unseat it); when nobody holds it, the longest-waiting member that never led gets a new,
-    higher term. A thawed zombie claims an old term and never wins it back. Each member's class
+    """Who leads: the member that holds a term keeps the lease (a standby joining does not unseat
+    it); when nobody holds one, the longest-waiting member that never led gets a new, higher term.
+    A member dropped from the group (its session expired: a frozen or starved leader) forfeits its
+    term as soon as it learns so (aiokafka resets its generation), and having led it never wins a
+    new one: a thawed zombie never wins the lease back, even when the group knew nothing of terms
+    meanwhile (its successor may have been granted term 1 by a group of newcomers). Each member's class
     is a subclass bound to its own :class:`_Lease` (aiokafka calls assignors as classes)."""
 
     name = "kueuelog-lease"
@@ -349,7 +384,7 @@ class _LeaseAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
 
     @classmethod
     def metadata(cls, topics: Any) -> ConsumerProtocolMemberMetadata:
-        info = {"joined": cls.lease.joined_ns, "term": cls.lease.term, "seen": cls.lease.seen}
+        info = {"joined": cls.lease.joined_ns, "term": cls.lease.term, "seen": cls.lease.seen, "led": cls.lease.led}
         return ConsumerProtocolMemberMetadata(cls.version, list(topics), json.dumps(info).encode())
 
     @classmethod
@@ -361,12 +396,14 @@ class _LeaseAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             except ValueError:
                 info[member_id] = {}
         seen = max([0] + [max(i.get("term", 0), i.get("seen", 0)) for i in info.values()])
-        holders = sorted(m for m, i in info.items() if seen and i.get("term") == seen)
+        # A member still holding a term was never dropped from the group since it was granted (a
+        # dropped one forfeits it on rejoining), so at most one does; the newest wins a tie anyway.
+        holders = sorted((-i["term"], m) for m, i in info.items() if i.get("term", 0) > 0)
         winner: str | None
         if holders:
-            winner, term = holders[0], seen
+            winner, term = holders[0][1], -holders[0][0]
         else:
-            fresh = sorted((i.get("joined", 0), m) for m, i in info.items() if not i.get("term"))
+            fresh = sorted((i.get("joined", 0), m) for m, i in info.items() if not i.get("term") and not i.get("led"))
             winner, term = (fresh[0][1] if fresh else None), seen + 1
         topics = sorted({t for meta in members.values() for t in meta.subscription})
         out: dict[str, ConsumerProtocolMemberAssignment] = {}
@@ -383,6 +420,7 @@ class _LeaseAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             term = 0
         cls.lease.seen = max(cls.lease.seen, term)
         cls.lease.term = term if assignment.assignment else 0
+        cls.lease.led = cls.lease.led or bool(cls.lease.term)
 
 
 @dataclass
@@ -685,14 +723,23 @@ class KafkaLog:
             with contextlib.suppress(Exception):
                 await self._producer.stop()
             self._producer = None
-        if self.transactional_id and self._lease is not None and self._lease.state != "held":
-            # Starting a transactional producer fences the current owner of the id: only the leader may.
-            raise LeadershipLost(f"kafka: {self._lease_name} leadership is not held; not starting "
-                                 f"transactional producer {self.transactional_id}")
+        if self.transactional_id and self._lease is not None and not self._lease_fresh():
+            # Starting a transactional producer fences the current owner of the id: only the leader
+            # may, and only while its session is known to be alive. A leader frozen past its session
+            # (a zombie) whose writer broke would otherwise fence its successor with a new one.
+            raise LeadershipLost(f"kafka: {self._lease_name} leadership is not held (or its session may have "
+                                 f"expired); not starting transactional producer {self.transactional_id}")
         producer = _prompt_transactions(AIOKafkaProducer(
             **self.settings.client_kwargs(), transactional_id=self.transactional_id, enable_idempotence=True,
             acks="all", max_request_size=MAX_RECORD_BYTES, linger_ms=0, retry_backoff_ms=RETRY_BACKOFF_MS))
         await producer.start()  # with a transactional id: InitProducerId, which fences older epochs
+        if self.transactional_id and self._lease is not None and not self._lease_fresh():
+            # Stalled past the session between the check above and InitProducerId: a successor may
+            # lead now, and this writer may have fenced it. Give up rather than win the lease back.
+            with contextlib.suppress(Exception):
+                await producer.stop()
+            raise LeadershipLost(f"kafka: {self._lease_name} session may have expired while starting transactional "
+                                 f"producer {self.transactional_id}; not leading")
         self._producer, self._producer_broken = producer, False
         return producer
 
@@ -808,7 +855,7 @@ class KafkaLog:
             self._lease = self._run(self._lead(name), f"join {name} election")
             self._lease_name = name
             _log.info("waiting for leadership", role=name, shard=self.shard)
-        while not (self._lease_name == name and self._lease is not None and self._lease.state == "held"):
+        while not (self._lease_name == name and self._lease_fresh()):
             if stop is not None and stop.is_set():
                 return False
             if self._lease_error is not None:
@@ -822,6 +869,11 @@ class KafkaLog:
             _log.info("leading", role=name, shard=self.shard, transactional_id=self.transactional_id)
             self._announced = True
         return True
+
+    def _lease_fresh(self) -> bool:
+        """Held, with a session known to be alive (see :meth:`_Lease.fresh`)."""
+        lease = self._lease
+        return lease is not None and lease.state == "held" and lease.fresh(self.settings.session_timeout_ms)
 
     def holds(self, name: str) -> bool:
         """Not known to have lost ``name``: held, or revoked for a rebalance whose outcome is not in

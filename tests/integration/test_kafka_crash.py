@@ -48,13 +48,23 @@ class Services:
         self.env = {**os.environ, "KUEUELOG_KAFKA_SESSION_TIMEOUT_MS": "2000",
                     "KUEUELOG_KAFKA_HEARTBEAT_INTERVAL_MS": "300"}
         self.count = 0
+        self.outputs: dict[int, Path] = {}
 
     def start(self, *args: str) -> subprocess.Popen[bytes]:
         self.count += 1
-        out = open(self.out_dir / f"{args[0]}-{self.count}.out", "wb")  # noqa: SIM115 - closed with the process
-        return subprocess.Popen([*KUEUELOG, "run", *args, "--bootstrap-servers", self.bootstrap,
-                                 "--topic-prefix", self.prefix], stdout=out, stderr=subprocess.STDOUT,
-                                env=self.env, cwd=Path.cwd(), start_new_session=True)
+        path = self.out_dir / f"{args[0]}-{self.count}.out"
+        out = open(path, "wb")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen([*KUEUELOG, "run", *args, "--bootstrap-servers", self.bootstrap,
+                                    "--topic-prefix", self.prefix], stdout=out, stderr=subprocess.STDOUT,
+                                   env=self.env, cwd=Path.cwd(), start_new_session=True)
+        self.outputs[process.pid] = path
+        return process
+
+    def said(self, process: subprocess.Popen[bytes], text: str) -> bool:
+        return text in self.outputs[process.pid].read_text(errors="replace")
+
+    def tail(self, process: subprocess.Popen[bytes]) -> str:
+        return self.outputs[process.pid].read_text(errors="replace")[-4000:]
 
 
 def _records(log: KafkaLog, topic: str) -> Iterator[bytes]:
@@ -88,41 +98,73 @@ def test_the_active_scheduler_killed_at_random_points_a_standby_takes_over(
     schedulers = [svc.start("scheduler")]  # oldest first: the oldest living member leads
     decisions = lambda: log.end_offset(topics.decisions)  # noqa: E731
     kills, zombie_checked = 0, False
+    zombies: list[subprocess.Popen[bytes]] = []
+    stepped_down: list[subprocess.Popen[bytes]] = []
+
+    def wait(predicate: Callable[[], bool], seconds: float, what: str) -> None:
+        """Until ``predicate``; actuator and simulated cluster must live throughout. A scheduler may
+        step down on its own when the loaded machine starves its heartbeats past the session (exit
+        5, saying so): that is the protocol working, so it is replaced by a fresh standby."""
+        def settled() -> bool:
+            for p in list(schedulers):
+                if p.poll() is not None:
+                    assert p.returncode == 5 and (svc.said(p, "lost the scheduler leadership")
+                                                  or svc.said(p, "fenced")), (p.returncode, svc.tail(p))
+                    schedulers.remove(p)
+                    stepped_down.append(p)
+                    schedulers.append(svc.start("scheduler"))
+            return predicate()
+        _wait(settled, seconds, what, helpers)
+
     try:
-        _wait(lambda: decisions() > 0, 60, "the first scheduler to lead", [*helpers, *schedulers])
+        wait(lambda: decisions() > 0, 60, "the first scheduler to lead")
         schedulers.append(svc.start("scheduler"))
-        _wait(lambda: _members(kafka_broker.bootstrap_servers, f"{prefix}.scheduler.0") == 2, 60,
-              "the standby to join the election", [*helpers, *schedulers])
+        wait(lambda: _members(kafka_broker.bootstrap_servers, f"{prefix}.scheduler.0") == 2, 60,
+             "the standby to join the election")
         for round_ in range(6):
             if _finished(log, topics) >= workloads:
                 break
             before = decisions()
             grow = rng.randint(1, 60)
-            _wait(lambda b=before, g=grow: decisions() >= b + g or _finished(log, topics) >= workloads,  # type: ignore[misc]
-                  120, "the leader to commit decisions", [*helpers, *schedulers])
+            wait(lambda b=before, g=grow: decisions() >= b + g or _finished(log, topics) >= workloads,  # type: ignore[misc]
+                 120, "the leader to commit decisions")
+            if round_ == 2 and not zombie_checked:
+                # Freeze a settled leader: one that said it leads and wrote since (a standby caught
+                # mid take-over may already hold its new writer, and would win the lease back).
+                wait(lambda: svc.said(schedulers[0], "leading"), 60, "the standby to lead")
+                settled = decisions()
+                wait(lambda s=settled: decisions() > s, 120, "the leader to write")
             leader = schedulers.pop(0)
             if round_ == 2 and not zombie_checked:
                 # A zombie: frozen past its session, so the standby takes over; thawed, it must not write.
+                zombies.append(leader)  # stopped at the end whatever happens
                 leader.send_signal(signal.SIGSTOP)
                 frozen_at = decisions()
-                _wait(lambda f=frozen_at: decisions() > f, 60, "the standby to take over from a frozen leader",
-                      [*helpers, *schedulers])
+                # Taken over means the standby says it leads (the decisions' end offset alone may
+                # move by the commit marker of the frozen leader's last transaction), then writes.
+                standby = schedulers[0]
+                wait(lambda s=standby: svc.said(s, "leading"), 60, "the standby to take over from a frozen leader")
+                wait(lambda f=frozen_at: decisions() > f, 60, "the new leader to write")
                 leader.send_signal(signal.SIGCONT)
-                assert leader.wait(60) == 5, "a fenced scheduler must stop with exit 5 (not the leader)"
+                try:
+                    code = leader.wait(60)
+                except subprocess.TimeoutExpired:
+                    pytest.fail(f"the thawed zombie did not stop within 60 s; its output:\n{svc.tail(leader)}")
+                assert code == 5, f"a fenced scheduler must stop with exit 5 (not the leader):\n{svc.tail(leader)}"
                 zombie_checked = True
             else:
                 leader.send_signal(signal.SIGKILL)
                 leader.wait()
                 kills += 1
             schedulers.append(svc.start("scheduler"))  # the next standby
-        _wait(lambda: _finished(log, topics) >= workloads, 400, "every workload to finish", [*helpers, *schedulers])
-        _wait(lambda: caught_up(log, GROUP, topics.cluster_events), 60, "the scheduler to catch up",
-              [*helpers, *schedulers])
+        wait(lambda: _finished(log, topics) >= workloads, 400, "every workload to finish")
+        wait(lambda: caught_up(log, GROUP, topics.cluster_events), 60, "the scheduler to catch up")
     finally:
-        for p in [*schedulers, *helpers]:
+        for p in [*schedulers, *helpers, *zombies]:
             if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
                 p.send_signal(signal.SIGTERM)
-        for p in [*schedulers, *helpers]:
+        for p in [*schedulers, *helpers, *zombies]:
             try:
                 p.wait(30)
             except subprocess.TimeoutExpired:
