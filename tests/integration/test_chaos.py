@@ -38,7 +38,8 @@ pytestmark = pytest.mark.integration
 T = Topics()
 JOBS = 36
 KILL_EVERY_RECORDS = 20  # one process for all of them goes faster: it is killed twice as often
-DEADLINE_S = 300
+STALL_S = 120  # the run must keep making progress: the log grows at least this often
+CAP_S = 900  # and end at all (a loaded machine only slows the restarts down)
 CLI = [sys.executable, "-m", "services.app.cli"]
 
 
@@ -151,21 +152,25 @@ def test_services_killed_at_random_lose_and_double_nothing(tmp_path: Path, toget
     for name in services.args:
         services.start(name)
     try:
-        deadline = time.monotonic() + DEADLINE_S
-        while not directory.joinpath("log.db").exists() and time.monotonic() < deadline:
+        cap = time.monotonic() + CAP_S
+        while not directory.joinpath("log.db").exists() and time.monotonic() < cap:
             time.sleep(0.05)
         log = SqliteLog(directory, create=False)
-        last = 0
-        while time.monotonic() < deadline and _finished(log) < JOBS:
+        last, grown, grown_at = 0, 0, time.monotonic()
+        while _finished(log) < JOBS:
             services.check_alive()
-            size = _size(log)
+            size, now = _size(log), time.monotonic()
+            if size > grown:
+                grown, grown_at = size, now
+            assert now - grown_at < STALL_S and now < cap, (
+                f"no progress for {now - grown_at:.0f} s ({_finished(log)} of {JOBS} finished) "
+                f"after kills {dict(services.kills)}")
             if size - last >= (KILL_EVERY_RECORDS // 2 if together else KILL_EVERY_RECORDS):
                 victim = chooser.choice(sorted(services.args))
                 services.kill(victim)
                 services.start(victim)
                 last = size
             time.sleep(0.05)
-        assert _finished(log) == JOBS, f"not done by the deadline after kills {dict(services.kills)}"
     finally:
         services.stop()
     assert sum(services.kills.values()) >= 4, f"too few kills to mean anything: {dict(services.kills)}"
