@@ -63,7 +63,7 @@ def _key(doc: Document) -> tuple[str, str] | None:
     return key if key == POD or key in s.KINDS else None
 
 
-def _priority(labels: Mapping[str, str], pod_spec: Mapping[str, Any]) -> Json:
+def priority_fields(labels: Mapping[str, str], pod_spec: Mapping[str, Any]) -> Json:
     if labels.get(PRIORITY_CLASS_LABEL):
         return {"priorityClassName": labels[PRIORITY_CLASS_LABEL],
                 "priorityClassSource": WORKLOAD_PRIORITY_CLASS_SOURCE}
@@ -73,7 +73,7 @@ def _priority(labels: Mapping[str, str], pod_spec: Mapping[str, Any]) -> Json:
     return {}
 
 
-def _workload(namespace: str, name: str, queue: str, owners: list[Json], pod_sets: list[Json], *,
+def workload_body(namespace: str, name: str, queue: str, owners: list[Json], pod_sets: list[Json], *,
               labels: Mapping[str, str], annotations: Mapping[str, str], created: object, priority: Json) -> Json:
     meta: Json = {"name": name, "namespace": namespace, "ownerReferences": owners,
                   "labels": dict(labels), "annotations": dict(annotations)}
@@ -83,7 +83,7 @@ def _workload(namespace: str, name: str, queue: str, owners: list[Json], pod_set
             "spec": {"queueName": queue, "podSets": pod_sets, **priority}}
 
 
-def _owner(api_version: str, kind: str, name: str, uid: str, controller: bool = True) -> Json:
+def owner_ref(api_version: str, kind: str, name: str, uid: str, controller: bool = True) -> Json:
     return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": controller}
 
 
@@ -159,9 +159,9 @@ class _Pods:
             raise ManifestError(doc.file, doc.index, shown, e.field, e.message) from None
         if total is None:
             pod_set = {"name": p.MAIN, "count": 1, "template": {"spec": dict(info.spec)}}
-            body = _workload(namespace, p.pod_workload_name(info), queue, [_owner("v1", "Pod", name, info.uid)],
+            body = workload_body(namespace, p.pod_workload_name(info), queue, [owner_ref("v1", "Pod", name, info.uid)],
                              [pod_set], labels=info.labels, annotations=info.annotations,
-                             created=meta.get("creationTimestamp"), priority=_priority(info.labels, info.spec))
+                             created=meta.get("creationTimestamp"), priority=priority_fields(info.labels, info.spec))
             return [_checked(doc, shown, [""], body)]
         return self._member(doc, info, queue)
 
@@ -181,14 +181,14 @@ class _Pods:
         self.made.add(key)
         first = pods[0]
         name = p.group_workload_name(pods)
-        owners = [_owner("v1", "Pod", i.name, i.uid, controller=False) for i in pods]
+        owners = [owner_ref("v1", "Pod", i.name, i.uid, controller=False) for i in pods]
         pod_sets = [{"name": r.name, "count": r.count, "template": {"spec": dict(r.pod.spec)}} for r in sets]
         annotations = {**first.annotations, p.IS_GROUP_WORKLOAD: "true"}
         if p.serving(first):
             annotations = _serving_annotations(annotations)
-        body = _workload(info.namespace, name, queue, owners, pod_sets, labels=first.labels, annotations=annotations,
-                         created=(doc.body.get("metadata") or {}).get("creationTimestamp"),
-                         priority=_priority(first.labels, first.spec))
+        body = workload_body(info.namespace, name, queue, owners, pod_sets, labels=first.labels,
+                             annotations=annotations, created=(doc.body.get("metadata") or {}).get("creationTimestamp"),
+                             priority=priority_fields(first.labels, first.spec))
         return [_checked(doc, f"Pod {info.shown}", [""] * len(pod_sets), body)]
 
     def incomplete(self) -> None:
@@ -223,7 +223,7 @@ def _deployment(doc: Document, pods: _Pods) -> list[Document]:
         pod = {"apiVersion": "v1", "kind": "Pod", "spec": template.get("spec"),
                "metadata": {"name": f"{name}-{i}", "namespace": namespace, "labels": pod_labels,
                             "annotations": annotations, "creationTimestamp": meta.get("creationTimestamp"),
-                            "ownerReferences": [_owner("apps/v1", "Deployment", name, "")]}}
+                            "ownerReferences": [owner_ref("apps/v1", "Deployment", name, "")]}}
         for made in pods.pod(Document(doc.file, doc.index, pod)):
             body = made.body
             body["metadata"]["annotations"] = _serving_annotations(body["metadata"]["annotations"])
@@ -253,9 +253,9 @@ def _groups(doc: Document) -> list[Document]:
                     for ps in wl.pod_sets]
         annotations = _serving_annotations({**_labels(meta, "annotations"), p.IS_GROUP_WORKLOAD: "true"})
         first_spec = wl.pod_sets[0].template.get("spec") or {}
-        body = _workload(namespace, wl.name, queue, [_owner(api_version, kind, name, uid)], pod_sets,
+        body = workload_body(namespace, wl.name, queue, [owner_ref(api_version, kind, name, uid)], pod_sets,
                          labels=labels, annotations=annotations, created=meta.get("creationTimestamp"),
-                         priority=_priority(labels, first_spec))
+                         priority=priority_fields(labels, first_spec))
         out.append(_checked(doc, shown, [dotted(ps.path) for ps in wl.pod_sets], body))
     return out
 
