@@ -36,21 +36,33 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from events.cluster import QUEUE_NAME_LABEL
+from events.cluster import (
+    IS_GROUP_WORKLOAD_ANNOTATION,
+    MANAGED_LABEL,
+    POD_GROUP_FAST_ADMISSION_ANNOTATION,
+    POD_GROUP_NAME_LABEL,
+    POD_GROUP_SERVING_ANNOTATION,
+    POD_GROUP_TOTAL_COUNT_ANNOTATION,
+    POD_SUSPENDING_PARENT_ANNOTATION,
+    PREBUILT_WORKLOAD_NAME_LABEL,
+    QUEUE_NAME_LABEL,
+    RETRIABLE_IN_GROUP_ANNOTATION,
+    ROLE_HASH_ANNOTATION,
+)
 from events.jobkinds.base import Finished
 from events.jobkinds.naming import workload_name
 from events.quantity import QuantityError, parse_fraction
 
-GROUP_NAME: Final = "kueue.x-k8s.io/pod-group-name"
-GROUP_TOTAL_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"
-FAST_ADMISSION: Final = "kueue.x-k8s.io/pod-group-fast-admission"
-SERVING: Final = "kueue.x-k8s.io/pod-group-serving"
-ROLE_HASH: Final = "kueue.x-k8s.io/role-hash"
-RETRIABLE_IN_GROUP: Final = "kueue.x-k8s.io/retriable-in-group"
-IS_GROUP_WORKLOAD: Final = "kueue.x-k8s.io/is-group-workload"
-PREBUILT_WORKLOAD: Final = "kueue.x-k8s.io/prebuilt-workload-name"
-SUSPENDED_BY_PARENT: Final = "kueue.x-k8s.io/pod-suspending-parent"
-MANAGED_LABEL: Final = "kueue.x-k8s.io/managed"
+GROUP_NAME: Final = POD_GROUP_NAME_LABEL
+GROUP_TOTAL_COUNT: Final = POD_GROUP_TOTAL_COUNT_ANNOTATION
+FAST_ADMISSION: Final = POD_GROUP_FAST_ADMISSION_ANNOTATION
+SERVING: Final = POD_GROUP_SERVING_ANNOTATION
+ROLE_HASH: Final = ROLE_HASH_ANNOTATION
+RETRIABLE_IN_GROUP: Final = RETRIABLE_IN_GROUP_ANNOTATION
+IS_GROUP_WORKLOAD: Final = IS_GROUP_WORKLOAD_ANNOTATION
+PREBUILT_WORKLOAD: Final = PREBUILT_WORKLOAD_NAME_LABEL
+SUSPENDED_BY_PARENT: Final = POD_SUSPENDING_PARENT_ANNOTATION
+MANAGED: Final = MANAGED_LABEL
 MAIN: Final = "main"
 UNMANAGED_NAMESPACES: Final = ("kube-system", "kueue-system")
 """Kueue's default ``managedJobsNamespaceSelector``: pods there are never Kueue's."""

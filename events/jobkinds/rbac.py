@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from events.cluster import KUEUE_GROUP
 from events.jobkinds import OTHER_KINDS
 
 NAMESPACE = "kueuelog-system"
@@ -20,7 +21,7 @@ VERBS = {"watcher": ["list", "watch"], "actuator": ["get", "list", "watch", "pat
 POD_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch", "delete"]},
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list"]},
-    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "create", "delete"]},
+    {"apiGroups": [KUEUE_GROUP], "resources": ["workloads"], "verbs": ["list", "create", "delete"]},
 ]
 """The actuator's pod integration (``--job-kinds Pod``, ``services/actuator/podgroups.py``): queued pods
 listed, labelled into a StatefulSet's group, released (gate lifted) and stopped (deleted); StatefulSets

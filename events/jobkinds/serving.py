@@ -33,7 +33,7 @@ from events.jobkinds.pods import (
     GROUP_NAME,
     GROUP_TOTAL_COUNT,
     MAIN,
-    MANAGED_LABEL,
+    MANAGED,
     PREBUILT_WORKLOAD,
     ROLE_HASH,
     SERVING,
@@ -81,7 +81,7 @@ def template(where: Where, body: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def propagated_labels(labels: Mapping[str, str]) -> dict[str, str]:
     """What a Deployment's (or StatefulSet's) webhook puts on its pod template's labels."""
-    out = {MANAGED_LABEL: "true", QUEUE_NAME_LABEL: labels[QUEUE_NAME_LABEL]}
+    out = {MANAGED: "true", QUEUE_NAME_LABEL: labels[QUEUE_NAME_LABEL]}
     if labels.get(PRIORITY_CLASS_LABEL):
         out[PRIORITY_CLASS_LABEL] = labels[PRIORITY_CLASS_LABEL]
     return out

@@ -38,7 +38,14 @@ from typing import Any, Final
 import structlog
 from kubernetes_asyncio import client
 
-from events.cluster import ADMISSION_GATE, QUEUE_NAME_LABEL
+from events.cluster import (
+    ADMISSION_GATE,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    QUEUE_NAME_LABEL,
+    ConditionStatus,
+    ConditionType,
+)
 from events.jobkinds import pods as p
 from events.jobkinds import serving as s
 from events.jobkinds.base import Finished
@@ -51,7 +58,7 @@ from services.runtime.clock import wall_clock_ms
 
 _log = structlog.get_logger(__name__)
 MERGE_PATCH: Final = "application/merge-patch+json"
-WORKLOADS: Final = "/apis/kueue.x-k8s.io/v1beta1"
+WORKLOADS: Final = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
 Json = dict[str, Any]
 
 
@@ -68,7 +75,8 @@ def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 def _has_finished(wl: Mapping[str, Any]) -> bool:
     conditions = p.obj_of(wl.get("status")).get("conditions") or []
-    return any(isinstance(c, Mapping) and c.get("type") == "Finished" and c.get("status") == "True"
+    return any(isinstance(c, Mapping) and c.get("type") == ConditionType.FINISHED
+               and c.get("status") == ConditionStatus.TRUE
                for c in conditions)
 
 

@@ -43,7 +43,9 @@ from events.cluster import (
     KUEUE_GROUP,
     ORIGINAL_POD_SCHEDULING_ANNOTATION,
     REJECTED_LABEL,
+    ConditionReason,
     ConditionStatus,
+    ConditionType,
     JobConditionType,
 )
 from events.codec import encode
@@ -341,10 +343,11 @@ def _workload_finished(obj: Mapping[str, Any], wl: o.Workload, time_ms: int) -> 
     status = obj.get("status")
     conditions = status.get("conditions") if isinstance(status, Mapping) else None
     for c in conditions if isinstance(conditions, list) else []:
-        if isinstance(c, Mapping) and c.get("type") == "Finished" and c.get("status") == ConditionStatus.TRUE:
+        if (isinstance(c, Mapping) and c.get("type") == ConditionType.FINISHED
+                and c.get("status") == ConditionStatus.TRUE):
             message = c.get("message")
             return [("finished", WorkloadFinished(time=time_ms, namespace=wl.namespace, name=wl.name,
-                                                  succeeded=c.get("reason") != "Failed",
+                                                  succeeded=c.get("reason") != ConditionReason.FAILED,
                                                   message=message if isinstance(message, str) else ""))]
     return []
 

@@ -167,7 +167,7 @@ def mutate_pod(review: Review, *, bound: bool) -> dict[str, Any]:
         return response(review, allowed=True)
     patch: list[dict[str, Any]] = []
     if queued:
-        patch += _meta_ops(meta, "labels", {kpods.MANAGED_LABEL: "true"})
+        patch += _meta_ops(meta, "labels", {kpods.MANAGED: "true"})
         if kpods.ROLE_HASH not in (meta.get("annotations") or {}):
             patch += _meta_ops(meta, "annotations", {kpods.ROLE_HASH: kpods.role_hash(spec)})
     gates = spec.get("schedulingGates")

@@ -151,7 +151,7 @@ def test_a_deployments_pods_are_each_a_workload_that_never_ends() -> None:
     out = expand(docs(_serving("Deployment", "apps/v1", {"replicas": 2, "template": TEMPLATE})))
     assert [(_wl(d)[1], d.body["metadata"]["annotations"]["kueuelog.io/sim-duration"]) for d in out] == [
         ([("main", 1)], "never")] * 2
-    assert [d.body["metadata"]["labels"][p.MANAGED_LABEL] for d in out] == ["true", "true"]
+    assert [d.body["metadata"]["labels"][p.MANAGED] for d in out] == ["true", "true"]
 
 
 def test_a_statefulset_is_one_group_of_replicas() -> None:
