@@ -18,7 +18,8 @@ with one, and the Workloads, and :func:`plan_pods` decides, purely:
   annotation, and gets none;
 - a pod or group that finished as Kueue decides gets ``Finished`` on its Workload;
 - a Workload whose pods (or StatefulSet) are all gone is deleted (the garbage collector's job
-  in a full cluster), which frees its quota.
+  in a full cluster), which frees its quota; gone means missing from its namespace's full lists,
+  not only from the queued ones (an ElasticQuotaTree's pods carry no queue-name label).
 
 Admission and eviction are the actuator's (:mod:`services.actuator.kube_port`): the gate
 ``kueue.x-k8s.io/admission`` is lifted from every pod of the Workload with its podSet's flavors'
@@ -88,6 +89,7 @@ class PodPlan:
     create: list[Json] = field(default_factory=list)  # Workload bodies
     finish: list[tuple[Json, WorkloadFinished]] = field(default_factory=list)  # (Workload, Finished)
     delete: list[tuple[str, str]] = field(default_factory=list)  # (namespace, Workload)
+    orphans: list[Json] = field(default_factory=list)  # Workloads whose owners the queued lists lack
     errors: list[str] = field(default_factory=list)
 
 
@@ -225,8 +227,15 @@ def plan_pods(pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[
     sts_uids = {str(_meta(x).get("uid")) for x in statefulsets}
     for key, wl in sorted(by_name.items()):
         if _gone(wl, pod_uids, sts_uids) and key not in plan.delete:
-            plan.delete.append(key)
+            plan.orphans.append(dict(wl))  # checked against every pod and StatefulSet before it goes
     return plan
+
+
+def gone_for_good(wl: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
+                  statefulsets: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether an orphan candidate's owners are missing from the namespace's full lists too (a pod
+    without a queue-name label, an ElasticQuotaTree's, is not in the queued list)."""
+    return _gone(wl, {str(_meta(x).get("uid")) for x in pods}, {str(_meta(x).get("uid")) for x in statefulsets})
 
 
 # --- release and stop ------------------------------------------------------------------------
@@ -378,6 +387,11 @@ class PodGroupReconciler:
             with contextlib.suppress(KubeApiError):
                 await raw_call(self.api, "PATCH", where, body=status, content_type=MERGE_PATCH)
                 self.stats.finished += 1
+        for ns in sorted({str(_meta(wl).get("namespace")) for wl in plan.orphans}):
+            pods = await self._items(f"/api/v1/namespaces/{ns}/pods")
+            sets = await self._items(f"/apis/apps/v1/namespaces/{ns}/statefulsets")
+            plan.delete += [(ns, str(_meta(wl).get("name"))) for wl in plan.orphans
+                            if _meta(wl).get("namespace") == ns and gone_for_good(wl, pods, sets)]
         for ns, name in plan.delete:
             with contextlib.suppress(KubeApiError):
                 await raw_call(self.api, "DELETE", f"{WORKLOADS}/namespaces/{ns}/workloads/{name}")

@@ -19,7 +19,7 @@ from events.jobkinds.naming import workload_name
 from events.jobkinds.pod_documents import expand
 from events.manifests import Document, ManifestError
 from events.messages import WorkloadFinished
-from services.actuator.podgroups import plan_pods, pod_release_patch, to_stop
+from services.actuator.podgroups import gone_for_good, plan_pods, pod_release_patch, to_stop
 from services.watcher.translate import translate
 from services.webhook import review
 
@@ -213,7 +213,12 @@ def test_plan_creates_group_workloads_only_when_complete_and_finishes_them() -> 
     done = plan_pods([pod("a", labels, ann, phase="Succeeded", gated=False),
                       pod("b", labels, ann, phase="Succeeded", gated=False)], [], [wl])
     assert [(w["metadata"]["name"], f.message) for w, f in done.finish] == [("g", "Pods succeeded: 2/2.")]
-    assert plan_pods([], [], [wl]).delete == [("default", "g")]  # its pods are gone
+    orphans = plan_pods([], [], [wl]).orphans  # its pods are gone from the queued list...
+    assert [w["metadata"]["name"] for w in orphans] == ["g"]
+    assert gone_for_good(wl, [], [])  # ...and from the namespace
+    unqueued = pod("a", gated=False)
+    unqueued["metadata"]["labels"] = {}
+    assert not gone_for_good(wl, [unqueued], [])  # an unqueued pod of that uid still owns it
 
 
 def test_plan_labels_a_statefulsets_pods_into_its_group_and_makes_its_workload() -> None:
