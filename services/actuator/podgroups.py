@@ -2,7 +2,8 @@
 StatefulSets (``--job-kinds Pod``; :mod:`events.jobkinds.pods`, :mod:`events.jobkinds.serving`).
 
 Every ``interval`` seconds :class:`PodGroupReconciler` lists the pods with a queue-name label
-(outside kube-system and kueue-system: Kueue's default namespace selector;
+(outside kube-system and kueue-system: Kueue's default namespace selector, and, with
+``--elastic-quota-tree``, outside the tree's namespaces, whose pods are ``pods.py``'s;
 ``manageJobsWithoutQueueName`` is false, so unlabelled pods are not touched), the StatefulSets
 with one, and the Workloads, and :func:`plan_pods` decides, purely:
 
@@ -41,12 +42,14 @@ from kubernetes_asyncio import client
 
 from events.cluster import (
     ADMISSION_GATE,
+    ELASTIC_QUOTA_TREE_LABEL,
     KUEUE_GROUP,
     KUEUE_VERSION,
     QUEUE_NAME_LABEL,
     ConditionStatus,
     ConditionType,
 )
+from events.elasticquota import DEFAULT_LOCAL_QUEUE
 from events.jobkinds import pods as p
 from events.jobkinds import serving as s
 from events.jobkinds.base import Finished
@@ -178,9 +181,13 @@ def _gone(wl: Mapping[str, Any], pod_uids: set[str], sts_uids: set[str]) -> bool
 
 
 def plan_pods(pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[str, Any]],
-              workloads: Sequence[Mapping[str, Any]]) -> PodPlan:
-    """One pass of the pod integration (see the module docstring), pure."""
+              workloads: Sequence[Mapping[str, Any]], *, skip: frozenset[str] = frozenset()) -> PodPlan:
+    """One pass of the pod integration (see the module docstring), pure. ``skip``: namespaces left
+    to another front end (an ElasticQuotaTree's, whose pod reconciler makes every pod's Workload)."""
     plan = PodPlan()
+    pods = [x for x in pods if str(_meta(x).get("namespace")) not in skip]
+    statefulsets = [x for x in statefulsets if str(_meta(x).get("namespace")) not in skip]
+    workloads = [x for x in workloads if str(_meta(x).get("namespace")) not in skip]
     by_name = {(str(_meta(w).get("namespace")), str(_meta(w).get("name"))): w for w in workloads}
     sts_by = {(str(_meta(x).get("namespace")), str(_meta(x).get("name"))): x for x in statefulsets
               if str(_meta(x).get("namespace")) not in p.UNMANAGED_NAMESPACES}
@@ -344,8 +351,10 @@ class PodGroupStats:
 class PodGroupReconciler:
     """Workloads for queued pods, pod groups and StatefulSets in any namespace (module docstring)."""
 
-    def __init__(self, api: client.ApiClient, *, interval: float = 1.0, clock: Any = wall_clock_ms) -> None:
+    def __init__(self, api: client.ApiClient, *, interval: float = 1.0, clock: Any = wall_clock_ms,
+                 elastic_quota_tree: bool = False) -> None:
         self.api, self.interval, self.clock = api, interval, clock
+        self.elastic_quota_tree = elastic_quota_tree  # its bound namespaces are its pod reconciler's
         self.stats = PodGroupStats()
         self._reported: set[str] = set()
 
@@ -359,7 +368,12 @@ class PodGroupReconciler:
         pods = await self._items("/api/v1/pods", QUEUE_NAME_LABEL)
         statefulsets = await self._items("/apis/apps/v1/statefulsets", QUEUE_NAME_LABEL)
         workloads = await self._items(f"{WORKLOADS}/workloads")
-        plan = plan_pods(pods, statefulsets, workloads)
+        skip: frozenset[str] = frozenset()
+        if self.elastic_quota_tree:
+            queues = await self._items(f"{WORKLOADS}/localqueues", ELASTIC_QUOTA_TREE_LABEL)
+            skip = frozenset(str(_meta(q).get("namespace")) for q in queues
+                             if _meta(q).get("name") == DEFAULT_LOCAL_QUEUE)
+        plan = plan_pods(pods, statefulsets, workloads, skip=skip)
         await self._apply(plan)
         return plan
 

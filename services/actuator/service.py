@@ -56,7 +56,8 @@ class ActuatorService:
         self.kinds = [KindReconciler(reconciler_api or api, k, cluster=cluster) for k in jobkinds.OTHER_KINDS
                       if k.kind in job_kinds]
         # Kueue's pod integration in any namespace: pods, pod groups, StatefulSets (--job-kinds Pod).
-        self.pod_groups = PodGroupReconciler(reconciler_api or api) if "Pod" in job_kinds else None
+        self.pod_groups = (PodGroupReconciler(reconciler_api or api, elastic_quota_tree=elastic_quota_tree)
+                           if "Pod" in job_kinds else None)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop``; raises what stopped either task for good (the other is stopped too)."""

@@ -238,6 +238,10 @@ def test_plan_labels_a_statefulsets_pods_into_its_group_and_makes_its_workload()
         ("default", name)]
 
 
+def test_an_elastic_quota_trees_namespaces_are_left_to_its_pod_reconciler() -> None:
+    assert plan_pods([pod("solo")], [], [], skip=frozenset({"default"})).create == []
+
+
 def test_a_mismatched_group_is_reported_not_made() -> None:
     plan = plan_pods([pod("a", *group("g", 2)), pod("b", *group("g", 3))], [], [])
     assert plan.create == [] and len(plan.errors) == 1 and "Pod default/b" in plan.errors[0]
