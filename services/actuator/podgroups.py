@@ -70,15 +70,20 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return p.obj_of(obj.get("metadata"))
 
 
+def _items_of(value: object) -> list[Any]:
+    """A list field as read from the API: a list, or nothing (never a crash on a hostile object)."""
+    return value if isinstance(value, list) else []
+
+
 def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for ref in _meta(obj).get("ownerReferences") or []:
+    for ref in _items_of(_meta(obj).get("ownerReferences")):
         if isinstance(ref, Mapping) and ref.get("controller"):
             return ref
     return None
 
 
 def _has_finished(wl: Mapping[str, Any]) -> bool:
-    conditions = p.obj_of(wl.get("status")).get("conditions") or []
+    conditions = _items_of(p.obj_of(wl.get("status")).get("conditions"))
     return any(isinstance(c, Mapping) and c.get("type") == ConditionType.FINISHED
                and c.get("status") == ConditionStatus.TRUE
                for c in conditions)
@@ -99,9 +104,9 @@ class PodPlan:
 def _sts_labels(pod: Mapping[str, Any], sts: Mapping[str, Any]) -> Json | None:
     """The merge patch joining a StatefulSet's pod to its group; None when it is in it already."""
     meta, smeta = _meta(pod), _meta(sts)
-    total = (sts.get("spec") or {}).get("replicas", 1)
+    total = s.replicas(_Where(f"StatefulSet {smeta.get('namespace')}/{smeta.get('name')}"), sts)
     labels, annotations = s.statefulset_pod_labels(str(smeta.get("name")), str(smeta.get("uid")),
-                                                   p.obj_of(smeta.get("labels")), int(total))
+                                                   p.obj_of(smeta.get("labels")), total)
     have_l, have_a = p.obj_of(meta.get("labels")), p.obj_of(meta.get("annotations"))
     if all(have_l.get(k) == v for k, v in labels.items()) and all(have_a.get(k) == v for k, v in annotations.items()):
         return None
@@ -114,7 +119,7 @@ def _sts_workload(sts: Mapping[str, Any]) -> Json | None:
     labels = {str(k): str(v) for k, v in p.obj_of(meta.get("labels")).items()}
     shown = f"StatefulSet {ns}/{name}"
     wl = s.statefulset_workload(_Where(shown), name, uid, sts)
-    if wl is None:
+    if wl is None or not labels.get(QUEUE_NAME_LABEL):
         return None
     spec = dict(wl.pod_sets[0].template.get("spec") or {})
     return workload_body(ns, wl.name, labels[QUEUE_NAME_LABEL], [owner_ref("apps/v1", "StatefulSet", name, uid)],
@@ -173,11 +178,49 @@ def _group(members: list[tuple[p.PodInfo, bool]], wl: Mapping[str, Any] | None, 
 
 def _gone(wl: Mapping[str, Any], pod_uids: set[str], sts_uids: set[str]) -> bool:
     """A Workload of ours whose owners are all gone."""
-    refs = [r for r in _meta(wl).get("ownerReferences") or [] if isinstance(r, Mapping)]
+    refs = [r for r in _items_of(_meta(wl).get("ownerReferences")) if isinstance(r, Mapping)]
     ours = [r for r in refs if (r.get("apiVersion"), r.get("kind")) in (("v1", "Pod"), s.STATEFULSET)]
     if not ours or len(ours) != len(refs):
         return False
     return all(str(r.get("uid")) not in (pod_uids if r.get("kind") == "Pod" else sts_uids) for r in ours)
+
+
+def _statefulsets(sts_by: Mapping[tuple[str, str], Mapping[str, Any]],
+                  by_name: Mapping[tuple[str, str], Mapping[str, Any]], plan: PodPlan) -> None:
+    """Each queued StatefulSet's Workload made (replicas > 0) or deleted (scaled to zero)."""
+    for (ns, _name), sts in sorted(sts_by.items()):
+        try:
+            body = _sts_workload(sts)
+        except p.GroupError as e:
+            plan.errors.append(str(e))
+            continue
+        wl_name = s.statefulset_workload_name(str(_meta(sts).get("name")), str(_meta(sts).get("uid")))
+        if body is not None and (ns, wl_name) not in by_name:
+            plan.create.append(body)
+        elif body is None and (ns, wl_name) in by_name:
+            plan.delete.append((ns, wl_name))  # scaled to zero: its quota is freed
+
+
+def _ours(raw: Mapping[str, Any], info: p.PodInfo, sts_by: Mapping[tuple[str, str], Mapping[str, Any]],
+          plan: PodPlan) -> bool:
+    """Whether the pass goes on with this pod: a plain pod, a ReplicaSet's, or a StatefulSet's already
+    in its group (one not yet in it is labelled into it first); a Job's (or another managed kind's)
+    pod is its owner's."""
+    owner = _controller(raw)
+    if owner is None or owner.get("kind") == "ReplicaSet":
+        return True
+    if owner.get("kind") != "StatefulSet":
+        return False
+    parent = sts_by.get((info.namespace, str(owner.get("name"))))
+    try:
+        label_patch = _sts_labels(raw, parent) if parent is not None else None
+    except p.GroupError as e:
+        plan.errors.append(str(e))
+        return False
+    if label_patch is not None:
+        plan.label.append((info.namespace, info.name, label_patch))
+        return False
+    return True
 
 
 def plan_pods(pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[str, Any]],
@@ -190,34 +233,16 @@ def plan_pods(pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[
     workloads = [x for x in workloads if str(_meta(x).get("namespace")) not in skip]
     by_name = {(str(_meta(w).get("namespace")), str(_meta(w).get("name"))): w for w in workloads}
     sts_by = {(str(_meta(x).get("namespace")), str(_meta(x).get("name"))): x for x in statefulsets
-              if str(_meta(x).get("namespace")) not in p.UNMANAGED_NAMESPACES}
-    for (ns, _name), sts in sorted(sts_by.items()):
-        try:
-            body = _sts_workload(sts)
-        except p.GroupError as e:
-            plan.errors.append(str(e))
-            continue
-        wl_name = s.statefulset_workload_name(str(_meta(sts).get("name")), str(_meta(sts).get("uid")))
-        if body is not None and (ns, wl_name) not in by_name:
-            plan.create.append(body)
-        elif body is None and (ns, wl_name) in by_name:
-            plan.delete.append((ns, wl_name))  # scaled to zero: its quota is freed
+              if str(_meta(x).get("namespace")) not in p.UNMANAGED_NAMESPACES
+              and isinstance(p.obj_of(_meta(x).get("labels")).get(QUEUE_NAME_LABEL), str)}
+    _statefulsets(sts_by, by_name, plan)
     groups: dict[tuple[str, str], list[tuple[p.PodInfo, bool]]] = {}
     for raw in sorted(pods, key=lambda x: (str(_meta(x).get("namespace")), str(_meta(x).get("name")))):
         info = p.pod_info(raw)
-        if not p.managed(info) or _meta(raw).get("deletionTimestamp"):
+        if not p.managed(info) or _meta(raw).get("deletionTimestamp") or not _ours(raw, info, sts_by, plan):
             continue
-        owner = _controller(raw)
-        if owner is not None and owner.get("kind") == "StatefulSet":
-            parent = sts_by.get((info.namespace, str(owner.get("name"))))
-            label_patch = _sts_labels(raw, parent) if parent is not None else None
-            if label_patch is not None:
-                plan.label.append((info.namespace, info.name, label_patch))
-                continue
-        elif owner is not None and owner.get("kind") != "ReplicaSet":
-            continue  # a Job's (or another managed kind's) pod: its owner is the workload
         gated = any(isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE
-                    for g in info.spec.get("schedulingGates") or [])
+                    for g in _items_of(info.spec.get("schedulingGates")))
         try:
             grouped = p.total_count(info) is not None
         except p.GroupError as e:
@@ -254,7 +279,7 @@ def pod_release_patch(pod: Mapping[str, Any], node_labels: Mapping[str, str],
     tolerations appended, the admission gate removed; one conditional merge patch. ``None`` when
     the pod is not gated (released already)."""
     spec = p.obj_of(pod.get("spec"))
-    gates = [g for g in spec.get("schedulingGates") or [] if isinstance(g, Mapping)]
+    gates = [g for g in _items_of(spec.get("schedulingGates")) if isinstance(g, Mapping)]
     if not any(g.get("name") == ADMISSION_GATE for g in gates):
         return None
     rest = [dict(g) for g in gates if g.get("name") != ADMISSION_GATE]
@@ -262,7 +287,7 @@ def pod_release_patch(pod: Mapping[str, Any], node_labels: Mapping[str, str],
     if node_labels:
         patch_spec["nodeSelector"] = {**p.obj_of(spec.get("nodeSelector")), **node_labels}
     if tolerations:
-        have = [dict(t) for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
+        have = [dict(t) for t in _items_of(spec.get("tolerations")) if isinstance(t, Mapping)]
         patch_spec["tolerations"] = have + [dict(t) for t in tolerations if dict(t) not in have]
     return {"metadata": {"resourceVersion": _meta(pod).get("resourceVersion")}, "spec": patch_spec}
 
@@ -278,7 +303,7 @@ def to_stop(pod: Mapping[str, Any]) -> bool:
     """Kueue's ``Stop`` leaves pods that are still gated, finished or being deleted."""
     info = p.pod_info(pod)
     gated = any(isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE
-                for g in info.spec.get("schedulingGates") or [])
+                for g in _items_of(info.spec.get("schedulingGates")))
     return not (gated or info.terminated or _meta(pod).get("deletionTimestamp"))
 
 
@@ -290,7 +315,7 @@ async def pods_of(api: client.ApiClient, namespace: str, workload: Mapping[str, 
                               query=[("labelSelector", f"{p.GROUP_NAME}={meta.get('name')}")])
         return [x for x in (data or {}).get("items") or [] if isinstance(x, dict)]
     out = []
-    for ref in meta.get("ownerReferences") or []:
+    for ref in _items_of(meta.get("ownerReferences")):
         if isinstance(ref, Mapping) and ref.get("apiVersion") == "v1" and ref.get("kind") == "Pod":
             with contextlib.suppress(KubeApiError):
                 pod = await raw_call(api, "GET", f"/api/v1/namespaces/{namespace}/pods/{ref.get('name')}")
@@ -304,7 +329,7 @@ def is_pod_workload(workload: Mapping[str, Any]) -> bool:
     if p.obj_of(meta.get("annotations")).get(p.IS_GROUP_WORKLOAD) == "true":
         return True
     return any(isinstance(r, Mapping) and r.get("apiVersion") == "v1" and r.get("kind") == "Pod"
-               for r in meta.get("ownerReferences") or [])
+               for r in _items_of(meta.get("ownerReferences")))
 
 
 async def release_pods(api: client.ApiClient, namespace: str, workload: Mapping[str, Any],

@@ -316,3 +316,23 @@ def test_the_watcher_publishes_a_finished_pod_workload() -> None:
     assert tr.errors == []
     finished = [e.event for e in tr.envelopes if isinstance(e.event, WorkloadFinished)]
     assert [(f.name, f.succeeded, f.message) for f in finished] == [("g", True, "Pods succeeded: 1/1.")]
+
+
+@pytest.mark.parametrize("value", [None, 1, True, "x", [], {}, [1], 1.5])
+@pytest.mark.parametrize("path", [("spec",), ("spec", "schedulingGates"), ("metadata", "ownerReferences"),
+                                  ("metadata", "labels"), ("metadata", "annotations"), ("status",)])
+def test_a_hostile_pod_or_statefulset_never_stops_a_pass(path: tuple[str, ...], value: object) -> None:
+    owner = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": "uid-web", "controller": True}]
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+           "metadata": {"name": "web", "namespace": "default", "uid": "uid-web", "labels": dict(Q)},
+           "spec": {"replicas": 2, "template": TEMPLATE}}
+    objs = [pod("a", *group("g", 2)), pod("solo"), pod("web-0", ownerReferences=owner), sts]
+    for obj in objs:
+        at: Any = obj
+        for key in path[:-1]:
+            at = at.setdefault(key, {})
+        at[path[-1]] = value
+        plan_pods(objs[:3], [objs[3]], [])
+        for x in objs[:3]:
+            pod_release_patch(x, {"zone": "a"}, [])
+            to_stop(x)
