@@ -167,6 +167,11 @@ def mutate_pod(review: Review, *, bound: bool) -> dict[str, Any]:
         return response(review, allowed=True)
     patch: list[dict[str, Any]] = []
     if queued:
+        try:  # Kueue's pod webhook refuses bad group metadata at creation (validatePodGroupMetadata)
+            namespace = request.get("namespace") or meta.get("namespace")
+            kpods.total_count(kpods.pod_info({**pod, "metadata": {**meta, "namespace": namespace}}))
+        except kpods.GroupError as e:
+            return response(review, allowed=False, message=str(e))
         patch += _meta_ops(meta, "labels", {kpods.MANAGED: "true"})
         if kpods.ROLE_HASH not in (meta.get("annotations") or {}):
             patch += _meta_ops(meta, "annotations", {kpods.ROLE_HASH: kpods.role_hash(spec)})

@@ -292,6 +292,18 @@ def test_a_queued_pod_anywhere_is_created_gated_managed_with_its_role() -> None:
     assert _patch(review.mutate_pod(_review(unqueued), bound=False)) is None
 
 
+@pytest.mark.parametrize(("labels", "annotations", "field"), [
+    ({}, {p.GROUP_TOTAL_COUNT: "2"}, "metadata.labels." + p.GROUP_NAME),
+    ({p.GROUP_NAME: "g"}, {}, "metadata.annotations." + p.GROUP_TOTAL_COUNT),
+    ({p.GROUP_NAME: "g"}, {p.GROUP_TOTAL_COUNT: "0"}, "metadata.annotations." + p.GROUP_TOTAL_COUNT),
+])
+def test_a_queued_pod_with_bad_group_metadata_is_refused_at_creation(labels: dict[str, str],
+                                                                      annotations: dict[str, str], field: str) -> None:
+    answer = review.mutate_pod(_review(pod("a", labels, annotations, gated=False)), bound=False)
+    assert answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["message"].startswith(f"Pod team-a/a: {field}: ")
+
+
 def test_a_queued_deployments_template_is_queued_and_marked() -> None:
     dep = _serving("Deployment", "apps/v1", {"replicas": 1, "template": {"metadata": {"labels": {"app": "w"}},
                                                                         "spec": spec()}})
