@@ -456,7 +456,9 @@ class Router:
         meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
         namespace = meta.get("namespace") or "default"
         if namespace not in self.bound:
-            return None if key == ("batch/v1", "Job") else []  # not ours: left alone (no workload)
+            # not ours: a Job is left alone; a Pod or a serving object too when it names a queue
+            # (Kueue's pod integration takes it: events.jobkinds.pod_documents), else it has no workload
+            return None if key == ("batch/v1", "Job") or QUEUE_NAME_LABEL in _labels(meta) else []
         if QUEUE_NAME_LABEL in _labels(meta):
             return None if key == ("batch/v1", "Job") else self._pods(doc, body, meta, namespace, key)
         if key == ("batch/v1", "Job"):

@@ -1028,7 +1028,7 @@ def _job(ctx: _Ctx, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: st
 
 
 _GENERATED_NAME_KINDS = ({("batch/v1", "Job")} | {(f"{KUEUE_GROUP}/{v}", "Workload") for v in KUEUE_VERSIONS}
-                         | {k.key for k in jobkinds.OTHER_KINDS})
+                         | {k.key for k in jobkinds.OTHER_KINDS} | {("v1", "Pod")})
 
 
 class _Names:

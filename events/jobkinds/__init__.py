@@ -42,6 +42,10 @@ OTHER_KINDS: tuple[JobKind, ...] = (JOBSET, *kubeflow.KINDS, *ray.KINDS)
 """The kinds whose Workload this package builds (every kind but ``batch/v1`` Job)."""
 KINDS: tuple[JobKind, ...] = (JOB, *OTHER_KINDS)
 BY_KEY: Mapping[tuple[str, str], JobKind] = {k.key: k for k in KINDS}
+POD_KINDS: tuple[str, ...] = ("Pod",)
+"""Kueue's pod integration (``events.jobkinds.pods`` and ``serving``): ``--job-kinds Pod`` takes queued
+pods, pod groups, Deployments' pods and StatefulSets on a cluster (their Workloads are made from the
+pods, not from a suspendable object, so they are not :class:`JobKind` entries)."""
 
 
 def by_api_version(kinds: tuple[JobKind, ...]) -> tuple[tuple[tuple[str], tuple[str, ...]], ...]:
@@ -119,14 +123,14 @@ def to_workload(where: Where, kind: JobKind, meta: api.ObjectMeta, body: Mapping
 def parse_kind_names(text: str) -> tuple[str, ...]:
     """A comma-separated list of kinds besides Job (``JobSet,PyTorchJob``, any case) as the registry
     spells them, in registry order; ``ValueError`` naming the first unknown one and the choices."""
-    by_lower = {k.kind.lower(): k.kind for k in OTHER_KINDS}
+    by_lower = {k.kind.lower(): k.kind for k in OTHER_KINDS} | {k.lower(): k for k in POD_KINDS}
     wanted: set[str] = set()
     for raw in text.split(","):
         name = raw.strip()
         if not name:
             continue
         if name.lower() not in by_lower:
-            choices = ", ".join(k.kind for k in OTHER_KINDS)
+            choices = ", ".join([*(k.kind for k in OTHER_KINDS), *POD_KINDS])
             raise ValueError(f"unknown workload kind {name[:60]!r}: choose from {choices}")
         wanted.add(by_lower[name.lower()])
-    return tuple(k.kind for k in OTHER_KINDS if k.kind in wanted)
+    return tuple(k for k in [*(k.kind for k in OTHER_KINDS), *POD_KINDS] if k in wanted)

@@ -11,21 +11,35 @@ from __future__ import annotations
 
 from typing import Any
 
+from events.cluster import KUEUE_GROUP
 from events.jobkinds import OTHER_KINDS
 
 NAMESPACE = "kueuelog-system"
 VERBS = {"watcher": ["list", "watch"], "actuator": ["get", "list", "watch", "patch"]}
 
 
+POD_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch", "delete"]},
+    {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list"]},
+    {"apiGroups": [KUEUE_GROUP], "resources": ["workloads"], "verbs": ["list", "create", "delete"]},
+]
+"""The actuator's pod integration (``--job-kinds Pod``, ``services/actuator/podgroups.py``): queued pods
+listed, labelled into a StatefulSet's group, released (gate lifted) and stopped (deleted); StatefulSets
+listed; Workloads listed, created for pods, groups and StatefulSets and deleted when their owners are
+gone (``Finished`` is written on workloads/status, granted in ``deploy/base``)."""
+
+
 def rules(service: str) -> list[dict[str, Any]]:
-    """One rule per API group, its kinds' plurals in registry order, with the service's verbs."""
+    """One rule per API group, its kinds' plurals in registry order, with the service's verbs (and
+    for the actuator, the pod integration's :data:`POD_RULES`)."""
     groups: dict[str, list[str]] = {}
     for kind in OTHER_KINDS:
         plurals = groups.setdefault(kind.group, [])
         if kind.plural not in plurals:
             plurals.append(kind.plural)
-    return [{"apiGroups": [group], "resources": plurals, "verbs": list(VERBS[service])}
-            for group, plurals in groups.items()]
+    out = [{"apiGroups": [group], "resources": plurals, "verbs": list(VERBS[service])}
+           for group, plurals in groups.items()]
+    return out + ([dict(r) for r in POD_RULES] if service == "actuator" else [])
 
 
 def manifests() -> list[dict[str, Any]]:

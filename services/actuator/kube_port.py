@@ -95,7 +95,7 @@ from services.actuator.kubeplan import (
     workload_ref,
 )
 from services.actuator.loop import ActuationError, Staged, Tuning
-from services.actuator.pods import admit_pod, evict_pod, pod_owner
+from services.actuator.podgroups import is_pod_workload, release_pods, stop_pods
 
 _log = structlog.get_logger(__name__)
 
@@ -266,6 +266,20 @@ class KubePort:
             raise
         return True
 
+    async def _pod_scheduling(self, d: AdmitWorkload | AdmitChecked
+                              ) -> dict[str, tuple[dict[str, str], list[dict[str, Any]]]]:
+        """Each podSet's flavors' node labels and tolerations (what a released pod gets)."""
+        out: dict[str, tuple[dict[str, str], list[dict[str, Any]]]] = {}
+        for psa in d.admission.pod_set_assignments:
+            labels: dict[str, str] = {}
+            tolerations: list[dict[str, Any]] = []
+            for name in sorted({f for _, f in psa.flavors}):
+                flavor = await self._flavor(name)
+                labels.update(flavor.node_labels)
+                tolerations.extend(dict(x) for x in flavor.tolerations if dict(x) not in tolerations)
+            out[psa.name] = (labels, tolerations)
+        return out
+
     async def _flavor(self, name: str) -> FlavorScheduling:
         now = time.monotonic()
         hit = self._flavors.get(name)
@@ -322,11 +336,8 @@ class KubePort:
             elif starts and (kind_owner := await self._kind_owner(wl, d)) is not None:
                 if not await self._kind_apply(kind_owner, d):
                     continue
-            elif starts and (pod := pod_owner(wl)) is not None:  # a pod held by its scheduling gate: release it
-                labels: dict[str, str] = {}
-                for n in flavor_names(d):
-                    labels.update((await self._flavor(n)).node_labels)
-                await admit_pod(self._api, d.namespace, pod[0], pod[1], labels)
+            elif starts and is_pod_workload(wl):  # pods held by the scheduling gate (a pod, a group): release them
+                await release_pods(self._api, d.namespace, wl, await self._pod_scheduling(d))
             status = wl.get("status") or {}
             desired = admitted_status(status, d) if isinstance(d, AdmitWorkload) else checked_status(status, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
@@ -357,8 +368,8 @@ class KubePort:
             elif (kind_owner := await self._kind_owner(wl, d)) is not None:
                 if not await self._kind_apply(kind_owner, d):
                     continue
-            elif (pod := pod_owner(wl)) is not None:  # Kueue's pod integration stops a pod by deleting it
-                await evict_pod(self._api, d.namespace, pod[0])
+            elif is_pod_workload(wl):  # Kueue's pod integration stops its pods by deleting them
+                await stop_pods(self._api, d.namespace, wl)
             desired = evicted_status(wl.get("status") or {}, d)
             if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
                 if isinstance(d, DeactivateWorkload) and (wl.get("spec") or {}).get("active") is not False:

@@ -16,8 +16,9 @@ has to carry it.
   LocalQueueDefaulting; the webhook does it at creation, this catches Jobs created while it was not
   installed); the job reconciler then
   suspends it and queues it like any other.
-- :func:`admit_pod`: the admitted flavors' node labels added to the pod's nodeSelector and the
-  gate removed, in one conditional merge patch. :func:`evict_pod`: the pod is deleted (a
+- admission and eviction are the pod integration's (``services/actuator/podgroups.py``:
+  ``release_pods``, ``stop_pods``): the admitted flavors' node labels and tolerations added to the
+  pod and the gate removed, in one conditional merge patch; evicted, the pod is deleted (a
   Deployment's ReplicaSet makes a new, gated one, which queues again).
 """
 
@@ -39,7 +40,6 @@ from services.actuator.tree_reconciler import raw_call
 _log = structlog.get_logger(__name__)
 MERGE_PATCH: Final = "application/merge-patch+json"
 WORKLOADS: Final = f"/apis/{KUEUE_GROUP}/v1beta1"
-_MAX_CONFLICTS: Final = 5
 
 Json = dict[str, Any]
 
@@ -49,54 +49,12 @@ def gated(pod: Json) -> bool:
     return any(isinstance(g, dict) and g.get("name") == ADMISSION_GATE for g in gates)
 
 
-def pod_admit_patch(pod: Json, node_labels: dict[str, str]) -> Json | None:
-    """The merge patch that releases ``pod`` onto the flavors' nodes; None if it is released already."""
-    spec = pod.get("spec") or {}
-    if not gated(pod):
-        return None
-    gates = [g for g in spec.get("schedulingGates") or []
-             if not (isinstance(g, dict) and g.get("name") == ADMISSION_GATE)]
-    patch: Json = {"metadata": {"resourceVersion": (pod.get("metadata") or {}).get("resourceVersion")},
-                   "spec": {"schedulingGates": gates or None}}
-    if node_labels:
-        patch["spec"]["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **node_labels}
-    return patch
-
-
 def pod_owner(workload: Json) -> tuple[str, str] | None:
     """(name, uid) of the pod that owns ``workload``, if one does."""
     for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
         if isinstance(ref, dict) and ref.get("apiVersion") == "v1" and ref.get("kind") == "Pod":
             return str(ref.get("name")), str(ref.get("uid") or "")
     return None
-
-
-async def admit_pod(api: client.ApiClient, namespace: str, name: str, uid: str, node_labels: dict[str, str]) -> None:
-    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-    for _ in range(_MAX_CONFLICTS):
-        try:
-            pod = await raw_call(api, "GET", path)
-        except KubeApiError as e:
-            if e.not_found:
-                return  # deleted meanwhile: nothing to release (its Workload goes with it)
-            raise
-        if uid and (pod.get("metadata") or {}).get("uid") != uid:
-            return  # another pod under the same name
-        patch = pod_admit_patch(pod, node_labels)
-        if patch is None:
-            return
-        try:
-            await raw_call(api, "PATCH", path, body=patch, content_type=MERGE_PATCH)
-            return
-        except KubeApiError as e:
-            if not e.conflict:
-                raise
-    raise KubeApiError(f"release Pod {namespace}/{name}: still conflicting", retriable=True, status=409)
-
-
-async def evict_pod(api: client.ApiClient, namespace: str, name: str) -> None:
-    with contextlib.suppress(KubeApiError):  # gone already is as good (other errors: the loop retries)
-        await raw_call(api, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
 
 
 @dataclass

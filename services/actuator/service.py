@@ -22,6 +22,7 @@ from services.actuator.job_reconciler import JobReconciler, Policy
 from services.actuator.kind_reconciler import KindReconciler
 from services.actuator.kube_port import KUBE_TUNING, KubePort
 from services.actuator.loop import Actuator, Tuning
+from services.actuator.podgroups import PodGroupReconciler
 from services.actuator.pods import PodReconciler
 from services.actuator.runner import run_loop
 from services.actuator.tree_reconciler import TreeReconciler
@@ -54,6 +55,9 @@ class ActuatorService:
         self.pods = PodReconciler(reconciler_api or api) if elastic_quota_tree else None
         self.kinds = [KindReconciler(reconciler_api or api, k, cluster=cluster) for k in jobkinds.OTHER_KINDS
                       if k.kind in job_kinds]
+        # Kueue's pod integration in any namespace: pods, pod groups, StatefulSets (--job-kinds Pod).
+        self.pod_groups = (PodGroupReconciler(reconciler_api or api, elastic_quota_tree=elastic_quota_tree)
+                           if "Pod" in job_kinds else None)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop``; raises what stopped either task for good (the other is stopped too)."""
@@ -68,6 +72,8 @@ class ActuatorService:
                     group.create_task(self.pods.run(stop), name="pod reconciler")
                 for r in self.kinds:
                     group.create_task(r.run(stop), name=f"{r.kind.kind} reconciler")
+                if self.pod_groups is not None:
+                    group.create_task(self.pod_groups.run(stop), name="pod group reconciler")
         except BaseExceptionGroup as eg:
             if len(eg.exceptions) == 1:
                 raise eg.exceptions[0] from None  # say which failed, not "unhandled errors in a TaskGroup"

@@ -436,7 +436,8 @@ def _add_kube_options(run: argparse.ArgumentParser) -> None:
     kube.add_argument("--job-kinds", default=None, metavar="KIND,...",
                       help="watcher: also watch these workload kinds besides batch/v1 Job; actuator --kube: also "
                            "hold, release and evict them (their CRDs must exist): JobSet, PyTorchJob, TFJob, "
-                           "XGBoostJob, PaddleJob, JAXJob, MPIJob, RayJob, RayCluster, RayService "
+                           "XGBoostJob, PaddleJob, JAXJob, MPIJob, RayJob, RayCluster, RayService; Pod (actuator: "
+                           "queued pods, pod groups, Deployments' pods, StatefulSets in any namespace) "
                            "(default: KUEUELOG_JOB_KINDS, else none)")
     kube.add_argument("--t9k", action=argparse.BooleanOptionalAction,
                       default=os.environ.get("KUEUELOG_T9K", "").strip().lower() in ("1", "true", "yes"),

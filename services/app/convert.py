@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from events.jobkinds import pod_documents
 from events.manifests import Document, load, read_documents
 from services.runtime.manifestfiles import read_manifests
 
@@ -123,6 +124,7 @@ def expand_all(docs: Sequence[Document], *, printing: bool = True) -> Expansion:
             out.extend(produced.get(id(doc), []))
             continue
         out.extend(_rewritten(doc, rewrites))
+    out = pod_documents.expand(out)  # Pods, pod groups and serving kinds: the Workloads Kueue makes
     return Expansion(out, [n for c in conversions for n in c.notes])
 
 

@@ -80,7 +80,7 @@ from events.simcluster import (
     sim_cluster_topic,
 )
 from services.runtime.log import Log, Record, at_end, caught_up
-from services.simcluster.durations import AnnotationIndex, duration_of, ready_after_of
+from services.simcluster.durations import FOREVER, AnnotationIndex, duration_of, ready_after_of
 
 GROUP: Final = "simcluster"
 SOURCE: Final = "simcluster"
@@ -184,7 +184,7 @@ def fold_status(state: SimState, record: StatusRecord, behaviours: dict[str, Beh
         state.runs[key] = Run(record.run, record.decision_id, record.time, record.ready_at, record.end_at)
         state.handled.add(record.decision_id)
         # A stuck gang (kueuelog.io/sim-ready-after: never) has nothing to report until a stop.
-        if record.ready_at != NEVER and record.ready_at <= record.end_at:
+        if record.ready_at != NEVER and (record.end_at == NEVER or record.ready_at <= record.end_at):
             heapq.heappush(state.timeline, (record.ready_at, _READY, key, record.run))
         if record.end_at != NEVER:
             heapq.heappush(state.timeline, (record.end_at, _FINISH, key, record.run))
@@ -351,7 +351,7 @@ class SimCluster:
             name=cmd.name, run=self.state.run_counts.get(key, 0) + 1,
             # A gang that never gets all its pods never runs to its end either: it hangs until evicted.
             ready_at=NEVER if ready_after is None else now + ready_after,
-            end_at=NEVER if ready_after is None else now + duration.ms,
+            end_at=NEVER if ready_after is None or duration.ms == FOREVER else now + duration.ms,
             duration_source=duration.source,
         ))
 

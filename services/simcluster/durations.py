@@ -50,6 +50,12 @@ def parse_duration(text: str) -> int:
         raise DurationError(f"{e.message} (expected e.g. 90s, 5m, 1h30m or milliseconds)") from None
 
 
+NEVER = "never"
+FOREVER = -1
+"""``Duration.ms`` of ``kueuelog.io/sim-duration: never`` (Deployments', StatefulSets' and
+LeaderWorkerSets' Workloads in ``simulate``): the run never ends by itself."""
+
+
 @dataclass(frozen=True, slots=True)
 class Duration:
     ms: int
@@ -61,14 +67,13 @@ def duration_of(annotations: tuple[tuple[str, str], ...] | None, default_ms: int
     raw = dict(annotations or ()).get(SIM_DURATION_ANNOTATION)
     if raw is None:
         return Duration(default_ms, "default")
+    if raw.strip() == NEVER:
+        return Duration(FOREVER, "annotation")  # a serving workload: runs until it is evicted
     try:
         return Duration(parse_duration(raw), "annotation")
     except DurationError as e:
         # Bad input never stops the line: the workload still runs, for the default time.
         return Duration(default_ms, f"default (invalid annotation: {e})")
-
-
-NEVER = "never"
 
 
 def ready_after_of(annotations: tuple[tuple[str, str], ...] | None, default_ms: int) -> int | None:

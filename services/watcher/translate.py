@@ -43,7 +43,9 @@ from events.cluster import (
     KUEUE_GROUP,
     ORIGINAL_POD_SCHEDULING_ANNOTATION,
     REJECTED_LABEL,
+    ConditionReason,
     ConditionStatus,
+    ConditionType,
     JobConditionType,
 )
 from events.codec import encode
@@ -208,6 +210,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         running, status_events = _kind_status(OTHER_JOB_KINDS[kind], body, meta, normalized, time_ms)
         frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations)
         envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status_events)
+    if isinstance(normalized, o.Workload) and kind == "Workload":
+        envelopes.extend(envelope(what, ev) for what, ev in _workload_finished(obj, normalized, time_ms))
     if isinstance(normalized, o.Workload) and kind == "Job":
         running, status_events, errors = _job_status(located, body, meta, normalized, time_ms)
         frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations)
@@ -331,6 +335,21 @@ def _job_status(
         completed = EvictionCompleted(time=time_ms, namespace=wl.namespace, name=wl.name)
         return running, [("eviction-completed", completed, str(decision))], []
     return running, [], []
+
+
+def _workload_finished(obj: Mapping[str, Any], wl: o.Workload, time_ms: int) -> list[tuple[str, ClusterEvent]]:
+    """A Workload no watched object owns, marked ``Finished=True`` on the cluster (the pod
+    integration's pods and groups: ``services.actuator.podgroups``): it finished."""
+    status = obj.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    for c in conditions if isinstance(conditions, list) else []:
+        if (isinstance(c, Mapping) and c.get("type") == ConditionType.FINISHED
+                and c.get("status") == ConditionStatus.TRUE):
+            message = c.get("message")
+            return [("finished", WorkloadFinished(time=time_ms, namespace=wl.namespace, name=wl.name,
+                                                  succeeded=c.get("reason") != ConditionReason.FAILED,
+                                                  message=message if isinstance(message, str) else ""))]
+    return []
 
 
 def _kind_status(

@@ -25,10 +25,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from events import jobkinds, t9k
 from events import objects as o
-from events import t9k
 from events.cluster import ADMISSION_GATE, QUEUE_NAME_LABEL
 from events.elasticquota import DEFAULT_LOCAL_QUEUE
+from events.jobkinds import pods as kpods
+from events.jobkinds import serving
 from events.manifests import Document, ManifestError, normalize
 from services.core.t9k import Requester, creation_refusal
 
@@ -124,24 +126,89 @@ def _owned_by_job(meta: Mapping[str, Any]) -> bool:
                for r in refs)
 
 
+def _queued_pod(request: Mapping[str, Any], meta: Mapping[str, Any]) -> bool:
+    """Kueue's pod webhook with its defaults: a pod with a queue-name label (or made by a queued
+    Deployment or StatefulSet: ``pod-suspending-parent``), outside kube-system and kueue-system."""
+    namespace = str(request.get("namespace") or meta.get("namespace") or "")
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    return namespace not in kpods.UNMANAGED_NAMESPACES and (
+        QUEUE_NAME_LABEL in labels or kpods.SUSPENDED_BY_PARENT in annotations)
+
+
+def _owned_by_workload_kind(meta: Mapping[str, Any]) -> bool:
+    """A pod another integrated kind made (a Job's, a PyTorchJob's): its owner is the workload."""
+    return _owned_by_job(meta) or any(
+        isinstance(r, dict) and (str(r.get("apiVersion", "")), str(r.get("kind", ""))) in jobkinds.BY_KEY
+        for r in meta.get("ownerReferences") or [])
+
+
+def _meta_ops(meta: Mapping[str, Any], key: str, values: Mapping[str, str]) -> list[dict[str, Any]]:
+    have = meta.get(key)
+    if not isinstance(have, dict):
+        return [{"op": "add", "path": f"/metadata/{key}", "value": dict(values)}]
+    return [{"op": "add", "path": f"/metadata/{key}/{k.replace('~', '~0').replace('/', '~1')}", "value": v}
+            for k, v in values.items() if have.get(k) != v]
+
+
 def mutate_pod(review: Review, *, bound: bool) -> dict[str, Any]:
-    """A pod created in a namespace bound to a tree leaf is held by the admission gate until its
-    Workload is admitted (``services/actuator/pods.py`` makes the Workload and lifts the gate); a
-    Job's pods are the Job's (the Job is suspended instead), and a pod gated already is left."""
+    """A pod created in a namespace bound to a tree leaf, or queued (:func:`_queued_pod`), is held by
+    the admission gate until its Workload is admitted (``services/actuator/pods.py`` and
+    ``podgroups.py`` make the Workload and lift the gate); a queued pod is also labelled
+    ``kueue.x-k8s.io/managed`` and given its ``kueue.x-k8s.io/role-hash``, as Kueue's webhook does.
+    A pod of a Job (or of another integrated kind) is its owner's, and a pod gated already keeps its gate."""
     request = _request(review)
     pod = request.get("object") or {}
-    if not bound or request.get("operation") != "CREATE" or not isinstance(pod, dict):
+    if request.get("operation") != "CREATE" or not isinstance(pod, dict):
         return response(review, allowed=True)
+    meta: Mapping[str, Any] = kpods.obj_of(pod.get("metadata"))
     spec = pod.get("spec")
-    if not isinstance(spec, dict) or _owned_by_job(pod.get("metadata") or {}):
+    queued = _queued_pod(request, meta)
+    if not (bound or queued) or not isinstance(spec, dict) or _owned_by_workload_kind(meta):
         return response(review, allowed=True)
+    patch: list[dict[str, Any]] = []
+    if queued:
+        try:  # Kueue's pod webhook refuses bad group metadata at creation (validatePodGroupMetadata)
+            namespace = request.get("namespace") or meta.get("namespace")
+            kpods.total_count(kpods.pod_info({**pod, "metadata": {**meta, "namespace": namespace}}))
+        except kpods.GroupError as e:
+            return response(review, allowed=False, message=str(e))
+        patch += _meta_ops(meta, "labels", {kpods.MANAGED: "true"})
+        if kpods.ROLE_HASH not in (meta.get("annotations") or {}):
+            patch += _meta_ops(meta, "annotations", {kpods.ROLE_HASH: kpods.role_hash(spec)})
     gates = spec.get("schedulingGates")
-    if isinstance(gates, list) and any(isinstance(g, dict) and g.get("name") == ADMISSION_GATE for g in gates):
+    if not (isinstance(gates, list) and any(isinstance(g, dict) and g.get("name") == ADMISSION_GATE for g in gates)):
+        gate = {"name": ADMISSION_GATE}
+        patch += ([{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}] if isinstance(gates, list) else
+                  [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}])
+    return response(review, allowed=True, patch=patch or None)
+
+
+def mutate_serving(review: Review) -> dict[str, Any]:
+    """A queued Deployment or StatefulSet (Kueue's deployment and statefulset webhooks): its pod
+    template gets ``kueue.x-k8s.io/managed``, the queue-name (and priority-class) label and the
+    ``kueue.x-k8s.io/pod-suspending-parent`` annotation, so that each pod it makes is created
+    gated and queued. (Kueue's StatefulSet webhook sets only the annotation and its pod reconciler
+    the labels later; kueuelog puts the labels in the template, so its reconciler finds the pods.)"""
+    request = _request(review)
+    obj = request.get("object") or {}
+    if request.get("operation") not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
         return response(review, allowed=True)
-    gate = {"name": ADMISSION_GATE}
-    patch = ([{"op": "add", "path": "/spec/schedulingGates/-", "value": gate}] if isinstance(gates, list) else
-             [{"op": "add", "path": "/spec/schedulingGates", "value": [gate]}])
-    return response(review, allowed=True, patch=patch)
+    meta: Mapping[str, Any] = kpods.obj_of(obj.get("metadata"))
+    labels: Mapping[str, str] = kpods.obj_of(meta.get("labels"))
+    namespace = str(request.get("namespace") or meta.get("namespace") or "")
+    spec = obj.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    if QUEUE_NAME_LABEL not in labels or namespace in kpods.UNMANAGED_NAMESPACES or not isinstance(template, dict):
+        return response(review, allowed=True)
+    framework = "statefulset" if obj.get("kind") == "StatefulSet" else "deployment"
+    tmeta: Mapping[str, Any] | None = template.get("metadata") if isinstance(template.get("metadata"), dict) else None
+    want = {"labels": serving.propagated_labels(labels), "annotations": serving.parent_annotation(framework)}
+    if tmeta is None:
+        patch = [{"op": "add", "path": "/spec/template/metadata", "value": want}]
+    else:
+        patch = [{**op, "path": "/spec/template" + op["path"]}
+                 for key, values in want.items() for op in _meta_ops(tmeta, key, values)]
+    return response(review, allowed=True, patch=patch or None)
 
 
 def _refusal(obj: Mapping[str, Any]) -> tuple[o.AnyObject | None, str | None]:

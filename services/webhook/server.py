@@ -3,8 +3,11 @@
 Routes (each takes and returns an ``admission.k8s.io/v1`` AdmissionReview):
 
 - ``POST /mutate-batch-v1-job``: queued Jobs are created suspended (:func:`review.mutate_job`);
-- ``POST /mutate-v1-pod``: pods in a namespace bound to an ElasticQuotaTree leaf are created held
-  by the admission gate (:func:`review.mutate_pod`);
+- ``POST /mutate-v1-pod``: pods in a namespace bound to an ElasticQuotaTree leaf, and pods with a
+  queue-name label anywhere (Kueue's pod integration), are created held by the admission gate
+  (:func:`review.mutate_pod`);
+- ``POST /mutate-apps-v1``: a queued Deployment's or StatefulSet's pod template gets the queue
+  label and ``pod-suspending-parent``, so its pods are created gated (:func:`review.mutate_serving`);
 - ``POST /validate-kueue``: Kueue objects and T9k Queues, checked as ``simulate`` checks them;
 - ``POST /validate-t9k-job``: Jobs on a T9k Queue, refused at creation by the Queue's rules;
 - ``GET /healthz``.
@@ -127,6 +130,9 @@ def application(cluster: Cluster | None) -> web.Application:
             return review.mutate_pod(body, bound=False)
         return review.mutate_pod(body, bound=await cluster.bound(str(request.get("namespace", ""))))
 
+    async def mutate_serving(body: review.Review) -> dict[str, Any]:
+        return review.mutate_serving(body)
+
     async def validate(body: review.Review) -> dict[str, Any]:
         return review.validate_object(body)
 
@@ -146,6 +152,7 @@ def application(cluster: Cluster | None) -> web.Application:
     app = web.Application(client_max_size=4 * 1024 * 1024)
     app.router.add_post("/mutate-batch-v1-job", _handler(mutate))
     app.router.add_post("/mutate-v1-pod", _handler(mutate_pod))
+    app.router.add_post("/mutate-apps-v1", _handler(mutate_serving))
     app.router.add_post("/validate-kueue", _handler(validate))
     app.router.add_post("/validate-t9k-job", _handler(validate_job))
     app.router.add_get("/healthz", healthz)

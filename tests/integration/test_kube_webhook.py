@@ -378,3 +378,47 @@ async def test_the_watcher_with_t9k_publishes_queues_and_their_jobs(webhooks: We
     assert cq.t9k.priority == 70 and cq.t9k.allocated == () and cq.cohort == t9k.COHORT
     assert wl.namespace == webhooks.namespace and t9k.is_t9k_workload(wl)
     assert wl.pod_sets[0].requests == (("cpu", 2000),)
+
+
+async def test_queued_pods_anywhere_and_queued_serving_objects_pods_are_created_gated(webhooks: Webhooks) -> None:
+    """Kueue's pod integration in a namespace bound to nothing: a pod with a queue-name label is
+    created gated, labelled managed, with its role hash; a queued Deployment's and StatefulSet's pod
+    templates are given the queue label and ``pod-suspending-parent``, so the pods made from them
+    (the test plays the ReplicaSet and StatefulSet controllers) are gated too; unqueued ones are not."""
+    from events.cluster import QUEUE_NAME_LABEL
+    from events.jobkinds import pods as kpods
+
+    ns, core, apps = webhooks.namespace, client.CoreV1Api(webhooks.api), client.AppsV1Api(webhooks.api)
+    container = {"name": "main", "image": "registry.k8s.io/e2e-test-images/agnhost:2.53",
+                 "resources": {"requests": {"cpu": "1"}}}
+
+    def gates(p: client.V1Pod) -> list[str]:
+        return [g.name for g in p.spec.scheduling_gates or []]
+
+    queued = await core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "queued", "labels": {QUEUE_NAME_LABEL: "lq"}}, "spec": {"containers": [container]}})
+    assert gates(queued) == [ADMISSION_GATE] and queued.metadata.labels[kpods.MANAGED] == "true"
+    # over the spec as the webhook sees it: defaulted (the API server's default tolerations count, as for Kueue)
+    stored = webhooks.api.sanitize_for_serialization(queued.spec)
+    assert queued.metadata.annotations[kpods.ROLE_HASH] == kpods.role_hash(stored)
+    plain = await core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+                                                  "spec": {"containers": [container]}})
+    assert gates(plain) == []
+
+    template = {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [container]}}
+    spec = {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}, "template": template}
+    for kind, create in (("Deployment", apps.create_namespaced_deployment),
+                         ("StatefulSet", apps.create_namespaced_stateful_set)):
+        extra = {"serviceName": "web"} if kind == "StatefulSet" else {}
+        made = await create(ns, {"apiVersion": "apps/v1", "kind": kind, "metadata": {
+            "name": f"web-{kind.lower()}", "labels": {QUEUE_NAME_LABEL: "lq"}}, "spec": {**spec, **extra}})
+        tmeta = made.spec.template.metadata
+        assert tmeta.labels[QUEUE_NAME_LABEL] == "lq" and tmeta.labels[kpods.MANAGED] == "true"
+        assert tmeta.annotations[kpods.SUSPENDED_BY_PARENT] == kind.lower()
+        pod = await core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": f"web-{kind.lower()}-0", "labels": tmeta.labels, "annotations": tmeta.annotations},
+            "spec": {"containers": [container]}})
+        assert gates(pod) == [ADMISSION_GATE]
+    unqueued = await apps.create_namespaced_deployment(ns, {"apiVersion": "apps/v1", "kind": "Deployment",
+                                                            "metadata": {"name": "free"}, "spec": spec})
+    assert QUEUE_NAME_LABEL not in (unqueued.spec.template.metadata.labels or {})

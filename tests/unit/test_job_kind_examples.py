@@ -48,6 +48,43 @@ EXAMPLES = [
 ]
 
 
+# Kueue's pod integration: (Workload name, or a prefix ending in '-' before a 5-digit hash; podSets
+# with per-pod requests). A group's podSets are named by role hash (Kueue's values for these specs).
+POD_EXAMPLES = [
+    pytest.param("pod.yaml", [("pod-nap-", [("main", 1, {"cpu": "2"})])], id="Pod: one Workload per pod"),
+    pytest.param("pod-group.yaml", [("trio", [("3e7adba3", 2, {"cpu": "500m"}), ("dc85db45", 1, {"cpu": "1"})])],
+                 id="pod group: named after the group, a podSet per role"),
+    pytest.param("deployment.yaml",
+                 [(f"pod-web-frontend-{i}-", [("main", 1, {"cpu": "500m", "memory": "200Mi"})]) for i in range(2)],
+                 id="Deployment: a Workload per pod"),
+    pytest.param("statefulset.yaml", [("statefulset-kv-store-", [("main", 3, {"cpu": "300m", "memory": "100Mi"})])],
+                 id="StatefulSet: one group of replicas"),
+    pytest.param("leaderworkerset.yaml",
+                 [(f"leaderworkerset-shards-{i}-", [("leader", 1, {"cpu": "200m"}), ("worker", 2, {"cpu": "100m"})])
+                  for i in range(2)], id="LeaderWorkerSet: a group per replica"),
+]
+
+
+def _times(count: int, per_pod: dict[str, str]) -> dict[str, str]:
+    from events.quantity import format_amount, to_amount
+
+    return {r: format_amount(r, count * to_amount(r, q)) for r, q in per_pod.items()}
+
+
+@pytest.mark.parametrize(("file", "workloads"), POD_EXAMPLES)
+def test_pod_integration_example_is_admitted_with_kueues_pod_sets(
+        file: str, workloads: list[tuple[str, list[tuple[str, int, dict[str, str]]]]]) -> None:
+    items = result_list(simulate([str(DIR / "setup.yaml"), str(DIR / file)], None))["items"]
+    assert len(items) == len(workloads)
+    for wl, (name, pod_sets) in zip(items, workloads, strict=True):
+        got = wl["metadata"]["name"]
+        assert got == name if not name.endswith("-") else (got.startswith(name) and len(got) == len(name) + 5 + (
+            6 if file == "pod.yaml" else 0))
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [(n, c) for n, c, _ in pod_sets]
+        usage = [(a["name"], a["count"], a["resourceUsage"]) for a in wl["status"]["admission"]["podSetAssignments"]]
+        assert usage == [(n, c, _times(c, r)) for n, c, r in pod_sets]
+
+
 def _one(file: str) -> dict[str, Any]:
     items = result_list(simulate([str(DIR / "setup.yaml"), str(DIR / file)], None))["items"]
     assert len(items) == 1
@@ -72,7 +109,7 @@ def test_example_is_admitted_with_kueues_pod_sets(file: str, prefix: str,
 def test_all_kinds_together_share_the_nine_cpus() -> None:
     files = [str(DIR / "setup.yaml"), *sorted(str(p) for p in DIR.glob("*.yaml") if p.name != "setup.yaml")]
     items = result_list(simulate(files, None))["items"]
-    assert len(items) == len(EXAMPLES)
+    assert len(items) == len(EXAMPLES) + sum(len(p.values[1]) for p in POD_EXAMPLES)
     admitted = [i for i in items if "admission" in i["status"]]
     pending = [i for i in items if "admission" not in i["status"]]
     millis = sum(int(float(u["resourceUsage"]["cpu"].rstrip("m")) * (1 if u["resourceUsage"]["cpu"].endswith("m")

@@ -1,6 +1,7 @@
 """The workload kinds through the simulated cluster and the log (``run all`` in simulated time):
 Kueue's job-kind examples (``tests/fixtures/kueue-job-kinds``) arrive, are admitted, run and
-finish, and ``explain`` names each by its kind."""
+finish (serving ones, a Deployment's pods, a StatefulSet, a LeaderWorkerSet, run on and never
+finish), and ``explain`` names each by its kind."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from events.envelope import Topics
 from services.actuator.loop import Actuator
 from services.actuator.sim_port import SimClusterPort
+from services.app.convert import expand
 from services.app.driver import Loop
 from services.app.logview import explain
 from services.runtime.sqlite import SqliteLog
@@ -26,20 +28,32 @@ def test_kinds_run_to_the_end_in_the_simulated_cluster_and_explain_names_their_k
     files = {"00-setup.yaml": files.pop("setup.yaml"), **files}
     config = SimConfig()
     loop = Loop(Scheduler(log, topics=topics), Actuator(log, SimClusterPort(topics, config.cluster), topics=topics),
-                SimCluster.simulated(log, config, topics), ArrivalStream.from_files(log, files, topics=topics))
+                SimCluster.simulated(log, config, topics),
+                ArrivalStream.from_files(log, files, topics=topics, expand=expand))
 
-    def all_finished() -> bool:
+    serving = ("Deployment", "StatefulSet", "LeaderWorkerSet")
+
+    def is_serving(r: object) -> bool:  # a Deployment's pods' Workloads are owned by the pods, marked never
+        return dict(r.obj.annotations or ()).get("kueuelog.io/sim-duration") == "never"  # type: ignore[attr-defined]
+
+    def settled() -> bool:
         records = loop.scheduler.state.workloads.values()
-        return len(records) == 10 and all(r.finished for r in records)
+        return len(records) == 17 and all(r.admission is not None and not r.finished if is_serving(r) else r.finished
+                                          for r in records)
 
     for _ in range(100_000):
         loop.round()
-        if all_finished():
+        if settled():
             break
-    assert all_finished()
+    assert settled()  # serving Workloads (a Deployment's pods, a StatefulSet, a LeaderWorkerSet) run on, never end
     owners = sorted(r.obj.owner.kind for r in loop.scheduler.state.workloads.values() if r.obj.owner)
-    assert owners == ["JAXJob", "JobSet", "MPIJob", "PaddleJob", "PyTorchJob", "RayCluster", "RayJob", "RayService",
-                      "TFJob", "XGBoostJob"]
+    assert owners == ["JAXJob", "JobSet", "LeaderWorkerSet", "LeaderWorkerSet", "MPIJob", "PaddleJob", "Pod", "Pod",
+                      "Pod", "Pod", "PyTorchJob", "RayCluster", "RayJob", "RayService", "StatefulSet", "TFJob",
+                      "XGBoostJob"]  # the pods: one plain, the group's first, the Deployment's two
+    assert [k for k in owners if k in serving] == ["LeaderWorkerSet", "LeaderWorkerSet", "StatefulSet"]
     lines = explain(log, topics, "default/pytorchjob-mnist")
     assert any("as Workload default/pytorchjob-pytorchjob-mnist-" in line
                and "(PyTorchJob default/pytorchjob-mnist) to LocalQueue user-queue" in line for line in lines)
+    lines = explain(log, topics, "default/kv-store")
+    assert any("as Workload default/statefulset-kv-store-" in line
+               and "(StatefulSet default/kv-store) to LocalQueue user-queue" in line for line in lines)
