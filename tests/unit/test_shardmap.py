@@ -111,7 +111,7 @@ def test_a_workload_stays_where_it_went_first() -> None:
 @pytest.mark.parametrize(("data", "error"), [
     pytest.param({"shards": 0}, "shards must be 1..1024, not 0", id="no shards"),
     pytest.param({"shards": 2, "trees": {"a": 2}}, "trees.a: shard 2 is outside 0..1", id="a shard out of range"),
-    pytest.param({"shards": 2, "trees": {"a": "x"}}, "trees.a: the shard must be an integer", id="a shard not a number"),
+    pytest.param({"shards": 2, "trees": {"a": "x"}}, "trees.a: the shard must be an integer", id="not a number"),
     pytest.param({"shards": "2"}, "shards must be an integer", id="shards not a number"),
     pytest.param({"shard": 2}, "unknown field 'shard'", id="a misspelt field"),
     pytest.param([1], "expected a mapping", id="a list"),
