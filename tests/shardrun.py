@@ -36,13 +36,13 @@ class ShardOutcome:
     cycles: list[int] = field(default_factory=list)
 
 
-def decisions_of(log: Log, out: ShardOutcome) -> int:
+def decisions_of(log: Log, out: ShardOutcome, topics: Topics = T) -> int:
     """Add ``log``'s decisions to ``out`` (per workload: type, ClusterQueue and body, without the
     cycle-numbered id and the time: a decision's time is its shard's clock, the newest event
     folded on that shard, which is earlier on a shard that was not sent another tree's later
     events); returns how many there were."""
     count = 0
-    for rec in log.read(T.decisions, 0, 10_000_000):
+    for rec in log.read(topics.decisions, 0, 10_000_000):
         d = decode_decision(rec.value)
         if isinstance(d, CycleCompleted):
             continue
@@ -55,14 +55,15 @@ def decisions_of(log: Log, out: ShardOutcome) -> int:
     return count
 
 
-def run_sharded(shards: Sequence[Log], shard_map: ShardMap,
-                objs: list[tuple[Document, o.AnyObject]]) -> ShardOutcome:
-    """Seed ``objs`` through the router, then drive every shard's loop until it is idle."""
-    router = RoutingLog(shards, shard_map, topics=T)
-    seed_all(router, objs, topics=T)
+def run_sharded(shards: Sequence[Log], shard_map: ShardMap, objs: list[tuple[Document, o.AnyObject]], *,
+                publishers: Sequence[Log] | None = None, topics: Topics = T) -> ShardOutcome:
+    """Seed ``objs`` through the router (over ``publishers``, by default the shards' logs
+    themselves), then drive every shard's loop until it is idle."""
+    router = RoutingLog(publishers or shards, shard_map, topics=topics)
+    seed_all(router, objs, topics=topics)
     out = ShardOutcome()
     for log in shards:
-        result = drive_until_idle(log, topics=T)
+        result = drive_until_idle(log, topics=topics)
         out.cycles.append(result.scheduler.state.cycles)
-        out.per_shard.append(decisions_of(log, out))
+        out.per_shard.append(decisions_of(log, out, topics))
     return out

@@ -88,25 +88,36 @@ def log_settings(args: argparse.Namespace, *, path: str | None = None, create: b
         raise SettingsError("give either an embedded log (--log/LOG) or --bootstrap-servers, not both")
     if not where and not bootstrap:
         raise SettingsError("no log given: use --log PATH (the embedded log) or --bootstrap-servers")
+    if int(args.shard) < 0:
+        raise SettingsError("--shard all is for replay, explain and tail; a service runs one shard (--shard N)")
     return LogSettings(path=where, bootstrap_servers=bootstrap, topic_prefix=str(args.topic_prefix),
                        shard=int(args.shard), create=create)
 
 
-def open_log(settings: LogSettings, *, role: str | None = None, environ: Mapping[str, str] = os.environ) -> Log:
-    """The embedded log, or Kafka as the writer ``role`` (None: no transactional writer). A log
-    that cannot be opened raises the backend's LogError (exit 4), bad Kafka settings BadSetting."""
+def open_log(settings: LogSettings, *, role: str | None = None, environ: Mapping[str, str] = os.environ,
+             shards: int | None = None) -> Log:
+    """The embedded log (its shard ``settings.shard``: ``services.runtime.shards``), or Kafka as
+    the writer ``role`` (None: no transactional writer); ``shards`` overrides
+    KUEUELOG_KAFKA_SHARDS (a reader that learnt it from the recorded shard map). A log that
+    cannot be opened raises the backend's LogError (exit 4), bad Kafka settings BadSetting."""
     if settings.bootstrap_servers:
         from services.runtime.kafka import KafkaLog, KafkaSettings
 
         try:
-            kafka = KafkaSettings.from_env(environ, bootstrap_servers=settings.bootstrap_servers)
+            kafka = KafkaSettings.from_env(environ, bootstrap_servers=settings.bootstrap_servers,
+                                           **({"shards": shards} if shards else {}))
         except ValueError as e:
             raise BadSetting(str(e)) from None
+        if settings.shard >= kafka.shards:
+            raise BadSetting(f"kafka: shard {settings.shard} is outside 0..{kafka.shards - 1}: set "
+                             f"KUEUELOG_KAFKA_SHARDS to the number of shards (the topics' partitions)")
         return KafkaLog(kafka, prefix=settings.topic_prefix, shard=settings.shard, role=role)
+    from services.runtime.shards import ShardView
     from services.runtime.sqlite import SqliteLog
 
     assert settings.path is not None  # log_settings gives one or the other
-    return SqliteLog(settings.path, create=settings.create)
+    log = SqliteLog(settings.path, create=settings.create)
+    return ShardView(log, settings.shard, owns=True) if settings.shard else log
 
 
 # --- what each service is given --------------------------------------------------------------------

@@ -71,10 +71,11 @@ class _ShardWaiter:
 class ShardView:
     """Shard ``shard`` (> 0) of an embedded log: the port with every topic and role renamed."""
 
-    def __init__(self, log: Log, shard: int) -> None:
+    def __init__(self, log: Log, shard: int, *, owns: bool = False) -> None:
+        """``owns``: closing the view closes ``log`` (else it is shared with the other shards)."""
         if shard < 1:
             raise ValueError(f"a shard view is for shards 1 and up, not {shard} (shard 0 is the log itself)")
-        self.inner, self.shard = log, shard
+        self.inner, self.shard, self._owns = log, shard, owns
         self._leadership = _ShardLeadership(log.leadership, shard)
         waiter = log.waiter
         self._waiter = None if waiter is None else _ShardWaiter(waiter, shard)
@@ -115,7 +116,8 @@ class ShardView:
         self.transact({}, {(group, topic): next_offset})
 
     def close(self) -> None:
-        """The file belongs to whoever opened it (every shard shares it): closing a view closes nothing."""
+        if self._owns:
+            self.inner.close()
 
 
 def embedded_shards(log: Log, shards: int) -> list[Log]:
