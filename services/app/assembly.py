@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from kubernetes_asyncio import client
     from prometheus_client import CollectorRegistry
 
+    from events.shardmap import ShardMap
     from services.actuator.job_reconciler import Policy
     from services.runtime.health import HealthServer
     from services.scheduler.runner import StepHook
@@ -173,6 +175,7 @@ class WatcherSettings(ServiceSettings):
     kube: KubeSettings
     t9k: bool = False  # also watch T9k Queues (events.t9k)
     job_kinds: tuple[str, ...] = ()  # also watch these workload kinds (events.jobkinds), e.g. JobSet
+    shard_map: ShardMap | None = None  # publish to every shard, each event where it belongs
     name: ClassVar[ServiceName] = "watcher"
     writer: ClassVar[str | None] = None
     leads: ClassVar[str | None] = None
@@ -307,6 +310,19 @@ def _job_kinds(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[st
         raise SettingsError(f"{where}: {e}") from None
 
 
+def _shard_map(args: argparse.Namespace) -> ShardMap | None:
+    from events.shardmap import ShardMapError
+    from services.runtime.shards import load_shard_map
+
+    path = getattr(args, "shard_map", None)
+    if not path:
+        return None
+    try:
+        return load_shard_map(path)
+    except ShardMapError as e:
+        raise BadSetting(f"--shard-map: {e}") from None
+
+
 def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> RunSettings:
     """The settings of ``kueuelog run SERVICE`` from its flags and the environment."""
     o = run_options(args, environ)
@@ -323,7 +339,8 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
             return SchedulerSettings(log=log, http=o.http, cluster=o.cluster, seed=seed)
         case "watcher":
             return WatcherSettings(log=log, http=o.http, cluster=o.cluster, kube=kube,
-                                   t9k=bool(getattr(args, "t9k", False)), job_kinds=_job_kinds(args, environ))
+                                   t9k=bool(getattr(args, "t9k", False)), job_kinds=_job_kinds(args, environ),
+                                   shard_map=_shard_map(args))
         case "actuator":
             return ActuatorSettings(log=log, http=o.http, cluster=o.cluster, kube=kube if o.kube else None,
                                     policy=o.policy, qps=float(args.qps), burst=int(args.burst),
@@ -557,14 +574,40 @@ async def _simcluster(settings: SimclusterSettings, context: _Context) -> None:
 
 async def _watcher(settings: WatcherSettings, context: _Context, cfg: client.Configuration | None) -> None:
     from services.runtime.kubeclient import api_client
+    from services.runtime.shards import RoutingLog
     from services.watcher.service import WatcherService
 
     assert cfg is not None  # the watcher always has a Kubernetes configuration
+    log = publishing_log(settings, context.log)
     async with api_client(cfg) as api:
-        watcher = WatcherService(context.log, api, cluster=settings.cluster, topics=settings.log.topics,
+        watcher = WatcherService(log, api, cluster=settings.cluster, topics=settings.log.topics,
                                  status=context.status, t9k=settings.t9k, job_kinds=settings.job_kinds)
         context.registry.register(watcher.collector())
-        await watcher.run(context.stop)
+        try:
+            await watcher.run(context.stop)
+        finally:
+            if log is not context.log:
+                assert isinstance(log, RoutingLog)
+                for shard in log.shards[1:]:
+                    shard.close()
+
+
+def publishing_log(settings: WatcherSettings, log: Log, environ: Mapping[str, str] = os.environ) -> Log:
+    """What the watcher publishes through: ``log`` itself, or with a shard map of several shards a
+    router over every shard's log (``log`` is shard 0's)."""
+    from services.runtime.shards import RoutingLog, embedded_shards
+
+    shard_map = settings.shard_map
+    if shard_map is None or shard_map.shards == 1:
+        return log
+    if settings.log.shard != 0:
+        raise SettingsError("a watcher with --shard-map publishes to every shard: leave --shard at 0")
+    if settings.log.bootstrap_servers:
+        shards = [log] + [open_log(dataclasses.replace(settings.log, shard=s), environ=environ,
+                                   shards=shard_map.shards) for s in range(1, shard_map.shards)]
+    else:
+        shards = embedded_shards(log, shard_map.shards)
+    return RoutingLog(shards, shard_map, topics=settings.log.topics)
 
 
 async def _actuator(settings: ActuatorSettings, context: _Context, cfg: client.Configuration | None) -> None:

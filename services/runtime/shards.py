@@ -30,7 +30,7 @@ import structlog
 
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
 from events.envelope import Topics
-from events.shardmap import ShardMap, ShardRouter
+from events.shardmap import ShardMap, ShardMapError, ShardRouter, parse_shard_map
 from services.runtime.log import Leadership, Log, Record, RecordWaiter
 
 _log = structlog.get_logger(__name__)
@@ -247,3 +247,18 @@ def recorded_map(log: Log, topics: Topics) -> ShardMap | None:
     value = recorded_map_value(log, shard_map_topic(topics))
     return None if value is None else msgspec.json.decode(value, type=ShardMap)
 
+
+
+def load_shard_map(path: str) -> ShardMap:
+    """A shard map from a YAML or JSON file (``{shards: N, trees: {root: shard}}``); ShardMapError
+    names the file and the field."""
+    import yaml
+
+    from services.runtime.manifestfiles import read_manifests
+
+    try:
+        text = next(iter(read_manifests([path]).values()))
+        data = yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise ShardMapError(f"{path}: cannot read the shard map: {str(e).splitlines()[0]}") from None
+    return parse_shard_map(data, where=path)

@@ -157,3 +157,58 @@ def test_each_embedded_shard_has_its_own_writer_lock(tmp_path: Path) -> None:
     assert asyncio.run(a.leadership.acquire("scheduler")) and asyncio.run(b.leadership.acquire("scheduler"))
     assert (tmp_path / "scheduler.lock").exists() and (tmp_path / "scheduler.shard-1.lock").exists()
     log.close()
+
+
+def test_the_watcher_publishes_through_the_router_of_its_shard_map(tmp_path: Path) -> None:
+    from services.app.assembly import BadSetting, WatcherSettings, publishing_log, run_settings
+    from services.app.cli import build_parser
+
+    (tmp_path / "shards.yaml").write_text("shards: 2\ntrees:\n  team-a: 1\n")
+    args = build_parser().parse_args(["run", "watcher", "--log", str(tmp_path / "log"),
+                                      "--shard-map", str(tmp_path / "shards.yaml"), "--kubeconfig", "k"])
+    settings = run_settings(args, environ={})
+    assert isinstance(settings, WatcherSettings)
+    assert settings.shard_map == ShardMap(shards=2, trees=(("team-a", 1),))
+    log = SqliteLog(tmp_path / "log")
+    routed = publishing_log(settings, log)
+    assert isinstance(routed, RoutingLog)
+    publish(routed, cq("a", "team-a"))
+    assert log.end_offset(T.cluster_events + ".shard-1") == 1 and log.end_offset(T.cluster_events) == 0
+    log.close()
+
+    (tmp_path / "bad.yaml").write_text("shards: 2\ntrees: {team-a: 5}\n")
+    bad = build_parser().parse_args(["run", "watcher", "--log", str(tmp_path / "log"),
+                                     "--shard-map", str(tmp_path / "bad.yaml"), "--kubeconfig", "k"])
+    with pytest.raises(BadSetting, match=r"--shard-map: .*bad.yaml: trees.team-a: shard 5 is outside 0..1"):
+        run_settings(bad, environ={})
+
+
+def test_replay_and_explain_on_every_embedded_shard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from services.app.cli import main
+    from tests.builders import a_cluster_queue, a_flavor, a_local_queue, a_namespace, a_workload
+    from tests.shardrun import objects, run_sharded
+
+    log = SqliteLog(tmp_path / "log", durable=False)
+    builders = [a_namespace("ns"), a_flavor("default")]
+    for cq_name in ("alone", "other"):
+        builders += [a_cluster_queue(cq_name).flavor("default", cpu="4"), a_local_queue("ns", cq_name, cq_name)]
+    builders += [a_workload("ns", "w1").queue("alone").request(cpu="1"),
+                 a_workload("ns", "w2").queue("other").request(cpu="1")]
+    shard_map = ShardMap(shards=3, trees=(("alone", 2), ("other", 1)))
+    outcome = run_sharded(embedded_shards(log, 3), shard_map, objects(builders))
+    log.close()
+    assert outcome.per_shard == [0, 1, 1]
+    capsys.readouterr()
+    assert main(["replay", str(tmp_path / "log"), "--verify", "--shard", "all"]) == 0
+    out = capsys.readouterr().out
+    for shard in range(3):
+        assert f"shard {shard}: verify: all {outcome.cycles[shard]} cycles reproduce" in out
+    assert main(["replay", str(tmp_path / "log"), "--verify", "--shard", "2"]) == 0
+    assert f"verify: all {outcome.cycles[2]} cycles" in capsys.readouterr().out
+    assert main(["explain", "ns/w1", "--log", str(tmp_path / "log"), "--shard", "all"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("shard 2:\n") and "shard 1:" not in out and "alone" in out
+    with pytest.raises(SystemExit) as exit_:
+        main(["replay", str(tmp_path / "log"), "--shard", "x"])
+    assert exit_.value.code == 2
+    assert "a shard is a number from 0, or 'all'" in capsys.readouterr().err
