@@ -205,6 +205,7 @@ class SimclusterSettings(ServiceSettings):
     seed: tuple[str, ...] = ()
     compress: int = 1
     provisioning: tuple[tuple[str, Behaviour], ...] = ()  # the simulated autoscaler (--provisioning)
+    shard_map: ShardMap | None = None  # the seeded manifests go to every shard, each where it belongs
     name: ClassVar[ServiceName] = "simcluster"
     writer: ClassVar[str | None] = "simcluster"
     leads: ClassVar[str | None] = "simcluster"
@@ -348,8 +349,12 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
                                     t9k=bool(getattr(args, "t9k", False)),
                                     job_kinds=_job_kinds(args, environ) if o.kube else ())
         case "simcluster":
+            shard_map = _shard_map(args)
+            if shard_map is not None and shard_map.shards > 1 and seed and clock != "real":
+                raise SettingsError("--shard-map with --seed needs --clock real: each shard's simulated "
+                                    "cluster keeps its own simulated time")
             return SimclusterSettings(log=log, http=o.http, cluster=o.cluster, clock=clock, seed=seed,
-                                      compress=int(args.compress), provisioning=provisioning)
+                                      compress=int(args.compress), provisioning=provisioning, shard_map=shard_map)
         case "all":
             return AllSettings(log=log, http=o.http, cluster=o.cluster, clock=clock, seed=seed,
                                compress=int(args.compress), until_done=args.until_done, provisioning=provisioning)
@@ -560,7 +565,7 @@ async def _simcluster(settings: SimclusterSettings, context: _Context) -> None:
     from services.simcluster.cluster import SimConfig
     from services.simcluster.runner import run_arrivals, run_simcluster
 
-    stream, bell = _arrivals(settings, context.log), Bell()
+    stream, bell = _arrivals(settings, publishing_log(settings, context.log) if settings.seed else context.log), Bell()
     run_sim = run_simcluster(context.log, context.stop, clock=settings.clock,
                              config=SimConfig(cluster=settings.cluster, provisioning=settings.provisioning),
                              topics=settings.log.topics,
@@ -592,16 +597,17 @@ async def _watcher(settings: WatcherSettings, context: _Context, cfg: client.Con
                     shard.close()
 
 
-def publishing_log(settings: WatcherSettings, log: Log, environ: Mapping[str, str] = os.environ) -> Log:
-    """What the watcher publishes through: ``log`` itself, or with a shard map of several shards a
-    router over every shard's log (``log`` is shard 0's)."""
+def publishing_log(settings: WatcherSettings | SimclusterSettings, log: Log,
+                   environ: Mapping[str, str] = os.environ) -> Log:
+    """What the watcher (or the simulated cluster's seeding) publishes through: ``log`` itself, or
+    with a shard map of several shards a router over every shard's log (``log`` is shard 0's)."""
     from services.runtime.shards import RoutingLog, embedded_shards
 
     shard_map = settings.shard_map
     if shard_map is None or shard_map.shards == 1:
         return log
     if settings.log.shard != 0:
-        raise SettingsError("a watcher with --shard-map publishes to every shard: leave --shard at 0")
+        raise SettingsError(f"a {settings.name} with --shard-map publishes to every shard: run it with --shard 0")
     if settings.log.bootstrap_servers:
         shards = [log] + [open_log(dataclasses.replace(settings.log, shard=s), environ=environ,
                                    shards=shard_map.shards) for s in range(1, shard_map.shards)]

@@ -465,8 +465,9 @@ def _run_parser(sub: Subcommands) -> None:
                      help="the name this cluster's events and decisions carry (default: KUEUELOG_CLUSTER, else "
                           "'default' for Kubernetes and 'sim' for the simulated cluster)")
     run.add_argument("--shard-map", metavar="FILE", default=os.environ.get("KUEUELOG_SHARD_MAP") or None,
-                     help="watcher: publish to every scheduler shard, each cohort tree to its own (YAML: "
-                          "{shards: N, trees: {ROOT: SHARD}}; default: one shard, or KUEUELOG_SHARD_MAP)")
+                     help="watcher, and simcluster --seed: publish to every scheduler shard, each cohort tree "
+                          "to its own (YAML: {shards: N, trees: {ROOT: SHARD}}; default: one shard, or "
+                          "KUEUELOG_SHARD_MAP)")
     _add_kube_options(run)
     _add_http_options(run)
     _add_simulated_options(run)

@@ -212,3 +212,16 @@ def test_replay_and_explain_on_every_embedded_shard(tmp_path: Path, capsys: pyte
         main(["replay", str(tmp_path / "log"), "--shard", "x"])
     assert exit_.value.code == 2
     assert "a shard is a number from 0, or 'all'" in capsys.readouterr().err
+
+
+def test_a_seeding_simulated_cluster_routes_its_manifests_in_real_time_only(tmp_path: Path) -> None:
+    from services.app.assembly import SettingsError, SimclusterSettings, run_settings
+    from services.app.cli import build_parser
+
+    (tmp_path / "shards.yaml").write_text("shards: 2\n")
+    common = ["run", "simcluster", "--log", str(tmp_path / "log"), "--shard-map", str(tmp_path / "shards.yaml"),
+              "--seed", "x.yaml"]
+    with pytest.raises(SettingsError, match="--shard-map with --seed needs --clock real"):
+        run_settings(build_parser().parse_args([*common, "--clock", "simulated"]), environ={})
+    settings = run_settings(build_parser().parse_args([*common, "--clock", "real"]), environ={})
+    assert isinstance(settings, SimclusterSettings) and settings.shard_map == ShardMap(shards=2)
