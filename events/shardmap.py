@@ -22,16 +22,24 @@ sends
 * everything cluster-scoped (ResourceFlavors, Namespaces, priority classes, AdmissionChecks,
   Configuration, clock ticks, ...) to every shard.
 
-Once an object has gone to a shard it stays there (it is *placed*): a later change of the tree
-(a ClusterQueue given another cohort, a Cohort another parent, a LocalQueue another ClusterQueue,
-a map that names another shard) that would put it elsewhere is recorded in :attr:`ShardRouter.moves`
-and the object keeps its shard. Moving a tree that holds quota needs the old shard's state at the
-moment of the move (a hand-over, not implemented yet); until then a tree is moved by draining it.
+Once an object has gone to a shard it stays there (it is *placed*), with one exception that is
+always safe: an object placed before its tree was known is *provisional*. A workload whose
+LocalQueue is not known waits on shard 0 (as unsharded, it waits with ``QueueNotFound``); a
+LocalQueue whose ClusterQueue is not known waits on the shard its ClusterQueue would have
+without a cohort, with its workloads. When the LocalQueue (or the ClusterQueue) comes and its
+tree is on another shard, the router moves them there: their deletion on the shard they waited
+on, then each as last seen on its tree's shard, right after the event that made the tree known
+(:meth:`ShardRouter.take_extra`). Nothing of theirs can hold quota where they waited (that shard
+never had their ClusterQueue), so no decision is lost or doubled.
 
-A workload whose LocalQueue is not known goes to shard 0 (where, as unsharded, it waits with
-``QueueNotFound``); a LocalQueue whose ClusterQueue is not known goes to the shard its
-ClusterQueue would have without a cohort. Publish the queues before the workloads (the watcher
-lists them first; arrivals release every non-Workload object first) and neither happens.
+Any other change that would put a placed object elsewhere (a ClusterQueue given a cohort on
+another shard, a Cohort another parent, a LocalQueue another ClusterQueue, a map that names
+another shard for an existing tree) is recorded in :attr:`ShardRouter.moves` and not carried
+out: the object keeps its shard. Moving a tree that may hold quota needs the old shard's state
+at the moment of the move (a hand-over, not implemented); until then a tree is moved by draining
+it, deleting its queues and creating them again. Publish Cohorts before their ClusterQueues
+(the watcher lists them first), or a ClusterQueue placed by a parentless cohort's name stays
+there when the parent comes.
 """
 
 from __future__ import annotations
@@ -151,6 +159,11 @@ class ShardRouter:
         self._cohort: dict[str, str] = {}  # ClusterQueue -> cohort
         self._lq: dict[str, str] = {}  # "ns/name" -> ClusterQueue
         self._placed: dict[str, int] = {}  # "Kind/key" -> shard
+        # Placed before their tree was known, so free to move once it is (see take_extra):
+        self._provisional_lq: dict[str, o.LocalQueue] = {}  # "ns/name" -> LocalQueue of an unknown ClusterQueue
+        self._provisional_wl: dict[str, dict[str, o.Workload]] = {}  # LocalQueue "ns/name" -> its waiting workloads
+        self._extra: list[tuple[int, Envelope]] = []
+        self._found: dict[str, dict[int, o.AnyObject]] = {}  # recovery: object -> {shard: last applied there}
         self.moves: list[Move] = []
 
     @property
@@ -178,10 +191,11 @@ class ShardRouter:
     # --- routing ----------------------------------------------------------------------------
 
     def route(self, env: Envelope) -> tuple[int, ...]:
-        """The shards ``env`` goes to (learning what it says about the tree first)."""
+        """The shards ``env`` goes to (learning what it says about the tree first). Envelopes the
+        router adds to carry out a safe move follow it (:meth:`take_extra`)."""
         ev = env.event
         if isinstance(ev, ObjectApplied):
-            return self._applied(ev.object)
+            return self._applied(env, ev.object)
         if isinstance(ev, ObjectDeleted):
             return self._deleted(ev)
         if isinstance(ev, _WORKLOAD_EVENTS):
@@ -190,24 +204,86 @@ class ShardRouter:
             return (self._workload(ev.namespace, ev.workload),)
         return self.every
 
-    def _applied(self, obj: o.AnyObject) -> tuple[int, ...]:
+    def take_extra(self) -> list[tuple[int, Envelope]]:
+        """The envelopes (shard, envelope) the last routed one caused: a provisional LocalQueue or
+        workload leaving the shard it waited on (its deletion there) for its tree's (it, as last
+        seen). Nothing of theirs can hold quota where they waited, so the move loses nothing."""
+        out, self._extra = self._extra, []
+        return out
+
+    def _applied(self, env: Envelope, obj: o.AnyObject) -> tuple[int, ...]:
         if isinstance(obj, o.Cohort):
             self._parent[obj.name] = obj.parent
             return (self._place(f"Cohort/{obj.name}", self.map.shard_of(self.root_of_cohort(obj.name))),)
         if isinstance(obj, o.ClusterQueue):
             self._cohort[obj.name] = obj.cohort
-            return (self._place(f"ClusterQueue/{obj.name}", self.shard_of_cluster_queue(obj.name)),)
+            shard = self._place(f"ClusterQueue/{obj.name}", self.shard_of_cluster_queue(obj.name))
+            for key in sorted(k for k, lq in self._provisional_lq.items() if lq.cluster_queue == obj.name):
+                self._settle_local_queue(env, self._provisional_lq.pop(key), shard)
+            return (shard,)
         if isinstance(obj, o.LocalQueue):
-            self._lq[f"{obj.namespace}/{obj.name}"] = obj.cluster_queue
-            return (self._place(f"LocalQueue/{obj.namespace}/{obj.name}",
-                                self.shard_of_cluster_queue(obj.cluster_queue)),)
+            key = f"{obj.namespace}/{obj.name}"
+            self._lq[key] = obj.cluster_queue
+            wanted = self.shard_of_cluster_queue(obj.cluster_queue)
+            placed = self._placed.get(f"LocalQueue/{key}")
+            if placed is not None and placed != wanted and key in self._provisional_lq:
+                self._extra.append((placed, self._moved(env, ObjectDeleted(time=env.event.time, kind="LocalQueue",
+                                                                           namespace=obj.namespace, name=obj.name))))
+                self._placed[f"LocalQueue/{key}"] = placed = wanted
+            shard = self._place(f"LocalQueue/{key}", wanted)
+            if obj.cluster_queue in self._cohort:
+                self._provisional_lq.pop(key, None)
+            else:
+                self._provisional_lq[key] = obj
+            self._move_workloads(env, key, shard)
+            return (shard,)
         if isinstance(obj, o.Workload):
             return (self._workload(obj.namespace, obj.name, obj),)
         return self.every
 
+    def _settle_local_queue(self, env: Envelope, lq: o.LocalQueue, shard: int) -> None:
+        """A provisional LocalQueue's ClusterQueue is known now, on ``shard``: if it waited
+        elsewhere, it and its workloads move there."""
+        key = f"{lq.namespace}/{lq.name}"
+        placed = self._placed.get(f"LocalQueue/{key}", shard)
+        if placed != shard:
+            time = env.event.time
+            self._extra.append((placed, self._moved(env, ObjectDeleted(time=time, kind="LocalQueue",
+                                                                       namespace=lq.namespace, name=lq.name))))
+            self._extra.append((shard, self._moved(env, ObjectApplied(time=time, object=lq))))
+            self._placed[f"LocalQueue/{key}"] = shard
+        self._move_workloads(env, key, shard)
+
+    def _move_workloads(self, env: Envelope, lq_key: str, shard: int) -> None:
+        """Workloads that waited for LocalQueue ``lq_key`` (unknown, or provisional) go to its shard;
+        they stay provisional while it is."""
+        waiting = self._provisional_wl.get(lq_key, {})
+        for key in sorted(waiting):
+            wl = waiting[key]
+            placed = self._placed.get(f"Workload/{key}", shard)
+            if placed != shard:
+                time = env.event.time
+                self._extra.append((placed, self._moved(env, ObjectDeleted(time=time, kind="Workload",
+                                                                           namespace=wl.namespace, name=wl.name))))
+                self._extra.append((shard, self._moved(env, ObjectApplied(time=time, object=wl))))
+                self._placed[f"Workload/{key}"] = shard
+        if lq_key not in self._provisional_lq:
+            self._provisional_wl.pop(lq_key, None)
+
+    @staticmethod
+    def _moved(cause: Envelope, event: ObjectApplied | ObjectDeleted) -> Envelope:
+        what = event.object if isinstance(event, ObjectApplied) else event
+        name = f"{type(what).__name__ if isinstance(event, ObjectApplied) else event.kind}/" \
+               f"{getattr(what, 'namespace', '')}/{getattr(what, 'name', '')}"
+        verb = "applied" if isinstance(event, ObjectApplied) else "deleted"
+        return Envelope(id=f"{cause.id}:shard-move:{verb}:{name}", source="shard-router", cluster=cause.cluster,
+                        event=event, correlation_id=cause.id)
+
     def _deleted(self, ev: ObjectDeleted) -> tuple[int, ...]:
         key = f"{ev.kind}/{ev.namespace}/{ev.name}" if ev.namespace else f"{ev.kind}/{ev.name}"
         if ev.kind == "Workload":
+            for waiting in self._provisional_wl.values():
+                waiting.pop(f"{ev.namespace}/{ev.name}", None)
             return (self._workload(ev.namespace, ev.name),)
         if ev.kind in ("Cohort", "ClusterQueue", "LocalQueue"):
             placed = self._placed.get(key)
@@ -221,9 +297,12 @@ class ShardRouter:
             return placed
         wanted: int | None = None
         if obj is not None:
+            lq_key = f"{namespace}/{obj.queue_name}"
             wanted = self.shard_of_local_queue(namespace, obj.queue_name)
             if wanted is None and obj.admission is not None:
                 wanted = self.shard_of_cluster_queue(obj.admission.cluster_queue)
+            elif (wanted is None or lq_key in self._provisional_lq) and obj.admission is None:
+                self._provisional_wl.setdefault(lq_key, {})[f"{namespace}/{name}"] = obj
         return self._place(key, DEFAULT_SHARD if wanted is None else wanted)
 
     def _place(self, key: str, wanted: int) -> int:
@@ -235,26 +314,52 @@ class ShardRouter:
     # --- recovery ---------------------------------------------------------------------------
 
     def placed_on(self, env: Envelope, shard: int) -> None:
-        """``env`` was found on ``shard``'s log: learn the tree from it, and place what it is about
-        there (a restarted publisher routes the rest of each object's events the same way)."""
+        """``env`` was found on ``shard``'s log (read shard after shard): learn from it where each
+        object lives. :meth:`settle` then makes it the router that routed those logs."""
         ev = env.event
-        key: str | None = None
-        if isinstance(ev, ObjectApplied):
-            obj = ev.object
+        if isinstance(ev, ObjectApplied) and isinstance(ev.object, o.Cohort | o.ClusterQueue | o.LocalQueue
+                                                        | o.Workload):
+            self._found.setdefault(_key_of(ev.object), {})[shard] = ev.object
+        elif isinstance(ev, ObjectDeleted) and ev.kind in ("Cohort", "ClusterQueue", "LocalQueue", "Workload"):
+            key = f"{ev.kind}/{ev.namespace}/{ev.name}" if ev.namespace else f"{ev.kind}/{ev.name}"
+            self._found.get(key, {}).pop(shard, None)
+
+    def settle(self) -> None:
+        """After :meth:`placed_on` saw every shard: each object is where it was last applied and not
+        deleted since (a safe move leaves it deleted on the shard it left), and what was provisional
+        is again."""
+        found, self._found = self._found, {}
+        workloads: list[o.Workload] = []
+        for key in sorted(found):
+            copies = found[key]
+            if not copies:
+                continue
+            shard = min(copies)
+            obj = copies[shard]
+            self._placed[key] = shard
             if isinstance(obj, o.Cohort):
                 self._parent[obj.name] = obj.parent
-                key = f"Cohort/{obj.name}"
             elif isinstance(obj, o.ClusterQueue):
                 self._cohort[obj.name] = obj.cohort
-                key = f"ClusterQueue/{obj.name}"
             elif isinstance(obj, o.LocalQueue):
                 self._lq[f"{obj.namespace}/{obj.name}"] = obj.cluster_queue
-                key = f"LocalQueue/{obj.namespace}/{obj.name}"
             elif isinstance(obj, o.Workload):
-                key = f"Workload/{obj.namespace}/{obj.name}"
-        if key is not None:
-            self._placed[key] = shard
+                workloads.append(obj)
+        for key, cq in self._lq.items():
+            if cq not in self._cohort:
+                lq = found[f"LocalQueue/{key}"]
+                self._provisional_lq[key] = lq[min(lq)]  # type: ignore[assignment]
+        for wl in workloads:
+            lq_key = f"{wl.namespace}/{wl.queue_name}"
+            if wl.admission is None and (lq_key not in self._lq or lq_key in self._provisional_lq):
+                self._provisional_wl.setdefault(lq_key, {})[f"{wl.namespace}/{wl.name}"] = wl
 
     def placement(self) -> dict[str, int]:
         """Where each tree object and workload was placed (a copy, sorted by key)."""
         return dict(sorted(self._placed.items()))
+
+
+def _key_of(obj: o.Cohort | o.ClusterQueue | o.LocalQueue | o.Workload) -> str:
+    if isinstance(obj, o.LocalQueue | o.Workload):
+        return f"{type(obj).__name__}/{obj.namespace}/{obj.name}"
+    return f"{type(obj).__name__}/{obj.name}"

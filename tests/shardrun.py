@@ -56,14 +56,16 @@ def decisions_of(log: Log, out: ShardOutcome, topics: Topics = T) -> int:
 
 
 def run_sharded(shards: Sequence[Log], shard_map: ShardMap, objs: list[tuple[Document, o.AnyObject]], *,
-                publishers: Sequence[Log] | None = None, topics: Topics = T) -> ShardOutcome:
+                publishers: Sequence[Log] | None = None, topics: Topics = T,
+                then: Sequence[list[tuple[Document, o.AnyObject]]] = ()) -> ShardOutcome:
     """Seed ``objs`` through the router (over ``publishers``, by default the shards' logs
-    themselves), then drive every shard's loop until it is idle."""
+    themselves), then drive every shard's loop until it is idle; then the same for each of
+    ``then`` in turn (later objects, after the shards decided on the earlier ones)."""
     router = RoutingLog(publishers or shards, shard_map, topics=topics)
-    seed_all(router, objs, topics=topics)
     out = ShardOutcome()
+    for phase in [objs, *then]:
+        seed_all(router, phase, topics=topics)
+        out.cycles = [drive_until_idle(log, topics=topics).scheduler.state.cycles for log in shards]
     for log in shards:
-        result = drive_until_idle(log, topics=topics)
-        out.cycles.append(result.scheduler.state.cycles)
         out.per_shard.append(decisions_of(log, out, topics))
     return out

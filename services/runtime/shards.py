@@ -29,7 +29,7 @@ import msgspec
 import structlog
 
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
-from events.envelope import Topics
+from events.envelope import Topics, event_key
 from events.shardmap import ShardMap, ShardMapError, ShardRouter, parse_shard_map
 from services.runtime.log import Leadership, Log, Record, RecordWaiter
 
@@ -155,6 +155,8 @@ class RoutingLog:
         for key, value in records:
             for shard in self.route(value):
                 batches[shard].append((key, value))
+            for shard, moved in self.router.take_extra():
+                batches[shard].append((event_key(moved), encode(moved)))
         out: list[int] = []
         for shard, batch in enumerate(batches):
             if batch:
@@ -218,6 +220,7 @@ class RoutingLog:
                     except (MalformedRecord, UnknownEventType):
                         continue
                 offset = batch[-1][0] + 1
+        self.router.settle()
 
     def _record_map(self, shard_map: ShardMap) -> None:
         value = encode(shard_map)

@@ -98,14 +98,29 @@ def test_a_tree_change_that_would_move_a_placed_object_is_recorded_and_not_carri
     assert router.route(wl("w", "q")) == (1,), "its workloads still go with it"
 
 
-def test_a_workload_stays_where_it_went_first() -> None:
+def test_a_workload_that_waited_for_its_local_queue_moves_to_its_tree_once_the_queue_is_known() -> None:
     router = ShardRouter(MAP)
-    assert router.route(wl("w", "q")) == (0,)
+    assert router.route(wl("w", "q")) == (0,), "waits on shard 0, QueueNotFound, as unsharded"
+    assert router.take_extra() == []
     router.route(cq("alone"))
-    router.route(lq("q", "alone"))
-    assert router.route(env(WorkloadFinished(namespace="ns", name="w"))) == (0,)
-    assert router.route(wl("w", "q")) == (0,)
-    assert Move("Workload/ns/w", 0, 2) in router.moves
+    assert router.route(lq("q", "alone")) == (2,)
+    moved = [(shard, type(e.event).__name__, e.source) for shard, e in router.take_extra()]
+    assert moved == [(0, "ObjectDeleted", "shard-router"), (2, "ObjectApplied", "shard-router")]
+    assert router.route(env(WorkloadFinished(namespace="ns", name="w"))) == (2,)
+    assert router.moves == []
+
+
+def test_a_local_queue_that_came_before_its_cluster_queue_moves_with_its_workloads() -> None:
+    router = ShardRouter(MAP)
+    waited = router.route(lq("q", "c"))  # ClusterQueue c unknown: as if c were a tree of its own
+    assert waited == (stable_shard("c", 3),) != (1,)
+    router.route(wl("w", "q"))
+    assert router.route(cq("c", "root")) == (1,)
+    moved = [(shard, type(e.event).__name__) for shard, e in router.take_extra()]
+    assert moved == [(waited[0], "ObjectDeleted"), (1, "ObjectApplied"),
+                     (waited[0], "ObjectDeleted"), (1, "ObjectApplied")]
+    assert router.route(wl("w", "q")) == (1,)
+    assert router.route(lq("q", "c")) == (1,) and router.moves == []
 
 
 @pytest.mark.parametrize(("data", "error"), [
@@ -146,6 +161,15 @@ def test_the_routing_log_writes_each_event_to_its_shards_and_records_the_map(tmp
     publish(again, env(PodsReady(namespace="ns", name="w")))
     assert len(shards[1].read(T.cluster_events, 0, 100)) == 5
     assert log.end_offset(shard_map_topic(T)) == 1
+    # A workload that waited on shard 0 for its LocalQueue, moved when the queue came, is where it
+    # moved to after a restart; and one still waiting moves when its queue comes after the restart.
+    publish(again, wl("early", "q2"), wl("later", "q3"), lq("q2", "alone"))
+    restarted = RoutingLog(shards, MAP, topics=T)
+    assert restarted.router.placement()["Workload/ns/early"] == 2
+    assert restarted.router.placement()["Workload/ns/later"] == 0
+    publish(restarted, lq("q3", "a"))
+    assert restarted.router.placement()["Workload/ns/later"] == 1
+    assert RoutingLog(shards, MAP, topics=T).router.placement() == restarted.router.placement()
     log.close()
 
 
