@@ -324,26 +324,27 @@ class ShardRouter:
             key = f"{ev.kind}/{ev.namespace}/{ev.name}" if ev.namespace else f"{ev.kind}/{ev.name}"
             self._found.get(key, {}).pop(shard, None)
 
-    def settle(self) -> None:
+    def settle(self) -> list[tuple[int, Envelope]]:
         """After :meth:`placed_on` saw every shard: each object is where it was last applied and not
         deleted since (a safe move leaves it deleted on the shard it left), and what was provisional
-        is again."""
+        is again. An object found on two shards is a move cut short (its deletion on the shard it
+        left was not written): the deletions that finish it are returned, to be appended."""
         found, self._found = self._found, {}
         workloads: list[o.Workload] = []
+        for copies in found.values():
+            for obj in copies.values():
+                self._learn(obj)
+        repairs: list[tuple[int, Envelope]] = []
         for key in sorted(found):
             copies = found[key]
             if not copies:
                 continue
-            shard = min(copies)
+            shard = self._keep(copies)
             obj = copies[shard]
             self._placed[key] = shard
-            if isinstance(obj, o.Cohort):
-                self._parent[obj.name] = obj.parent
-            elif isinstance(obj, o.ClusterQueue):
-                self._cohort[obj.name] = obj.cohort
-            elif isinstance(obj, o.LocalQueue):
-                self._lq[f"{obj.namespace}/{obj.name}"] = obj.cluster_queue
-            elif isinstance(obj, o.Workload):
+            repairs += [(other, _repair(obj, other)) for other in sorted(copies) if other != shard]
+            self._learn(obj)
+            if isinstance(obj, o.Workload):
                 workloads.append(obj)
         for key, cq in self._lq.items():
             if cq not in self._cohort:
@@ -353,6 +354,37 @@ class ShardRouter:
             lq_key = f"{wl.namespace}/{wl.queue_name}"
             if wl.admission is None and (lq_key not in self._lq or lq_key in self._provisional_lq):
                 self._provisional_wl.setdefault(lq_key, {})[f"{wl.namespace}/{wl.name}"] = wl
+        return repairs
+
+    def _learn(self, obj: o.AnyObject) -> None:
+        if isinstance(obj, o.Cohort):
+            self._parent[obj.name] = obj.parent
+        elif isinstance(obj, o.ClusterQueue):
+            self._cohort[obj.name] = obj.cohort
+        elif isinstance(obj, o.LocalQueue):
+            self._lq[f"{obj.namespace}/{obj.name}"] = obj.cluster_queue
+
+    def _keep(self, copies: dict[int, o.AnyObject]) -> int:
+        """Of the shards an object is found on, the one it belongs to: its tree's (where a move
+        goes), else the lowest."""
+        obj = copies[min(copies)]
+        wanted: int | None = None
+        if isinstance(obj, o.LocalQueue) and obj.cluster_queue in self._cohort:
+            wanted = self.shard_of_cluster_queue(obj.cluster_queue)
+        elif isinstance(obj, o.Workload):
+            cq = self._lq.get(f"{obj.namespace}/{obj.queue_name}")
+            wanted = None if cq is None or cq not in self._cohort else self.shard_of_cluster_queue(cq)
+        return wanted if wanted in copies else min(copies)
+
+    @staticmethod
+    def everywhere(env: Envelope) -> bool:
+        """Does ``env`` go to every shard whatever the tree (a cluster-scoped fact)?"""
+        ev = env.event
+        if isinstance(ev, ObjectApplied):
+            return not isinstance(ev.object, o.Cohort | o.ClusterQueue | o.LocalQueue | o.Workload)
+        if isinstance(ev, ObjectDeleted):
+            return ev.kind not in ("Cohort", "ClusterQueue", "LocalQueue", "Workload")
+        return not isinstance(ev, (*_WORKLOAD_EVENTS, ProvisioningRequestObserved))
 
     def placement(self) -> dict[str, int]:
         """Where each tree object and workload was placed (a copy, sorted by key)."""
@@ -363,3 +395,10 @@ def _key_of(obj: o.Cohort | o.ClusterQueue | o.LocalQueue | o.Workload) -> str:
     if isinstance(obj, o.LocalQueue | o.Workload):
         return f"{type(obj).__name__}/{obj.namespace}/{obj.name}"
     return f"{type(obj).__name__}/{obj.name}"
+
+
+def _repair(obj: o.AnyObject, shard: int) -> Envelope:
+    namespace = getattr(obj, "namespace", "")
+    name = getattr(obj, "name", "")
+    return Envelope(id=f"shard-repair:{type(obj).__name__}/{namespace}/{name}:{shard}", source="shard-router",
+                    event=ObjectDeleted(kind=type(obj).__name__, namespace=namespace, name=name))

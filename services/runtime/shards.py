@@ -30,6 +30,7 @@ import structlog
 
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
 from events.envelope import Topics, event_key
+from events.messages import ObjectDeleted
 from events.shardmap import ShardMap, ShardMapError, ShardRouter, parse_shard_map
 from services.runtime.log import Leadership, Log, Record, RecordWaiter
 
@@ -152,13 +153,17 @@ class RoutingLog:
         if topic != self.topics.cluster_events:
             return self.shards[0].append(topic, records)
         batches: list[list[tuple[str, bytes]]] = [[] for _ in self.shards]
+        leaving: list[list[tuple[str, bytes]]] = [[] for _ in self.shards]
         for key, value in records:
             for shard in self.route(value):
                 batches[shard].append((key, value))
             for shard, moved in self.router.take_extra():
-                batches[shard].append((event_key(moved), encode(moved)))
+                into = leaving if isinstance(moved.event, ObjectDeleted) else batches
+                into[shard].append((event_key(moved), encode(moved)))
+        # A moved object's deletion on the shard it leaves is written last: cut short, a move leaves
+        # the object on both shards (finished at the next start, see _recover), never on neither.
         out: list[int] = []
-        for shard, batch in enumerate(batches):
+        for shard, batch in [*enumerate(batches), *enumerate(leaving)]:
             if batch:
                 out += self.shards[shard].append(topic, batch)
         self._report_moves()
@@ -211,16 +216,36 @@ class RoutingLog:
     # --- recovery and the recorded map --------------------------------------------------------
 
     def _recover(self) -> None:
+        """Learn where everything went, and finish what a publisher that died mid-append left
+        half done: a cluster-scoped envelope written to some shards but not all is written to the
+        rest, a move cut short gets its deletion (:meth:`ShardRouter.settle`)."""
+        everywhere: dict[str, tuple[bytes, list[int]]] = {}  # envelope id -> (record, shards it is on)
         for shard, log in enumerate(self.shards):
             offset = 0
             while batch := log.read_values(self.topics.cluster_events, offset, 5000):
                 for _, value in batch:
                     try:
-                        self.router.placed_on(decode_envelope(value), shard)
+                        env = decode_envelope(value)
                     except (MalformedRecord, UnknownEventType):
                         continue
+                    self.router.placed_on(env, shard)
+                    if ShardRouter.everywhere(env):
+                        everywhere.setdefault(env.id, (value, []))[1].append(shard)
                 offset = batch[-1][0] + 1
-        self.router.settle()
+        missing: list[list[tuple[str, bytes]]] = [[] for _ in self.shards]
+        for value, on in everywhere.values():
+            if len(set(on)) < len(self.shards):
+                env = decode_envelope(value)
+                for shard in range(len(self.shards)):
+                    if shard not in on:
+                        missing[shard].append((event_key(env), value))
+        for shard, env in self.router.settle():
+            missing[shard].append((event_key(env), encode(env)))
+        for shard, records in enumerate(missing):
+            if records:
+                _log.warning("shards.repaired", shard=shard, records=len(records),
+                             detail="a publisher stopped half way through an append: finished now")
+                self.shards[shard].append(self.topics.cluster_events, records)
 
     def _record_map(self, shard_map: ShardMap) -> None:
         value = encode(shard_map)

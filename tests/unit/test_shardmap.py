@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from events import objects as o
-from events.codec import encode
+from events.codec import decode_envelope, encode
 from events.envelope import Envelope, Topics, event_key
 from events.messages import ClockTicked, DecisionApplied, ObjectApplied, ObjectDeleted, PodsReady, WorkloadFinished
 from events.shardmap import Move, ShardMap, ShardMapError, ShardRouter, parse_shard_map, stable_shard
@@ -249,3 +249,24 @@ def test_a_seeding_simulated_cluster_routes_its_manifests_in_real_time_only(tmp_
         run_settings(build_parser().parse_args([*common, "--clock", "simulated"]), environ={})
     settings = run_settings(build_parser().parse_args([*common, "--clock", "real"]), environ={})
     assert isinstance(settings, SimclusterSettings) and settings.shard_map == ShardMap(shards=2)
+
+
+def test_a_publisher_that_died_mid_append_is_finished_at_the_next_start(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path, durable=False)
+    shards = embedded_shards(log, 3)
+    flavor = applied(o.ResourceFlavor(name="f"))
+    shards[0].append(T.cluster_events, [(event_key(flavor), encode(flavor))])  # died before shards 1 and 2
+    # A move cut short: the workload waited on shard 0, its queue came (tree on shard 2), the
+    # workload was applied on shard 2, and the publisher died before its deletion on shard 0.
+    waited, queue, tree = wl("w", "q"), lq("q", "alone"), cq("alone")
+    shards[0].append(T.cluster_events, [(event_key(waited), encode(waited))])
+    shards[2].append(T.cluster_events, [(event_key(e), encode(e)) for e in (tree, queue, waited)])
+    router = RoutingLog(shards, MAP, topics=T)
+    assert [len(s.read(T.cluster_events, 0, 100)) for s in shards] == [3, 1, 4]
+    last = [decode_envelope(r.value).event for r in shards[0].read(T.cluster_events, 0, 100)][-1]
+    assert last == ObjectDeleted(kind="Workload", namespace="ns", name="w")
+    assert [decode_envelope(s.read(T.cluster_events, 0, 100)[-1].value).id for s in shards[1:]] == [flavor.id] * 2
+    assert router.router.placement()["Workload/ns/w"] == 2
+    RoutingLog(shards, MAP, topics=T)
+    assert [len(s.read(T.cluster_events, 0, 100)) for s in shards] == [3, 1, 4], "nothing more to finish"
+    log.close()
