@@ -113,6 +113,8 @@ def stable_shard(root: str, shards: int) -> int:
 def parse_shard_map(data: Any, *, where: str = "shard map") -> ShardMap:
     """A map from its YAML/JSON form ``{shards: N, trees: {root: shard, ...}}``; a plain integer is
     ``shards`` alone (every tree by hash)."""
+    if data is None:
+        raise ShardMapError(f"{where}: empty: expected {{shards: N, trees: {{ROOT: SHARD}}}}")
     if isinstance(data, bool):
         raise ShardMapError(f"{where}: expected a number of shards or a mapping, not {data!r}")
     if isinstance(data, int):

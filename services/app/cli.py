@@ -227,10 +227,11 @@ def _explain_every_shard(args: argparse.Namespace) -> int:
     from services.app.explainer import explain as explanation
 
     found: list[tuple[int, Any]] = []
-    for label, log in _open_shards(args):
+    for n, log in shardcli.open_shards(args):
+        _OPENED.append(log)
         exp = explanation(log, _topics(args), args.workload, at=args.at)
         if exp.names:
-            found.append((int(label.split()[1].rstrip(":")), exp))
+            found.append((n, exp))
     if args.output == "json":
         json.dump({str(n): exp.to_json(full=args.full) for n, exp in found}, sys.stdout, indent=2)
         sys.stdout.write("\n")

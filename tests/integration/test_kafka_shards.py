@@ -5,6 +5,7 @@ together they decide what one unsharded scheduler decides; replay verifies each 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -68,9 +69,19 @@ def shard_logs(settings: KafkaSettings, prefix: str) -> Iterator[tuple[list[Kafk
         lg.close()
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "services.app.cli", *args], capture_output=True, text=True,
-                          timeout=180, env={**os.environ, **(env or {})}, check=False)
+def _cli(*args: str, env: dict[str, str] | None = None,
+         follow: float | None = None) -> subprocess.CompletedProcess[str]:
+    """``kueuelog ARGS``; one that follows forever (tail) is stopped with SIGINT after ``follow`` s."""
+    proc = subprocess.Popen([sys.executable, "-m", "services.app.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    try:
+        out, err = proc.communicate(timeout=follow or 180)
+    except subprocess.TimeoutExpired:
+        if follow is None:
+            raise
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_two_shards_on_kafka_decide_what_one_scheduler_decides(
@@ -107,6 +118,9 @@ def test_two_shards_on_kafka_decide_what_one_scheduler_decides(
     assert every.returncode == 0, every.stdout + every.stderr
     assert f"shard 0: verify: all {sharded.cycles[0]} cycles reproduce" in every.stdout, every.stdout
     assert f"shard 1: verify: all {sharded.cycles[1]} cycles reproduce" in every.stdout, every.stdout
+    tail = _cli("tail", "--from-start", "--type", "Admit", *where, "--shard", "all", follow=15)
+    assert "shard 0: " in tail.stdout and "shard 1: " in tail.stdout, tail.stdout + tail.stderr
+    assert "shard 1: " in next(line for line in tail.stdout.splitlines() if "ns/wl2:" in line)
     explained = _cli("explain", "ns/wl2", *where, "--shard", "all")  # wl2 is blue-1's: shard 1
     assert explained.returncode == 0 and "shard 1" in explained.stdout and "blue-1" in explained.stdout, \
         explained.stdout + explained.stderr

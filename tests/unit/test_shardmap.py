@@ -130,6 +130,7 @@ def test_a_local_queue_that_came_before_its_cluster_queue_moves_with_its_workloa
     pytest.param({"shards": "2"}, "shards must be an integer", id="shards not a number"),
     pytest.param({"shard": 2}, "unknown field 'shard'", id="a misspelt field"),
     pytest.param([1], "expected a mapping", id="a list"),
+    pytest.param(None, "empty: expected", id="an empty file"),
 ])
 def test_a_bad_map_is_refused_naming_the_field(data: object, error: str) -> None:
     with pytest.raises(ShardMapError, match=error):
