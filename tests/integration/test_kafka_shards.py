@@ -8,7 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -69,19 +70,29 @@ def shard_logs(settings: KafkaSettings, prefix: str) -> Iterator[tuple[list[Kafk
         lg.close()
 
 
-def _cli(*args: str, env: dict[str, str] | None = None,
-         follow: float | None = None) -> subprocess.CompletedProcess[str]:
-    """``kueuelog ARGS``; one that follows forever (tail) is stopped with SIGINT after ``follow`` s."""
-    proc = subprocess.Popen([sys.executable, "-m", "services.app.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "services.app.cli", *args], capture_output=True, text=True,
+                          timeout=180, env={**os.environ, **(env or {})}, check=False)
+
+
+def _tail_until(*where: str, want: Callable[[list[str]], bool], seconds: float = 120) -> list[str]:
+    """``kueuelog tail --from-start --type Admit --shard all``, read until ``want`` holds of its lines
+    (a deadline poll: it follows forever), then stopped with SIGINT."""
+    proc = subprocess.Popen([sys.executable, "-m", "services.app.cli", "tail", "--from-start", "--type", "Admit",
+                             *where, "--shard", "all"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + seconds
     try:
-        out, err = proc.communicate(timeout=follow or 180)
-    except subprocess.TimeoutExpired:
-        if follow is None:
-            raise
+        while not want(lines):
+            assert time.monotonic() < deadline, f"tail printed only {lines}"
+            line = proc.stdout.readline()
+            assert line, f"tail ended after {lines}"
+            lines.append(line.rstrip("\n"))
+    finally:
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        proc.communicate(timeout=30)
+    return lines
 
 
 def test_two_shards_on_kafka_decide_what_one_scheduler_decides(
@@ -118,9 +129,10 @@ def test_two_shards_on_kafka_decide_what_one_scheduler_decides(
     assert every.returncode == 0, every.stdout + every.stderr
     assert f"shard 0: verify: all {sharded.cycles[0]} cycles reproduce" in every.stdout, every.stdout
     assert f"shard 1: verify: all {sharded.cycles[1]} cycles reproduce" in every.stdout, every.stdout
-    tail = _cli("tail", "--from-start", "--type", "Admit", *where, "--shard", "all", follow=15)
-    assert "shard 0: " in tail.stdout and "shard 1: " in tail.stdout, tail.stdout + tail.stderr
-    assert "shard 1: " in next(line for line in tail.stdout.splitlines() if "ns/wl2:" in line)
+    every_workload = {f"ns/wl{i}:" for i in range(20)}
+    lines = _tail_until(*where, want=lambda seen: every_workload <= {w for line in seen for w in line.split()})
+    assert any(line.startswith("shard 0: ") for line in lines) and any(line.startswith("shard 1: ") for line in lines)
+    assert next(line for line in lines if "ns/wl2:" in line).startswith("shard 1: ")
     explained = _cli("explain", "ns/wl2", *where, "--shard", "all")  # wl2 is blue-1's: shard 1
     assert explained.returncode == 0 and "shard 1" in explained.stdout and "blue-1" in explained.stdout, \
         explained.stdout + explained.stderr
