@@ -216,8 +216,12 @@ def _explain(args: argparse.Namespace) -> int:
         json.dump(exp.to_json(full=args.full), sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0 if exp.names else 1
-    for line in explain(_open_log(args), _topics(args), args.workload, at=args.at, full=args.full):
+    log = _open_log(args)
+    lines = explain(log, _topics(args), args.workload, at=args.at, full=args.full)
+    for line in lines:
         print(line)
+    if lines and lines[0].startswith("no Workload"):
+        print(shardcli.other_shards_hint(log, _topics(args), args.shard), end="")
     return 0
 
 

@@ -54,3 +54,11 @@ def open_shards(args: argparse.Namespace, *, path: str | None = None) -> list[tu
         return list(enumerate(embedded_shards(first, count)))
     return [(0, first)] + [(shard, open_log(dataclasses.replace(settings, shard=shard), shards=count))
                            for shard in range(1, count)]
+
+
+def other_shards_hint(log: Log, topics: Topics, shard: int) -> str:
+    """A line to add when a workload is not on the shard asked about and the log has others."""
+    shard_map = recorded_map(log, topics)
+    if shard_map is None or shard_map.shards == 1:
+        return ""
+    return f"(this is shard {shard} of {shard_map.shards}: try --shard all)\n"

@@ -233,6 +233,8 @@ def test_replay_and_explain_on_every_embedded_shard(tmp_path: Path, capsys: pyte
     assert main(["explain", "ns/w1", "--log", str(tmp_path / "log"), "--shard", "all"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("shard 2:\n") and "shard 1:" not in out and "alone" in out
+    assert main(["explain", "ns/w1", "--log", str(tmp_path / "log")]) == 0
+    assert "(this is shard 0 of 3: try --shard all)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_:
         main(["replay", str(tmp_path / "log"), "--shard", "x"])
     assert exit_.value.code == 2
