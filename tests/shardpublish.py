@@ -19,7 +19,7 @@ from services.simcluster.arrivals import envelope, seeded_ids
 
 T = Topics()
 PER_APPEND = 3
-PAUSE_S = 0.02  # between appends, so that a kill at a random moment lands inside the publication
+PAUSE_S = 0.01  # between appends (a kill soon after one lands in the pause or in the next append)
 
 
 def main(argv: list[str]) -> int:
@@ -30,9 +30,10 @@ def main(argv: list[str]) -> int:
     objects = load({"m.yaml": Path(manifests).read_text()})
     envs = [envelope(doc, obj, time=0, cluster="sim") for doc, obj in objects]
     todo = [e for e in envs if e.id not in done]
-    print("ready", flush=True)
+    print(f"ready {-(-len(todo) // PER_APPEND)}", flush=True)  # how many appends are to come
     for i in range(0, len(todo), PER_APPEND):
         router.append(T.cluster_events, [(event_key(e), encode(e)) for e in todo[i:i + PER_APPEND]])
+        print("appended", flush=True)
         time.sleep(PAUSE_S)
     print(f"published {len(todo)}", flush=True)
     log.close()
