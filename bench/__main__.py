@@ -1,22 +1,27 @@
 """``make bench``: every benchmark, figures printed for the README and issue notes.
 
 ``python -m bench`` runs them all (the Kafka ones last: they start a local broker);
-``python -m bench kafka [--quick] ...`` only the Kafka ones (see ``bench.kafka``).
+``python -m bench kafka [--quick] ...`` only the Kafka ones (see ``bench.kafka``);
+``python -m bench shards [...]`` the scheduler shards on the local broker (``bench.shards``, not in
+the full run: it starts its broker again and takes minutes).
 """
 
 from __future__ import annotations
 
 import sys
 
-from bench import engine, kafka, replay, services
+from bench import engine, kafka, replay, services, shards
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "kafka":
         return kafka.cli(argv[1:])
+    if argv and argv[0] == "shards":
+        return shards.main(argv[1:])
     if argv:
-        print(f"usage: python -m bench [kafka [--quick] [--only ...] [--profile DIR] [--baseline-mode M]]; "
+        print(f"usage: python -m bench [kafka [--quick] [--only ...] [--profile DIR] [--baseline-mode M] "
+              f"| shards [...]]; "
               f"got {' '.join(argv)}",
               file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from kubernetes_asyncio import client
     from prometheus_client import CollectorRegistry
 
+    from events.shardmap import ShardMap
     from services.actuator.job_reconciler import Policy
     from services.runtime.health import HealthServer
     from services.scheduler.runner import StepHook
@@ -88,25 +90,36 @@ def log_settings(args: argparse.Namespace, *, path: str | None = None, create: b
         raise SettingsError("give either an embedded log (--log/LOG) or --bootstrap-servers, not both")
     if not where and not bootstrap:
         raise SettingsError("no log given: use --log PATH (the embedded log) or --bootstrap-servers")
+    if int(args.shard) < 0:
+        raise SettingsError("--shard all is for replay, explain and tail; a service runs one shard (--shard N)")
     return LogSettings(path=where, bootstrap_servers=bootstrap, topic_prefix=str(args.topic_prefix),
                        shard=int(args.shard), create=create)
 
 
-def open_log(settings: LogSettings, *, role: str | None = None, environ: Mapping[str, str] = os.environ) -> Log:
-    """The embedded log, or Kafka as the writer ``role`` (None: no transactional writer). A log
-    that cannot be opened raises the backend's LogError (exit 4), bad Kafka settings BadSetting."""
+def open_log(settings: LogSettings, *, role: str | None = None, environ: Mapping[str, str] = os.environ,
+             shards: int | None = None) -> Log:
+    """The embedded log (its shard ``settings.shard``: ``services.runtime.shards``), or Kafka as
+    the writer ``role`` (None: no transactional writer); ``shards`` overrides
+    KUEUELOG_KAFKA_SHARDS (a reader that learnt it from the recorded shard map). A log that
+    cannot be opened raises the backend's LogError (exit 4), bad Kafka settings BadSetting."""
     if settings.bootstrap_servers:
         from services.runtime.kafka import KafkaLog, KafkaSettings
 
         try:
-            kafka = KafkaSettings.from_env(environ, bootstrap_servers=settings.bootstrap_servers)
+            kafka = KafkaSettings.from_env(environ, bootstrap_servers=settings.bootstrap_servers,
+                                           **({"shards": shards} if shards else {}))
         except ValueError as e:
             raise BadSetting(str(e)) from None
+        if settings.shard >= kafka.shards:
+            raise BadSetting(f"kafka: shard {settings.shard} is outside 0..{kafka.shards - 1}: set "
+                             f"KUEUELOG_KAFKA_SHARDS to the number of shards (the topics' partitions)")
         return KafkaLog(kafka, prefix=settings.topic_prefix, shard=settings.shard, role=role)
+    from services.runtime.shards import ShardView
     from services.runtime.sqlite import SqliteLog
 
     assert settings.path is not None  # log_settings gives one or the other
-    return SqliteLog(settings.path, create=settings.create)
+    log = SqliteLog(settings.path, create=settings.create)
+    return ShardView(log, settings.shard, owns=True) if settings.shard else log
 
 
 # --- what each service is given --------------------------------------------------------------------
@@ -162,6 +175,7 @@ class WatcherSettings(ServiceSettings):
     kube: KubeSettings
     t9k: bool = False  # also watch T9k Queues (events.t9k)
     job_kinds: tuple[str, ...] = ()  # also watch these workload kinds (events.jobkinds), e.g. JobSet
+    shard_map: ShardMap | None = None  # publish to every shard, each event where it belongs
     name: ClassVar[ServiceName] = "watcher"
     writer: ClassVar[str | None] = None
     leads: ClassVar[str | None] = None
@@ -191,6 +205,7 @@ class SimclusterSettings(ServiceSettings):
     seed: tuple[str, ...] = ()
     compress: int = 1
     provisioning: tuple[tuple[str, Behaviour], ...] = ()  # the simulated autoscaler (--provisioning)
+    shard_map: ShardMap | None = None  # the seeded manifests go to every shard, each where it belongs
     name: ClassVar[ServiceName] = "simcluster"
     writer: ClassVar[str | None] = "simcluster"
     leads: ClassVar[str | None] = "simcluster"
@@ -296,6 +311,19 @@ def _job_kinds(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[st
         raise SettingsError(f"{where}: {e}") from None
 
 
+def _shard_map(args: argparse.Namespace) -> ShardMap | None:
+    from events.shardmap import ShardMapError
+    from services.runtime.shards import load_shard_map
+
+    path = getattr(args, "shard_map", None)
+    if not path:
+        return None
+    try:
+        return load_shard_map(path)
+    except ShardMapError as e:
+        raise BadSetting(f"--shard-map: {e}") from None
+
+
 def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> RunSettings:
     """The settings of ``kueuelog run SERVICE`` from its flags and the environment."""
     o = run_options(args, environ)
@@ -312,7 +340,8 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
             return SchedulerSettings(log=log, http=o.http, cluster=o.cluster, seed=seed)
         case "watcher":
             return WatcherSettings(log=log, http=o.http, cluster=o.cluster, kube=kube,
-                                   t9k=bool(getattr(args, "t9k", False)), job_kinds=_job_kinds(args, environ))
+                                   t9k=bool(getattr(args, "t9k", False)), job_kinds=_job_kinds(args, environ),
+                                   shard_map=_shard_map(args))
         case "actuator":
             return ActuatorSettings(log=log, http=o.http, cluster=o.cluster, kube=kube if o.kube else None,
                                     policy=o.policy, qps=float(args.qps), burst=int(args.burst),
@@ -320,8 +349,12 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
                                     t9k=bool(getattr(args, "t9k", False)),
                                     job_kinds=_job_kinds(args, environ) if o.kube else ())
         case "simcluster":
+            shard_map = _shard_map(args)
+            if shard_map is not None and shard_map.shards > 1 and seed and clock != "real":
+                raise SettingsError("--shard-map with --seed needs --clock real: each shard's simulated "
+                                    "cluster keeps its own simulated time")
             return SimclusterSettings(log=log, http=o.http, cluster=o.cluster, clock=clock, seed=seed,
-                                      compress=int(args.compress), provisioning=provisioning)
+                                      compress=int(args.compress), provisioning=provisioning, shard_map=shard_map)
         case "all":
             return AllSettings(log=log, http=o.http, cluster=o.cluster, clock=clock, seed=seed,
                                compress=int(args.compress), until_done=args.until_done, provisioning=provisioning)
@@ -532,7 +565,7 @@ async def _simcluster(settings: SimclusterSettings, context: _Context) -> None:
     from services.simcluster.cluster import SimConfig
     from services.simcluster.runner import run_arrivals, run_simcluster
 
-    stream, bell = _arrivals(settings, context.log), Bell()
+    stream, bell = _arrivals(settings, publishing_log(settings, context.log) if settings.seed else context.log), Bell()
     run_sim = run_simcluster(context.log, context.stop, clock=settings.clock,
                              config=SimConfig(cluster=settings.cluster, provisioning=settings.provisioning),
                              topics=settings.log.topics,
@@ -546,14 +579,41 @@ async def _simcluster(settings: SimclusterSettings, context: _Context) -> None:
 
 async def _watcher(settings: WatcherSettings, context: _Context, cfg: client.Configuration | None) -> None:
     from services.runtime.kubeclient import api_client
+    from services.runtime.shards import RoutingLog
     from services.watcher.service import WatcherService
 
     assert cfg is not None  # the watcher always has a Kubernetes configuration
+    log = publishing_log(settings, context.log)
     async with api_client(cfg) as api:
-        watcher = WatcherService(context.log, api, cluster=settings.cluster, topics=settings.log.topics,
+        watcher = WatcherService(log, api, cluster=settings.cluster, topics=settings.log.topics,
                                  status=context.status, t9k=settings.t9k, job_kinds=settings.job_kinds)
         context.registry.register(watcher.collector())
-        await watcher.run(context.stop)
+        try:
+            await watcher.run(context.stop)
+        finally:
+            if log is not context.log:
+                assert isinstance(log, RoutingLog)
+                for shard in log.shards[1:]:
+                    shard.close()
+
+
+def publishing_log(settings: WatcherSettings | SimclusterSettings, log: Log,
+                   environ: Mapping[str, str] = os.environ) -> Log:
+    """What the watcher (or the simulated cluster's seeding) publishes through: ``log`` itself, or
+    with a shard map of several shards a router over every shard's log (``log`` is shard 0's)."""
+    from services.runtime.shards import RoutingLog, embedded_shards
+
+    shard_map = settings.shard_map
+    if shard_map is None or shard_map.shards == 1:
+        return log
+    if settings.log.shard != 0:
+        raise SettingsError(f"a {settings.name} with --shard-map publishes to every shard: run it with --shard 0")
+    if settings.log.bootstrap_servers:
+        shards = [log] + [open_log(dataclasses.replace(settings.log, shard=s), environ=environ,
+                                   shards=shard_map.shards) for s in range(1, shard_map.shards)]
+    else:
+        shards = embedded_shards(log, shard_map.shards)
+    return RoutingLog(shards, shard_map, topics=settings.log.topics)
 
 
 async def _actuator(settings: ActuatorSettings, context: _Context, cfg: client.Configuration | None) -> None:

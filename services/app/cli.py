@@ -12,14 +12,14 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from events.cluster import SIM_DURATION_ANNOTATION, SIM_READY_AFTER_ANNOTATION
 from events.envelope import Topics
-from services.app import viewcli
+from services.app import shardcli, viewcli
 from services.app.assembly import log_settings, open_log, run, run_settings
 from services.app.exits import classify
 
@@ -129,8 +129,9 @@ def _add_log_options(p: argparse.ArgumentParser, *, path_flag: bool = True, crea
     where.add_argument("--topic-prefix", default=os.environ.get("KUEUELOG_TOPIC_PREFIX", "kueuelog"),
                        metavar="PREFIX", help="topic names are PREFIX.cluster-events, PREFIX.decisions, ... "
                                               "(default: kueuelog, or KUEUELOG_TOPIC_PREFIX)")
-    where.add_argument("--shard", type=int, default=int(os.environ.get("KUEUELOG_SHARD", "0")), metavar="N",
-                       help="the scheduler shard (Kafka partition) to use (default: 0, or KUEUELOG_SHARD)")
+    where.add_argument("--shard", type=shardcli.parse_shard, default=shardcli.default_shard(), metavar="N",
+                       help="the scheduler shard (Kafka partition) to use (default: 0, or KUEUELOG_SHARD); "
+                            "replay, explain and tail also take 'all'")
 
 
 _OPENED: list[Log] = []  # logs opened by this command, closed when it ends (clients, file locks)
@@ -138,6 +139,13 @@ _OPENED: list[Log] = []  # logs opened by this command, closed when it ends (cli
 
 def _topics(args: argparse.Namespace) -> Topics:
     return Topics(prefix=args.topic_prefix)
+
+
+def _open_shards(args: argparse.Namespace, *, path: str | None = None) -> list[tuple[str, Log]]:
+    """(label, log) of the shard --shard names ("" label), or of every shard ("shard N: ")."""
+    shards = shardcli.open_shards(args, path=path)
+    _OPENED.extend(log for _, log in shards)
+    return [(f"shard {n}: " if args.shard == shardcli.ALL else "", log) for n, log in shards]
 
 
 def _open_log(args: argparse.Namespace, *, path: str | None = None) -> Log:
@@ -149,18 +157,26 @@ def _open_log(args: argparse.Namespace, *, path: str | None = None) -> Log:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from services.app.logview import resolve_until
+
+    topics = _topics(args)
+    worst = 0
+    for label, log in _open_shards(args, path=args.log_path):
+        try:
+            until = resolve_until(log, topics, args.until)
+        except ValueError as e:
+            print(f"error: {label}--until: {e}", file=sys.stderr)
+            return 2
+        worst = max(worst, _replay_one(args, log, topics, until, label))
+    return worst
+
+
+def _replay_one(args: argparse.Namespace, log: Log, topics: Topics, until: int | None, label: str) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from services.app.logview import replay, resolve_until
+    from services.app.logview import replay
 
-    log = _open_log(args, path=args.log_path)
-    topics = _topics(args)
-    try:
-        until = resolve_until(log, topics, args.until)
-    except ValueError as e:
-        print(f"error: --until: {e}", file=sys.stderr)
-        return 2
     err = Console(stderr=True)
     with Progress(TextColumn("replay"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True, disable=not err.is_terminal) as bar:
@@ -170,18 +186,18 @@ def _replay(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, total=total)
 
         report = replay(log, topics, verify=args.verify, until=until, progress=progress)
-    print(f"replayed {report.events} events and {report.cycles} cycles ({report.decisions} decisions, "
+    print(f"{label}replayed {report.events} events and {report.cycles} cycles ({report.decisions} decisions, "
           f"{report.dead_letters} dead letters) up to input offset {report.input_offset}")
     if report.unreadable_decisions:
-        print(f"warning: {report.unreadable_decisions} decision record(s) could not be read; their cycles were "
-              f"decided again from the input (run `kueuelog log check` on the log for where)")
+        print(f"{label}warning: {report.unreadable_decisions} decision record(s) could not be read; their cycles "
+              f"were decided again from the input (run `kueuelog log check` on the log for where)")
     if args.verify:
         if report.mismatches:
             for cycle, problem in report.mismatches[:20]:
-                print(f"MISMATCH cycle {cycle}: {problem}")
-            print(f"verify: {len(report.mismatches)} cycle(s) differ from the recorded decisions")
+                print(f"{label}MISMATCH cycle {cycle}: {problem}")
+            print(f"{label}verify: {len(report.mismatches)} cycle(s) differ from the recorded decisions")
             return 1
-        print(f"verify: all {report.cycles} cycles reproduce their recorded decisions byte for byte")
+        print(f"{label}verify: all {report.cycles} cycles reproduce their recorded decisions byte for byte")
     return 0
 
 
@@ -191,6 +207,8 @@ def _explain(args: argparse.Namespace) -> int:
     if "/" not in args.workload:
         print("error: WORKLOAD must be NAMESPACE/NAME (a Workload or the Job that owns it)", file=sys.stderr)
         return 2
+    if args.shard == shardcli.ALL:
+        return _explain_every_shard(args)
     if args.output == "json":
         from services.app.explainer import explain as explanation
 
@@ -198,8 +216,37 @@ def _explain(args: argparse.Namespace) -> int:
         json.dump(exp.to_json(full=args.full), sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0 if exp.names else 1
-    for line in explain(_open_log(args), _topics(args), args.workload, at=args.at, full=args.full):
+    log = _open_log(args)
+    lines = explain(log, _topics(args), args.workload, at=args.at, full=args.full)
+    for line in lines:
         print(line)
+    if lines and lines[0].startswith("no Workload"):
+        print(shardcli.other_shards_hint(log, _topics(args), args.shard), end="")
+    return 0
+
+
+def _explain_every_shard(args: argparse.Namespace) -> int:
+    """--shard all: the explanation from each shard that knows the workload (one, unless it was
+    published before its LocalQueue and so waited on shard 0)."""
+    from services.app.explainer import explain as explanation
+
+    found: list[tuple[int, Any]] = []
+    for n, log in shardcli.open_shards(args):
+        _OPENED.append(log)
+        exp = explanation(log, _topics(args), args.workload, at=args.at)
+        if exp.names:
+            found.append((n, exp))
+    if args.output == "json":
+        json.dump({str(n): exp.to_json(full=args.full) for n, exp in found}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0 if found else 1
+    if not found:
+        print(f"no Workload {args.workload} on any shard")
+        return 0
+    for n, exp in found:
+        print(f"shard {n}:")
+        for line in exp.lines(full=args.full):
+            print(f"  {line}")
     return 0
 
 
@@ -216,9 +263,12 @@ def _tail(args: argparse.Namespace) -> int:
         return 2
     stop = asyncio.Event()
 
+    def emitter(label: str) -> Callable[[str], None]:
+        return lambda line: print(label + line, flush=True)
+
     async def main() -> None:
-        await tail(_open_log(args), _topics(args), types=types, queue=args.queue,
-                   from_start=args.from_start, emit=lambda line: print(line, flush=True), stop=stop)
+        await asyncio.gather(*(tail(log, _topics(args), types=types, queue=args.queue, from_start=args.from_start,
+                                    emit=emitter(label), stop=stop) for label, log in _open_shards(args)))
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
@@ -419,6 +469,10 @@ def _run_parser(sub: Subcommands) -> None:
     run.add_argument("--cluster", default=None,
                      help="the name this cluster's events and decisions carry (default: KUEUELOG_CLUSTER, else "
                           "'default' for Kubernetes and 'sim' for the simulated cluster)")
+    run.add_argument("--shard-map", metavar="FILE", default=os.environ.get("KUEUELOG_SHARD_MAP") or None,
+                     help="watcher, and simcluster --seed: publish to every scheduler shard, each cohort tree "
+                          "to its own (YAML: {shards: N, trees: {ROOT: SHARD}}; default: one shard, or "
+                          "KUEUELOG_SHARD_MAP)")
     _add_kube_options(run)
     _add_http_options(run)
     _add_simulated_options(run)

@@ -9,7 +9,8 @@ the role credentials.
 Why each role needs what it has:
 
 - **watcher**: appends cluster events (and dead letters for objects it cannot translate) with
-  an idempotent producer, and reads cluster events back to rebuild its memory after a restart.
+  an idempotent producer, and reads cluster events back to rebuild its memory after a restart;
+  with a shard map it records the map on ``P.shard-map`` (``services.runtime.shards``).
 - **scheduler**: reads cluster events; writes decisions, snapshots and dead letters in
   transactions (transactional id ``P.scheduler.<shard>``) together with its input position
   (group ``P.scheduler``); elects a leader in group ``P.scheduler.<shard>`` on the leases topic;
@@ -37,6 +38,7 @@ from typing import Final
 from events.envelope import Topics
 from events.simcluster import sim_cluster_topic
 from services.runtime.kafka import LEASES_SUFFIX
+from services.runtime.shards import shard_map_topic
 
 ROLES: Final = ("watcher", "scheduler", "actuator", "simcluster", "reader")
 
@@ -87,6 +89,7 @@ def role_acls(topics: Topics) -> dict[str, list[Acl]]:
     p, sim = topics.prefix, sim_cluster_topic(topics)
     acls = {
         "watcher": [_topic(topics.cluster_events, Op.READ, Op.WRITE), _topic(topics.dead_letters, Op.WRITE),
+                    _topic(shard_map_topic(topics), Op.READ, Op.WRITE),
                     Acl(Resource.CLUSTER, "kafka-cluster", Pattern.LITERAL, (Op.IDEMPOTENT_WRITE,))],
         "scheduler": [_topic(topics.cluster_events, Op.READ, Op.WRITE), _topic(topics.decisions, Op.READ, Op.WRITE),
                       _topic(topics.snapshots, Op.READ, Op.WRITE), _topic(topics.dead_letters, Op.WRITE),

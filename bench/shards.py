@@ -1,0 +1,180 @@
+"""Scheduler shards: the same work decided by 1, 2 and 4 shards on the local Kafka broker.
+
+The scenario is Kueue's large-scale shape, scaled down to fit a shared 2-core machine: COHORTS
+cohorts x QUEUES ClusterQueues (cpu nominal 20, borrowingLimit 100, reclaimWithinCohort Any,
+withinClusterQueue LowerPriority), per ClusterQueue 35 small (1 cpu, 150 ms, priority 50),
+11 medium (5 cpu, 350 ms, 100) and 4 large (20 cpu, 700 ms, 200) workloads, all submitted at
+the start (simulated time: the figures are CPU and wall time of deciding, not of waiting).
+
+For each shard count: a fresh topic prefix with that many partitions; the objects are published
+through the router (``services.runtime.shards.RoutingLog``, as the watcher does); then one
+process per shard runs that shard's scheduler, actuator and simulated cluster
+(``drive_until_idle`` on ``KafkaLog(shard=N, role="all")``, its own transactional writer) until
+idle. Reported: wall time until every shard is done, and per shard its process CPU, cycles and
+decisions. The decisions of every run are compared per workload with the 1-shard run.
+
+``python -m bench.shards [--cohorts C] [--queues Q] [--shards 1,2,4]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from events import objects as o
+from events.cluster import SIM_DURATION_ANNOTATION
+from events.codec import encode
+from events.envelope import Envelope, Topics, event_key
+from events.messages import ObjectApplied
+from events.shardmap import ShardMap
+
+CLASSES = (("small", 35, 1000, 150, 50), ("medium", 11, 5000, 350, 100), ("large", 4, 20000, 700, 200))
+
+
+def scenario(cohorts: int, queues: int) -> list[o.AnyObject]:
+    policy = o.PreemptionPolicy(within_cluster_queue=o.WithinClusterQueue.LOWER_PRIORITY,
+                                reclaim_within_cohort=o.ReclaimWithinCohort.ANY)
+    objs: list[o.AnyObject] = [o.ResourceFlavor(name="default")]
+    workloads: list[o.Workload] = []
+    for c in range(cohorts):
+        for q in range(queues):
+            cq, ns = f"cq-{c}-{q}", f"ns-{c}-{q}"
+            objs.append(o.ClusterQueue(
+                name=cq, cohort=f"cohort-{c}", namespace_selector=o.LabelSelector(), preemption=policy,
+                resource_groups=(o.ResourceGroup(covered_resources=("cpu",), flavors=(
+                    o.FlavorQuotas(name="default", resources=(
+                        ("cpu", o.Quota(nominal=20_000, borrowing_limit=100_000)),)),)),)))
+            objs.append(o.LocalQueue(namespace=ns, name="lq", cluster_queue=cq))
+            n = 0
+            for name, count, cpu, run_ms, prio in CLASSES:
+                for i in range(count):
+                    workloads.append(o.Workload(
+                        namespace=ns, name=f"{name}-{i}", uid=f"{ns}-{name}-{i}", queue_name="lq",
+                        pod_sets=(o.PodSet(name="main", count=1, requests=(("cpu", cpu),)),),
+                        creation_time=n, priority=prio, annotations=((SIM_DURATION_ANNOTATION, f"{run_ms}ms"),)))
+                    n += 1
+    workloads.sort(key=lambda w: (w.creation_time or 0, w.namespace, w.name))
+    return objs + workloads
+
+
+def balanced(shards: int, cohorts: int) -> ShardMap:
+    """Cohorts dealt round robin: equal trees, so equal shares of the work (how a user sizes shards
+    when the trees are alike; the hash alone may put two of a few trees on one shard)."""
+    return ShardMap(shards=shards, trees=tuple((f"cohort-{c}", c % shards) for c in range(cohorts)))
+
+
+def publish(bootstrap: str, prefix: str, shard_map: ShardMap, objs: Sequence[o.AnyObject]) -> None:
+    from services.runtime.kafka import KafkaLog, KafkaSettings
+    from services.runtime.shards import RoutingLog
+
+    settings = KafkaSettings(bootstrap_servers=bootstrap, shards=shard_map.shards)
+    logs = [KafkaLog(settings, prefix=prefix, shard=s) for s in range(shard_map.shards)]
+    router = RoutingLog(logs, shard_map, topics=Topics(prefix=prefix))
+    try:
+        envs = [Envelope(id=f"bench:{i}", source="bench", cluster="sim",
+                         event=ObjectApplied(time=getattr(obj, "creation_time", None) or 0, object=obj))
+                for i, obj in enumerate(objs)]
+        for i in range(0, len(envs), 2000):
+            router.append(router.topics.cluster_events, [(event_key(e), encode(e)) for e in envs[i:i + 2000]])
+    finally:
+        router.close()
+
+
+def worker(bootstrap: str, prefix: str, shards: int, shard: int) -> dict[str, Any]:
+    """One shard's loop until idle, in this process; what it did."""
+    from events.codec import decode_decision
+    from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload
+    from services.app.driver import drive_until_idle
+    from services.runtime.kafka import KafkaLog, KafkaSettings
+
+    topics = Topics(prefix=prefix)
+    log = KafkaLog(KafkaSettings(bootstrap_servers=bootstrap, shards=shards), prefix=prefix, shard=shard, role="all")
+    try:
+        t0, c0 = time.monotonic(), time.process_time()
+        result = drive_until_idle(log, topics=topics)
+        wall, cpu = time.monotonic() - t0, time.process_time() - c0
+        admitted: list[str] = []
+        decisions = evictions = 0
+        for rec in log.read(topics.decisions, 0, 10_000_000):
+            d = decode_decision(rec.value)
+            if isinstance(d, CycleCompleted):
+                continue
+            decisions += 1
+            evictions += isinstance(d, EvictWorkload)
+            if isinstance(d, AdmitWorkload):
+                admitted.append(f"{d.namespace}/{d.name}")
+    finally:
+        log.close()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    return {"shard": shard, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "cycles": result.scheduler.state.cycles,
+            "decisions": decisions, "admissions": len(admitted), "evictions": evictions, "peak_rss_mb": rss,
+            "admitted": sorted(set(admitted))}
+
+
+def run(bootstrap: str, shards: int, cohorts: int, queues: int) -> dict[str, Any]:
+    prefix = f"bench-shards-{shards}-{time.monotonic_ns()}"
+    objs = scenario(cohorts, queues)
+    t0 = time.monotonic()
+    publish(bootstrap, prefix, balanced(shards, cohorts), objs)
+    published = time.monotonic() - t0
+    t1 = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.shards", "worker", bootstrap, prefix, str(shards),
+                               str(s)], stdout=subprocess.PIPE, text=True) for s in range(shards)]
+    outs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    wall = time.monotonic() - t1
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"a shard worker failed: {[p.returncode for p in procs]}")
+    return {"shards": shards, "workloads": sum(isinstance(x, o.Workload) for x in objs),
+            "publish_s": round(published, 2), "wall_s": round(wall, 2), "per_shard": outs}
+
+
+def lines(results: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per shard count. Every workload must be admitted in every run; how many were
+    preempted first depends on where cycles cut the input (see docs/benchmarks.md), so it is shown,
+    not compared."""
+    out = ["shards  workloads  wall s  | per shard: cpu s / cycles / decisions / admissions / evictions / peak RSS MB"]
+    for r in results:
+        admitted: set[str] = set()
+        for s in r["per_shard"]:
+            admitted.update(s.pop("admitted"))
+        done = "every workload admitted" if len(admitted) == r["workloads"] else \
+            f"ONLY {len(admitted)} OF {r['workloads']} ADMITTED"
+        per = "  ".join(f"#{s['shard']}: {s['cpu_s']} / {s['cycles']} / {s['decisions']} / {s['admissions']} / "
+                        f"{s['evictions']} / {s['peak_rss_mb']}" for s in r["per_shard"])
+        out.append(f"{r['shards']:>6}  {r['workloads']:>9}  {r['wall_s']:>6}  | {per}  ({done})")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "worker":
+        bootstrap, prefix, shards, shard = argv[1], argv[2], int(argv[3]), int(argv[4])
+        print(json.dumps(worker(bootstrap, prefix, shards, shard)), flush=True)
+        return 0
+    p = argparse.ArgumentParser(prog="python -m bench.shards")
+    p.add_argument("--cohorts", type=int, default=8)
+    p.add_argument("--queues", type=int, default=5)
+    p.add_argument("--shards", default="1,2,4")
+    p.add_argument("--bootstrap-servers", help="an existing broker (default: start a local one)")
+    args = p.parse_args(argv)
+    counts = [int(x) for x in args.shards.split(",")]
+    if args.bootstrap_servers:
+        results = [run(args.bootstrap_servers, n, args.cohorts, args.queues) for n in counts]
+    else:
+        from bench.kafka import local_broker
+
+        with local_broker() as broker:
+            results = [run(broker.bootstrap_servers, n, args.cohorts, args.queues) for n in counts]
+    for line in lines(results):
+        print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
