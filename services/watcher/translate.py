@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, NamedTuple
 
-from events import jobkinds, jobs, t9k
+from events import dra, jobkinds, jobs, t9k
 from events import objects as o
 from events.cluster import (
     ACTUATION_ANNOTATIONS,
@@ -84,12 +84,13 @@ API_VERSIONS: Final[Mapping[str, str]] = {
     "Job": "batch/v1",
     "Queue": t9k.API_VERSION,
     "ProvisioningRequest": "autoscaling.x-k8s.io/v1",
+    dra.KIND: f"{dra.GROUP}/v1",
     **{k.kind: k.api_version for k in jobkinds.OTHER_KINDS},
 }
 """The kinds the watcher translates, configuration first, with the apiVersion an object of the
 kind is read as when it comes without one (items of a list response of built-in kinds do)."""
 
-NAMESPACED: Final = frozenset({"LocalQueue", "Workload", "Job", "Queue", "ProvisioningRequest",
+NAMESPACED: Final = frozenset({"LocalQueue", "Workload", "Job", "Queue", "ProvisioningRequest", dra.KIND,
                                *(k.kind for k in jobkinds.OTHER_KINDS)})
 OTHER_JOB_KINDS: Final[Mapping[str, jobkinds.JobKind]] = {k.kind: k for k in jobkinds.OTHER_KINDS}
 """The workload kinds besides Job (``events.jobkinds``), by kind."""
@@ -155,11 +156,14 @@ def delete_envelope(cluster: str, source: Ref, target: Ref, resource_version: st
 
 
 def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, cluster: str,
-              time_ms: int, owners: frozenset[str] = JOB_ONLY) -> Translation:
+              time_ms: int, owners: frozenset[str] = JOB_ONLY, claim_templates: dra.Lookup = dra.NO_TEMPLATES,
+              ) -> Translation:
     """One watch notification to envelopes (or errors naming the object and the field).
 
     ``owners``: the workload kinds watched; a Workload owned by one of them is left to its owner
-    (one not watched, as a JobSet on a watcher without JobSets, is translated as a Workload)."""
+    (one not watched, as a JobSet on a watcher without JobSets, is translated as a Workload).
+    ``claim_templates``: the ResourceClaimTemplates known, for a workload's DRA claims (a
+    template itself publishes nothing: it is read into the workloads that claim it)."""
     where = f"cluster:{cluster}"
     if not isinstance(obj, Mapping):
         return Translation(Ref(kind, "", ""), errors=[f"{where}: {kind}: expected an object, got "
@@ -193,6 +197,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         return Translation(source, errors=[str(e)], resource_version=rv)
     if normalized is None:
         return Translation(source, resource_version=rv)  # a Job without the queue-name label: not Kueue's
+    if isinstance(normalized, o.Workload):
+        normalized = dra.resolve(normalized, claim_templates)
 
     def envelope(what: str, event: ClusterEvent, correlation_id: str = "") -> Envelope:
         return Envelope(id=envelope_id(cluster, source, rv, what), source=SOURCE, cluster=cluster, event=event,
