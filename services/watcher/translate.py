@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, NamedTuple
 
+import msgspec
+
 from events import dra, jobkinds, jobs, t9k
 from events import objects as o
 from events.cluster import (
@@ -61,7 +63,7 @@ from events.messages import (
     WorkloadActivation,
     WorkloadFinished,
 )
-from services.watcher import provisioning
+from services.watcher import elastic, provisioning
 
 SOURCE: Final = "watcher"
 ID_PREFIX: Final = "watcher:"
@@ -124,6 +126,7 @@ class Translation:
     errors: list[str] = field(default_factory=list)
     resource_version: str = ""
     frozen: bool = False
+    elastic: bool = False  # a Job annotated kueue.x-k8s.io/elastic-job: a scale-down thaws it (elastic.py)
 
 
 def ref_of(obj: o.AnyObject) -> Ref:
@@ -218,7 +221,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         running, status_events, errors = _job_status(located, body, meta, normalized, time_ms)
         frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations)
         envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status_events)
-    return Translation(source, envelopes, errors, resource_version=rv, frozen=frozen)
+    return Translation(source, envelopes, errors, resource_version=rv, frozen=frozen,
+                       elastic=kind == "Job" and elastic.is_elastic(meta))
 
 
 def _as_manifest(kind: str, obj: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -399,6 +403,28 @@ def _status_news(entry: Entry, env: Envelope) -> Entry | None:
         return replace(entry, evicted=env.correlation_id, ready=False)
     return None
 
+def _applied(tr: Translation, env: Envelope, ev: ObjectApplied, after: Entry | None, out: list[Envelope]) -> Entry:
+    """What is published of an object applied (appended to ``out``), and the memory after it."""
+    target, body = ref_of(ev.object), encode(ev.object)
+    if after is not None and after.target != target:
+        # Another object under the same name (a Job recreated with a new uid while
+        # its delete was missed): the old one is gone.
+        out.append(delete_envelope(env.cluster, tr.source, after.target, tr.resource_version, ev.time))
+        after = None
+    if after is None:
+        out.append(env)
+        return Entry(target=target, body=body)
+    if after.body != body and not tr.frozen:
+        out.append(env)
+        return replace(after, body=body)
+    if after.body != body and tr.elastic and isinstance(ev.object, o.Workload):
+        shrunk = elastic.scaled_down_workload(after.body, ev.object)
+        if shrunk is not None:
+            out.append(msgspec.structs.replace(env, event=msgspec.structs.replace(ev, object=shrunk)))
+            return replace(after, body=encode(shrunk))
+    return after
+
+
 class Published:
     """The watcher's memory: per API object, what it has published (see the module docstring).
 
@@ -432,18 +458,7 @@ class Published:
                 continue
             if isinstance(ev, ObjectApplied):
                 applied = True
-                target, body = ref_of(ev.object), encode(ev.object)
-                if after is not None and after.target != target:
-                    # Another object under the same name (a Job recreated with a new uid while
-                    # its delete was missed): the old one is gone.
-                    out.append(delete_envelope(env.cluster, tr.source, after.target, tr.resource_version, ev.time))
-                    after = None
-                if after is None:
-                    after = Entry(target=target, body=body)
-                    out.append(env)
-                elif after.body != body and not tr.frozen:
-                    after = replace(after, body=body)
-                    out.append(env)
+                after = _applied(tr, env, ev, after, out)
                 continue
             if isinstance(ev, WorkloadActivation):
                 # First seen active: nothing to say; afterwards each change of spec.active.
