@@ -381,6 +381,7 @@ def _rescale_usage(state: State, rec: WorkloadRecord) -> None:
         for fr, v in sorted(usage.items()):
             node.add_usage(fr, v)
     rec.usage = usage
+    requeue_inadmissible(state, adm.cluster_queue)  # Kueue: QueueAssociatedInadmissibleWorkloadsAfter
 
 
 def _take_admission(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) -> None:
