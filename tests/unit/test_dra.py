@@ -174,3 +174,17 @@ def _refusal(docs: list[dict[str, Any]]) -> str:
 ])
 def test_bad_dra_input_is_refused_naming_the_field(docs: list[dict[str, Any]], wanted: str) -> None:
     assert wanted in _refusal(docs)
+
+
+def test_a_record_with_negative_devices_is_refused_as_every_door_refuses_it() -> None:
+    """A cluster-event record is held to the same limits (events/validation.py): a claim's devices
+    are an int64 amount, never negative."""
+    from events import objects as o
+    from events import validation
+
+    claim = o.DeviceClaim(index=0, name="gpu", template="t", resolved=True, devices=(("gpu.example.com", -1),))
+    wl = o.Workload(name="w", namespace="ns", uid="u", queue_name="lq",
+                    pod_sets=(o.PodSet(name="main", count=1, requests=(), device_claims=(claim,)),))
+    with pytest.raises(validation.Invalid) as e:
+        validation.validate_object(wl)
+    assert e.value.field == "spec.podSets[0].template.spec.resourceClaims[0] (gpu.example.com)"
