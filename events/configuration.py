@@ -27,6 +27,8 @@ excludeResourcePrefixes``
 ``resources.transformations`` strategy Retain when absent; what a      the same
                               request counts as (services/core/
                               resources.py)
+``resources.                  device class -> logical resource for   the same
+deviceClassMappings``         DRA claims (events/dra.py)
 ``featureGates``              FlavorFungibilityPreserveScanProgress, the same
                               UnadmittedWorkloadsObservability,
                               DisableWaitForPodsReady
