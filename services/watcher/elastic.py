@@ -12,14 +12,15 @@ before, with only the counts changed, so nothing else of the running Job's spec 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from events import objects as o
+from events.cluster import ELASTIC_JOB_ANNOTATION
 from services.core.slices import scaled_down
 
-ELASTIC_JOB_ANNOTATION: Final = "kueue.x-k8s.io/elastic-job"
+__all__ = ["ELASTIC_JOB_ANNOTATION", "is_elastic", "scaled_down_workload"]
 
 
 def is_elastic(meta: Mapping[str, Any]) -> bool:
