@@ -126,7 +126,7 @@ class PodSpec(_Loose):
     overhead: dict[str, Quantity] | None = None
     priority_class_name: str | None = None
     scheduler_name: str | None = None
-    resource_claims: list[Any] | None = None  # DRA: refused until deviceClassMappings are taken
+    resource_claims: list[Any] | None = None  # DRA claims: events/dra.py
 
 
 class PodTemplateSpec(_Loose):
@@ -404,6 +404,7 @@ class ResourceTransformation(_Spec):
 class Resources(_Spec):
     exclude_resource_prefixes: list[str] | None = None
     transformations: list[ResourceTransformation] | None = None
+    device_class_mappings: list[Any] | None = None  # DRA: events/dra.py
 
 
 class ConfigurationCommon(_Loose):

@@ -27,6 +27,8 @@ excludeResourcePrefixes``
 ``resources.transformations`` strategy Retain when absent; what a      the same
                               request counts as (services/core/
                               resources.py)
+``resources.                  device class -> logical resource for   the same
+deviceClassMappings``         DRA claims (events/dra.py)
 ``featureGates``              FlavorFungibilityPreserveScanProgress, the same
                               UnadmittedWorkloadsObservability,
                               DisableWaitForPodsReady
@@ -45,7 +47,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from events import api
+from events import api, dra
 from events import objects as o
 from events import validation as v
 from events.quantity import QuantityError, parse_fraction
@@ -108,6 +110,9 @@ def read_configuration(where: Where, version: str, rest: dict[str, Any]) -> o.Co
             where, common.resources.transformations))
     if common.resources is not None and common.resources.exclude_resource_prefixes:
         out = msgspec.structs.replace(out, exclude_resource_prefixes=tuple(common.resources.exclude_resource_prefixes))
+    if common.resources is not None and common.resources.device_class_mappings:
+        out = msgspec.structs.replace(out, device_class_mappings=dra.device_class_mappings(
+            where, common.resources.device_class_mappings))
     return _feature_gates(where, common.feature_gates or {}, out)
 
 

@@ -24,7 +24,7 @@ from typing import Any, Final, NoReturn, TypeVar
 import msgspec
 import yaml
 
-from events import api, checks_manifest, jobkinds, t9k
+from events import api, checks_manifest, dra, jobkinds, t9k
 from events import objects as o
 from events import validation as v
 from events.cluster import (
@@ -229,8 +229,6 @@ _NOT_YET: Final = {
                        "and MultiKueueOrchestratedPreemption); remove it",
     "quotaCheckStrategy": "not supported by kueuelog yet (Kueue's quota check strategy, feature gate "
                           "QuotaCheckStrategy); remove it",
-    "deviceClassMappings": "not supported by kueuelog yet (Kueue's DRA device class mappings, feature gate "
-                           "KueueDRAIntegration); remove it",
 }
 """Fields of Kueue's API that kueuelog does not act on yet: refused by name, never ignored."""
 
@@ -296,6 +294,7 @@ SUPPORTED_KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("v1",), ("Namespace", "ConfigMap")),
     (("scheduling.k8s.io/v1",), ("PriorityClass",)),
     (("batch/v1",), ("Job",)),
+    (dra.API_VERSIONS, (dra.KIND,)),
     ((t9k.API_VERSION,), ("Queue",)),
     *jobkinds.by_api_version(jobkinds.OTHER_KINDS),
 )
@@ -940,7 +939,7 @@ def normalize(doc: Document) -> o.AnyObject | None:
         return read_configuration(name_ctx, version, rest)
     # A Namespace's name is an RFC 1123 label (no dots, at most 63 characters); most names are subdomains.
     name = _check_name(name_ctx, meta.name, "metadata.name", label=(kind == "Namespace" and api_version == "v1"))
-    namespaced = (kind in ("LocalQueue", "Workload", "Job", "Queue", "ConfigMap")
+    namespaced = (kind in ("LocalQueue", "Workload", "Job", "Queue", "ConfigMap", dra.KIND)
                   or (api_version, kind) in jobkinds.BY_KEY)
     namespace = meta.namespace or (t9k.NAMESPACE if kind == "Queue" else "default")
     if namespaced:
@@ -990,6 +989,9 @@ def _dispatch(
         return o.Namespace(name=ctx.name, labels=_sorted_pairs(labels))
     if api_version == "batch/v1" and kind == "Job":
         return _job(ctx, body, meta, namespace)
+    if group == dra.GROUP and kind == dra.KIND:
+        dra.read_template(ctx, version, body, namespace, ctx.name)  # checked; read by load() (events/dra.py)
+        return None
     if api_version == "scheduling.k8s.io/v1" and kind == "PriorityClass":
         value = _int_field(ctx, body, "value", required=True)
         assert value is not None
@@ -1084,16 +1086,37 @@ def load(
     docs: Iterable[Document] = (d for file, text in files.items() for d in read_documents(file, text))
     if expand is not None:
         docs = expand(list(docs))
-    for doc in map(names.name, docs):
+    named = list(map(names.name, docs))
+    templates = _claim_templates(named)
+    for doc in named:
         obj = normalize(doc)
         if obj is None:
             continue
+        if isinstance(obj, o.Workload):
+            obj = dra.resolve(obj, lambda ns, name: templates.get((ns, name)))
         if isinstance(obj, o.Cohort):
             problem = v.cohort_problem(parents, obj)
             if problem is not None:
                 raise ManifestError(doc.file, doc.index, f"Cohort {obj.name}", problem.field, problem.message)
             parents[obj.name] = obj.parent
         out.append((doc, obj))
+    return out
+
+
+def _claim_templates(docs: list[Document]) -> dict[tuple[str, str], dra.ClaimTemplate]:
+    """Every ResourceClaimTemplate of the input, by namespace and name (a later one of the same
+    name wins): a claim is resolved against the input as a whole, as Kueue reads the template
+    when it handles the workload, after the files are applied."""
+    out: dict[tuple[str, str], dra.ClaimTemplate] = {}
+    for doc in docs:
+        if dra.is_template(doc.body):
+            kind, api_version, meta = _meta(doc)
+            name = _check_name(_Ctx(doc, kind, meta.name or ""), meta.name, "metadata.name")
+            namespace = meta.namespace or "default"
+            ctx = _Ctx(doc, kind, f"{namespace}/{name}")
+            _check_name(ctx, namespace, "metadata.namespace", label=True)
+            t = dra.read_template(ctx, api_version.rpartition("/")[2], doc.body, namespace, name)
+            out[(namespace, name)] = t
     return out
 
 

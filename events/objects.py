@@ -308,6 +308,9 @@ class Configuration(_Kind, frozen=True, tag="Configuration"):
     # Kueue's beta feature gate UnadmittedWorkloadsObservability (on by default since 0.19): a
     # pending workload's QuotaReserved reason is granular (services/core/reasons.py).
     unadmitted_workloads_observability: bool = True
+    # Kueue's resources.deviceClassMappings (KueueDRAIntegration): device class -> the logical
+    # resource its devices count as, sorted by device class (events/dra.py, services/core/dra.py).
+    device_class_mappings: tuple[tuple[str, str], ...] = ()
 
 
 class NodeSelectorTerm(_Obj, frozen=True):
@@ -322,6 +325,20 @@ class OverLimits(_Obj, frozen=True):
     resources: tuple[str, ...]  # sorted
 
 
+class DeviceClaim(_Obj, frozen=True):
+    """A pod template's DRA claim, ``spec.resourceClaims[index]``, with its ResourceClaimTemplate's
+    device requests read where the template is known (events/dra.py): the core counts them into
+    quota through the Configuration's deviceClassMappings, as Kueue's KueueDRAIntegration does."""
+
+    index: int
+    name: str
+    template: str = ""  # resourceClaimTemplateName
+    claim: str = ""  # resourceClaimName: a claim Kueue does not take
+    resolved: bool = False  # the template was looked up (found or not: see ``error``)
+    devices: tuple[tuple[str, int], ...] = ()  # device class -> devices per pod, sorted
+    error: str = ""  # why Kueue cannot count it: Kueue's text after the claim's field path
+
+
 class PodSet(_Obj, frozen=True):
     name: str
     count: int
@@ -331,6 +348,7 @@ class PodSet(_Obj, frozen=True):
     affinity_terms: tuple[NodeSelectorTerm, ...] = ()  # required node affinity, ORed
     tolerations: tuple[Toleration, ...] = ()
     over_limits: tuple[OverLimits, ...] = ()  # init containers first, then containers, in order
+    device_claims: tuple[DeviceClaim, ...] = ()  # DRA claims, in spec.resourceClaims order
 
 
 class PodSetAssignment(_Obj, frozen=True):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from events import api, validation
+from events import api, dra, validation
 from events import objects as o
 
 RESERVED_RESOURCES = frozenset({"pods"})
@@ -123,11 +123,9 @@ def pod_set_from_template(
     where: Where, name: str, count: int, min_count: int | None, template: api.PodTemplateSpec, path: str
 ) -> o.PodSet:
     spec = template.spec
-    if spec.resource_claims:
-        # Kueue (KueueDRAIntegration, beta, on) charges claims through the Configuration's
-        # deviceClassMappings; ignoring them would admit devices without quota.
-        raise where.error(f"{path}.spec.resourceClaims", "not supported by kueuelog yet (Kueue's DRA "
-                          "integration, feature gate KueueDRAIntegration); remove the claims or run under Kueue")
+    # DRA claims (Kueue's KueueDRAIntegration): read here, their templates resolved where they
+    # are known (events/dra.py), counted through deviceClassMappings by the core.
+    claims = dra.pod_claims(where, spec.resource_claims, f"{path}.spec.resourceClaims")
     requests = pod_requests(where, spec, f"{path}.spec")
     try:
         validation.pod_set_total(count, requests.items(), path)
@@ -156,4 +154,5 @@ def pod_set_from_template(
             for t in spec.tolerations or []
         ),
         over_limits=over_limits(where, spec, f"{path}.spec"),
+        device_claims=claims,
     )

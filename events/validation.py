@@ -227,6 +227,9 @@ def _pod_sets(wl: o.Workload) -> dict[str, o.PodSet]:
             amount(value, f"{path}.template.spec.containers.resources.requests.{resource}")
         pod_set_total(ps.count, ps.requests, path)
         labels(ps.node_selector, f"{path}.template.spec.nodeSelector")
+        for c in ps.device_claims:  # DRA claims (events/dra.py): devices per class, an int64 each
+            for device_class, devices in c.devices:
+                amount(devices, f"{path}.template.spec.resourceClaims[{c.index}] ({device_class})")
     return by_name
 
 

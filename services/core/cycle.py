@@ -44,6 +44,7 @@ from events.messages import (
 )
 from services.core import checks, deactivation, effects, fairsharing, podsready
 from services.core.derived import Memo
+from services.core.dra import dra_error
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
 from services.core.quota import FR, Node
@@ -217,6 +218,10 @@ def _get_assignments(state: State, e: Entry, nomination: Nomination | None = Non
 
 def _nominate(state: State, e: Entry) -> None:
     rec, cq = e.rec, e.cq
+    unmapped = dra_error(state.config, rec.obj)  # Kueue never queues it (services/core/dra.py)
+    if unmapped:
+        e.message, e.pending_reason = unmapped, PendingReason.MISCONFIGURED
+        return
     if rec.checks and checks.has_failed_checks(rec):
         e.message = checks.FAILED_CHECKS
         e.pending_reason = PendingReason.FAILED_ADMISSION_CHECKS

@@ -21,6 +21,7 @@ from events import objects as o
 from events.messages import PendingReason
 from events.quantity import format_amount
 from events.validation import INT64_MAX
+from services.core.dra import add_claims
 from services.core.quota import FR, Node
 from services.core.resources import per_pod_requests
 from services.core.state import State, WorkloadRecord
@@ -398,8 +399,8 @@ def pod_set_requests(state: State, cq: o.ClusterQueue, ps: o.PodSet, count: int)
     resource transformations applied (services/core/resources.py). A zero request is dropped
     for a resource no group covers, but a covered one is assigned a flavor like any other
     (Kueue's assignFlavors, kubernetes-sigs/kueue#8079)."""
-    per_pod = per_pod_requests(ps.requests, state.config.exclude_resource_prefixes,
-                               state.config.resource_transformations)
+    per_pod = add_claims(state.config, ps, per_pod_requests(ps.requests, state.config.exclude_resource_prefixes,
+                                                             state.config.resource_transformations))
     covered = {res for g in cq.resource_groups for res in g.covered_resources}
     out = {
         res: min(value * count, INT64_MAX)  # Kueue's saturating Mul; only a transformation can get there

@@ -23,6 +23,7 @@ from typing import Final
 from events import objects as o
 from events.messages import Condition
 from services.core.quota import FR
+from services.core.slices import scaled_usage
 
 QueueKey = tuple[int, int, int, int, str]
 """Queue order: (not a sticky preemptor, -priority, queue timestamp, input order, namespace/name)."""
@@ -85,7 +86,7 @@ class WorkloadRecord:
     def __post_init__(self) -> None:
         self.key = f"{self.obj.namespace}/{self.obj.name}"
         if self.admission is not None and not self.usage:
-            self.usage = admission_usage(self.admission)
+            self.usage = admission_usage(self.admission, self.obj.pod_sets)
 
     def queue_key(self) -> QueueKey:
         return (0 if self.sticky else 1, -self.priority, self.queue_time, self.seq, self.key)
@@ -108,11 +109,15 @@ class WorkloadRecord:
         self.conditions[c.type] = c
 
 
-def admission_usage(adm: o.Admission) -> dict[FR, int]:
+def admission_usage(adm: o.Admission, pod_sets: tuple[o.PodSet, ...] = ()) -> dict[FR, int]:
+    """What an admission uses, by flavor and resource; a podSet whose count in ``pod_sets`` has
+    shrunk below its admitted count (an elastic Job scaled down) uses its admitted usage scaled to
+    the new count (services/core/slices.py)."""
+    counts = {ps.name: ps.count for ps in pod_sets}
     usage: dict[FR, int] = {}
     for psa in adm.pod_set_assignments:
         flavors = dict(psa.flavors)
-        for res, amount in psa.resource_usage:
+        for res, amount in scaled_usage(psa, counts.get(psa.name, psa.count)):
             flavor = flavors.get(res)
             if flavor is None:
                 continue

@@ -40,6 +40,11 @@ def _pod_set(ps: Any) -> dict[str, Any]:
             {k: v for k, v in (("key", t.key), ("operator", t.operator), ("value", t.value), ("effect", t.effect)) if v}
             for t in ps.tolerations
         ]
+    if ps.device_claims:
+        spec["resourceClaims"] = [
+            {"name": c.name, "resourceClaimTemplateName" if c.template else "resourceClaimName": c.template or c.claim}
+            for c in ps.device_claims
+        ]
     out: dict[str, Any] = {"name": ps.name, "count": ps.count, "template": {"spec": spec}}
     if ps.min_count is not None:
         out["minCount"] = ps.min_count

@@ -342,6 +342,7 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
         was_active, old.obj = old.obj.active, wl
         old.priority, old.priority_error = priority, error
         if old.admission is not None:
+            _rescale_usage(state, old)  # an elastic Job scaled down frees quota (services/core/slices.py)
             touch_tree(state, old.admission.cluster_queue)  # a preemption candidate may have changed
         if wl.admission is not None and old.admission is None:
             _take_admission(state, old, wl.admission, wl.reserved_at if wl.reserved_at is not None else state.now)
@@ -365,6 +366,24 @@ def _apply_workload(state: State, wl: o.Workload) -> None:
     _enqueue(state, rec)
 
 
+def _rescale_usage(state: State, rec: WorkloadRecord) -> None:
+    """``rec``'s usage recounted from its admission and its podSets' counts now."""
+    adm = rec.admission
+    assert adm is not None
+    usage = admission_usage(adm, rec.obj.pod_sets)
+    if usage == rec.usage:
+        return
+    state.generations[adm.cluster_queue] = state.generations.get(adm.cluster_queue, 0) + 1
+    if not state.index.dirty and adm.cluster_queue in state.cluster_queues:
+        node = state.cq_node(adm.cluster_queue)
+        for fr, v in sorted(rec.usage.items()):
+            node.remove_usage(fr, v)
+        for fr, v in sorted(usage.items()):
+            node.add_usage(fr, v)
+    rec.usage = usage
+    requeue_inadmissible(state, adm.cluster_queue)  # Kueue: QueueAssociatedInadmissibleWorkloadsAfter
+
+
 def _take_admission(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) -> None:
     """A workload that arrives holding quota: its usage counts even above today's quota. If it
     arrives already being evicted, it keeps that quota until its eviction completes."""
@@ -384,7 +403,7 @@ def reserve_quota(state: State, rec: WorkloadRecord, adm: o.Admission, at: int) 
     """``rec`` holds quota from now on. Its usage enters the tree now if the ClusterQueue is
     indexed; otherwise (a ClusterQueue not applied yet) the next rebuild counts it."""
     rec.admission = adm
-    rec.usage = admission_usage(adm)
+    rec.usage = admission_usage(adm, rec.obj.pod_sets)
     rec.reserved_at = at
     if not state.index.dirty and adm.cluster_queue in state.cluster_queues:
         node = state.cq_node(adm.cluster_queue)

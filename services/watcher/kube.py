@@ -38,7 +38,7 @@ import structlog
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from events import jobkinds, t9k
+from events import dra, jobkinds, t9k
 from events.cluster import KUEUE_GROUP
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
 from events.envelope import Topics, event_key
@@ -94,6 +94,7 @@ DEFAULT_KINDS: Final[tuple[WatchedKind, ...]] = (
     _kueue("AdmissionCheck", "admissionchecks"),
     _kueue("ProvisioningRequestConfig", "provisioningrequestconfigs"),
     _kueue("Workload", "workloads"),
+    WatchedKind(dra.KIND, dra.GROUP, "v1", "resourceclaimtemplates"),  # before the Jobs that claim them
     WatchedKind("Job", "batch", "v1", "jobs"),
     WatchedKind("ProvisioningRequest", "autoscaling.x-k8s.io", "v1", "provisioningrequests"),
 )
@@ -309,6 +310,7 @@ class _Shell:
         self.watch_timeout_s, self.request_timeout_s, self.page_size = watch_timeout_s, request_timeout_s, page_size
         self.owners = frozenset(k.kind for k in kinds if k.kind in JOB_KIND_NAMES)
         self.memory = Published(self.owners)
+        self.claim_templates = ClaimTemplates()
 
     async def sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -338,7 +340,10 @@ class _Shell:
         self.stats.notifications += 1
         now = self.clock()
         try:
-            tr = translate(kind, event_type, obj, cluster=self.cluster, time_ms=now, owners=self.owners)
+            if kind == dra.KIND:
+                self.claim_templates.note(event_type, obj)
+            tr = translate(kind, event_type, obj, cluster=self.cluster, time_ms=now, owners=self.owners,
+                           claim_templates=self.claim_templates.get)
         except Exception:  # a translator bug must not stop the watcher: the object is skipped, loudly
             _log.exception("watcher.translate_failed", cluster=self.cluster, kind=kind)
             self.stats.errors += 1
@@ -377,6 +382,35 @@ class _Shell:
             self.log.append(self.topics.dead_letters, letters)
         except LogError as e:
             _log.error("watcher.dead_letter_failed", cluster=self.cluster, error=str(e))
+
+
+class ClaimTemplates:
+    """The ResourceClaimTemplates of the cluster as Kueue counts them (``events.dra``): what a
+    Job's DRA claims are resolved against when the Job is published. An invalid template is
+    forgotten (its translation reports why), so the claims naming it are not found."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[str, str], dra.ClaimTemplate] = {}
+
+    def note(self, event_type: EventType, obj: Any) -> None:
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            return
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        self.known.pop(key, None)
+        if event_type == "DELETED":
+            return
+        version = str(obj.get("apiVersion") or f"{dra.GROUP}/v1").rpartition("/")[2]
+        with contextlib.suppress(ValueError):
+            self.known[key] = dra.read_template(_Refusal(), version, obj, *key)
+
+    def get(self, namespace: str, name: str) -> dra.ClaimTemplate | None:
+        return self.known.get((namespace, name))
+
+
+class _Refusal:
+    def error(self, field: str, message: str) -> Exception:
+        return ValueError(f"{field}: {message}")
 
 
 def _source(kind: str, obj: Any) -> Ref:

@@ -35,7 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, NamedTuple
 
-from events import jobkinds, jobs, t9k
+import msgspec
+
+from events import dra, jobkinds, jobs, t9k
 from events import objects as o
 from events.cluster import (
     ACTUATION_ANNOTATIONS,
@@ -63,7 +65,7 @@ from events.messages import (
     WorkloadActivation,
     WorkloadFinished,
 )
-from services.watcher import provisioning
+from services.watcher import elastic, provisioning
 
 SOURCE: Final = "watcher"
 ID_PREFIX: Final = "watcher:"
@@ -86,12 +88,13 @@ API_VERSIONS: Final[Mapping[str, str]] = {
     "Job": "batch/v1",
     "Queue": t9k.API_VERSION,
     "ProvisioningRequest": "autoscaling.x-k8s.io/v1",
+    dra.KIND: f"{dra.GROUP}/v1",
     **{k.kind: k.api_version for k in jobkinds.OTHER_KINDS},
 }
 """The kinds the watcher translates, configuration first, with the apiVersion an object of the
 kind is read as when it comes without one (items of a list response of built-in kinds do)."""
 
-NAMESPACED: Final = frozenset({"LocalQueue", "Workload", "Job", "Queue", "ProvisioningRequest",
+NAMESPACED: Final = frozenset({"LocalQueue", "Workload", "Job", "Queue", "ProvisioningRequest", dra.KIND,
                                *(k.kind for k in jobkinds.OTHER_KINDS)})
 OTHER_JOB_KINDS: Final[Mapping[str, jobkinds.JobKind]] = {k.kind: k for k in jobkinds.OTHER_KINDS}
 """The workload kinds besides Job (``events.jobkinds``), by kind."""
@@ -125,6 +128,7 @@ class Translation:
     errors: list[str] = field(default_factory=list)
     resource_version: str = ""
     frozen: bool = False
+    elastic: bool = False  # a Job annotated kueue.x-k8s.io/elastic-job: a scale-down thaws it (elastic.py)
 
 
 def ref_of(obj: o.AnyObject) -> Ref:
@@ -157,11 +161,14 @@ def delete_envelope(cluster: str, source: Ref, target: Ref, resource_version: st
 
 
 def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, cluster: str,
-              time_ms: int, owners: frozenset[str] = JOB_ONLY) -> Translation:
+              time_ms: int, owners: frozenset[str] = JOB_ONLY, claim_templates: dra.Lookup = dra.NO_TEMPLATES,
+              ) -> Translation:
     """One watch notification to envelopes (or errors naming the object and the field).
 
     ``owners``: the workload kinds watched; a Workload owned by one of them is left to its owner
-    (one not watched, as a JobSet on a watcher without JobSets, is translated as a Workload)."""
+    (one not watched, as a JobSet on a watcher without JobSets, is translated as a Workload).
+    ``claim_templates``: the ResourceClaimTemplates known, for a workload's DRA claims (a
+    template itself publishes nothing: it is read into the workloads that claim it)."""
     where = f"cluster:{cluster}"
     if not isinstance(obj, Mapping):
         return Translation(Ref(kind, "", ""), errors=[f"{where}: {kind}: expected an object, got "
@@ -195,6 +202,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         return Translation(source, errors=[str(e)], resource_version=rv)
     if normalized is None:
         return Translation(source, resource_version=rv)  # a Job without the queue-name label: not Kueue's
+    if isinstance(normalized, o.Workload):
+        normalized = dra.resolve(normalized, claim_templates)
 
     def envelope(what: str, event: ClusterEvent, correlation_id: str = "") -> Envelope:
         return Envelope(id=envelope_id(cluster, source, rv, what), source=SOURCE, cluster=cluster, event=event,
@@ -216,7 +225,8 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         running, status_events, errors = _job_status(located, body, meta, normalized, time_ms)
         frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations)
         envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status_events)
-    return Translation(source, envelopes, errors, resource_version=rv, frozen=frozen)
+    return Translation(source, envelopes, errors, resource_version=rv, frozen=frozen,
+                       elastic=kind == "Job" and elastic.is_elastic(meta))
 
 
 def _as_manifest(kind: str, obj: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -412,6 +422,28 @@ def _status_news(entry: Entry, env: Envelope) -> Entry | None:
         return replace(entry, evicted=env.correlation_id, ready=False)
     return None
 
+def _applied(tr: Translation, env: Envelope, ev: ObjectApplied, after: Entry | None, out: list[Envelope]) -> Entry:
+    """What is published of an object applied (appended to ``out``), and the memory after it."""
+    target, body = ref_of(ev.object), encode(ev.object)
+    if after is not None and after.target != target:
+        # Another object under the same name (a Job recreated with a new uid while
+        # its delete was missed): the old one is gone.
+        out.append(delete_envelope(env.cluster, tr.source, after.target, tr.resource_version, ev.time))
+        after = None
+    if after is None:
+        out.append(env)
+        return Entry(target=target, body=body)
+    if after.body != body and not tr.frozen:
+        out.append(env)
+        return replace(after, body=body)
+    if after.body != body and tr.elastic and isinstance(ev.object, o.Workload):
+        shrunk = elastic.scaled_down_workload(after.body, ev.object)
+        if shrunk is not None:
+            out.append(msgspec.structs.replace(env, event=msgspec.structs.replace(ev, object=shrunk)))
+            return replace(after, body=encode(shrunk))
+    return after
+
+
 class Published:
     """The watcher's memory: per API object, what it has published (see the module docstring).
 
@@ -445,18 +477,7 @@ class Published:
                 continue
             if isinstance(ev, ObjectApplied):
                 applied = True
-                target, body = ref_of(ev.object), encode(ev.object)
-                if after is not None and after.target != target:
-                    # Another object under the same name (a Job recreated with a new uid while
-                    # its delete was missed): the old one is gone.
-                    out.append(delete_envelope(env.cluster, tr.source, after.target, tr.resource_version, ev.time))
-                    after = None
-                if after is None:
-                    after = Entry(target=target, body=body)
-                    out.append(env)
-                elif after.body != body and not tr.frozen:
-                    after = replace(after, body=body)
-                    out.append(env)
+                after = _applied(tr, env, ev, after, out)
                 continue
             if isinstance(ev, WorkloadActivation):
                 # First seen active: nothing to say; afterwards each change of spec.active.

@@ -21,6 +21,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events import dra
 from events import objects as o
 from events.kueue_versions import respell
 from events.manifests import Document, normalize, read_documents
@@ -39,7 +40,7 @@ from tests.integration.kube_deploy import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 CORPUS = ROOT / "tests" / "fixtures" / "kueue-examples"
-NAMESPACED = {"LocalQueue", "Workload"}
+NAMESPACED = {"LocalQueue", "Workload", dra.KIND}
 PLURALS = {crd["spec"]["names"]["kind"]: crd["spec"]["names"]["plural"] for crd in crd_documents()}
 
 
@@ -176,6 +177,9 @@ async def apply_site_case(api: client.ApiClient, crds: dict[str, Any], docs: lis
             readback = api.sanitize_for_serialization(await batch.read_namespaced_job(job.metadata.name, namespace))
             named = {**body, "metadata": {**body["metadata"], "name": job.metadata.name}}  # generateName
             assert job_means({"apiVersion": "batch/v1", "kind": "Job", **readback}) == job_means(named), where
+        elif body["kind"] == dra.KIND:
+            await apply_claim_template(api, body, namespace, where)
+            created.append(body)
         else:
             assert body["kind"] == "Configuration", where  # Kueue's file, not an API object
             continue
@@ -183,10 +187,40 @@ async def apply_site_case(api: client.ApiClient, crds: dict[str, Any], docs: lis
     return applied
 
 
+async def apply_claim_template(api: client.ApiClient, body: dict[str, Any], namespace: str, where: str) -> None:
+    """A ResourceClaimTemplate through the API server's own resource.k8s.io API (kube-apiserver
+    1.34 serves v1 by default, v1beta1 and v1beta2 only when enabled), read back at each served
+    version: it counts the same
+    devices as the manifest (the server defaults count and allocationMode as events/dra.py does)."""
+    co = client.CustomObjectsApi(api)
+    version = body["apiVersion"].split("/")[1]
+    await co.create_namespaced_custom_object(dra.GROUP, version, namespace, "resourceclaimtemplates", body)
+    name = body["metadata"]["name"]
+    want = dra.read_template(_Where(where), version, body, namespace, name)
+    groups = (await client.ApisApi(api).get_api_versions()).groups
+    versions = [v.version for g in groups if g.name == dra.GROUP for v in g.versions]
+    assert "v1" in versions, versions  # what Kueue reads; the betas are off by default in 1.34
+    for served in versions:
+        got = await co.get_namespaced_custom_object(dra.GROUP, served, namespace, "resourceclaimtemplates", name)
+        assert dra.read_template(_Where(where), served, got, namespace, name) == want, (where, served)
+
+
+class _Where:
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def error(self, field: str, message: str) -> Exception:
+        return AssertionError(f"{self.where}: {field}: {message}")
+
+
 async def delete_site_case(api: client.ApiClient, created: list[dict[str, Any]]) -> None:
     objects, batch = Objects(api), client.BatchV1Api(api)
     for body in reversed(created):
-        if body["kind"] == "Job":
+        if body["kind"] == dra.KIND:
+            await client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                dra.GROUP, body["apiVersion"].split("/")[1], body["metadata"]["namespace"], "resourceclaimtemplates",
+                body["metadata"]["name"])
+        elif body["kind"] == "Job":
             with contextlib.suppress(ApiException):
                 await batch.delete_namespaced_job(body["metadata"]["name"], body["metadata"]["namespace"],
                                                   propagation_policy="Background")
@@ -202,7 +236,7 @@ async def test_every_case_of_kueues_site_examples_applies_and_reads_back_meaning
     they are written in, read back at every served version; its Jobs as the API server stores them.
     Case by case (the cases reuse names), each cleaned up before the next."""
     crds = {crd["spec"]["names"]["kind"]: crd for crd in await apply_crds(kube_api_client)}
-    assert len(SITE_CASES) == 14
+    assert len(SITE_CASES) == 18
     applied = 0
     created: list[dict[str, Any]] = []
     try:

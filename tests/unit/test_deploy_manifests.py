@@ -429,6 +429,8 @@ EXPECTED_RULES = {
         *(("scheduling.k8s.io", "priorityclasses", v) for v in ("get", "list", "watch")),
         # the autoscaler's answers to ProvisioningRequests (services/watcher/provisioning.py)
         *(("autoscaling.x-k8s.io", "provisioningrequests", v) for v in ("list", "watch")),
+        # DRA: the templates a queued pod's claims name (services/watcher/kube.py ClaimTemplates).
+        *(("resource.k8s.io", "resourceclaimtemplates", v) for v in ("list", "watch")),
     },
     # Derived from the calls of services/actuator/kube_port.py (KubeCalls get / merge patch) and of the
     # job reconciler that runs in the same process (services/actuator/job_reconciler.py): nothing more.

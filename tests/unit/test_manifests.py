@@ -917,7 +917,8 @@ def test_unsupported_kind_lists_the_kinds_kueuelog_takes():
         "; kueuelog takes kueue.x-k8s.io/v1beta1 and v1beta2 AdmissionCheck, ClusterQueue, Cohort, LocalQueue, "
         "ProvisioningRequestConfig, ResourceFlavor, Workload, WorkloadPriorityClass; kueue.x-k8s.io/v1alpha1 Cohort; "
         "config.kueue.x-k8s.io/v1beta1 and v1beta2 Configuration; v1 Namespace, ConfigMap; scheduling.k8s.io/v1 "
-        "PriorityClass; batch/v1 Job; scheduler.tensorstack.dev/v1beta1 Queue; jobset.x-k8s.io/v1alpha2 JobSet; "
+        "PriorityClass; batch/v1 Job; resource.k8s.io/v1 and v1beta2 and v1beta1 ResourceClaimTemplate; "
+        "scheduler.tensorstack.dev/v1beta1 Queue; jobset.x-k8s.io/v1alpha2 JobSet; "
         "kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob; kubeflow.org/v2beta1 MPIJob; "
         "ray.io/v1 RayJob, RayCluster, RayService")
 
@@ -1500,11 +1501,11 @@ _WORKLOAD_GATED = ("apiVersion: kueue.x-k8s.io/v1beta2\nkind: Workload\nmetadata
     pytest.param(_CQ_V1BETA2 + "  admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}\n",
                  "spec.admissionScope.admissionMode", "feature gate AdmissionFairSharing", id="admission fair sharing"),
     pytest.param(_WORKLOAD_GATED, "spec.preemptionGates", "MultiKueueOrchestratedPreemption", id="preemption gates"),
-    pytest.param(_JOB_WITH_CLAIM, "spec.template.spec.resourceClaims", "feature gate KueueDRAIntegration",
-                 id="a Job's DRA resource claims"),
     pytest.param("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n"
-                 "  deviceClassMappings: [{name: gpus, deviceClassNames: [gpu.example.com]}]\n",
-                 "resources.deviceClassMappings", "feature gate KueueDRAIntegration", id="DRA device class mappings"),
+                 "  deviceClassMappings: [{name: gpus, deviceClassNames: [gpu.example.com],\n"
+                 "    sources: [{counter: {}}]}]\n",
+                 "resources.deviceClassMappings[0].sources", "KueueDRAIntegrationPartitionableDevices",
+                 id="DRA mapping sources (counters, capacity)"),
     pytest.param("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n"
                  "  quotaCheckStrategy: IgnoreUndeclared\n",
                  "resources.quotaCheckStrategy", "feature gate QuotaCheckStrategy", id="quota check strategy"),
@@ -1513,6 +1514,14 @@ def test_kueue_features_not_supported_yet_are_refused_by_name_never_ignored(text
     with pytest.raises(ManifestError) as err:
         load({"k.yaml": text})
     assert err.value.field == field and says in err.value.message
+
+
+def test_a_jobs_dra_claims_are_taken_and_resolved_against_the_input():
+    """Kueue's DRA integration (events/dra.py): the claim is read, its template looked up in the input."""
+    (_, wl), = load({"k.yaml": _JOB_WITH_CLAIM})
+    (claim,) = wl.pod_sets[0].device_claims
+    assert (claim.name, claim.template, claim.resolved, claim.devices) == ("gpu", "single-gpu", True, ())
+    assert claim.error.endswith('resourceclaimtemplates.resource.k8s.io "single-gpu" not found')
 
 
 def test_admission_scope_without_fair_sharing_is_accepted():

@@ -564,3 +564,32 @@ def test_a_jobs_workload_publishes_only_changes_of_spec_active() -> None:
     assert publish(rebuilt, run("Workload", _owned_workload(True, "6"))) == []
     gone = rebuilt.vanished(Ref("Workload", "team-a", WL), cluster=CLUSTER, resource_version="7", time_ms=NOW)
     assert gone.envelopes == [], "the Job's entry, not this one, speaks for the Workload's existence"
+
+
+# --- elastic Jobs (services/watcher/elastic.py) ----------------------------------------------
+
+ELASTIC = {"kueue.x-k8s.io/elastic-job": "true"}
+
+
+@pytest.mark.parametrize(("annotations", "parallelism", "want"), [
+    pytest.param(ELASTIC, 2, [2], id="an elastic Job scaled down republishes its Workload with the smaller count"),
+    pytest.param(ELASTIC, 6, [], id="an elastic Job scaled up is not republished (no new slice yet)"),
+    pytest.param({}, 2, [], id="a Job that is not elastic stays frozen while it runs"),
+    pytest.param({"kueue.x-k8s.io/elastic-job": "false"}, 2, [], id="the annotation must be true"),
+])
+def test_a_running_elastic_job_scaled_down(annotations: dict[str, str], parallelism: int, want: list[int]) -> None:
+    memory = Published()
+    running = {"active": 4, "ready": 4}
+    assert kinds_of(publish(memory, run("Job", a_served_job("1", parallelism=4, suspend=True,
+                                                             annotations=annotations)))) == ["ObjectApplied"]
+    injected = a_served_job("2", parallelism=4, suspend=False, status=running,
+                            annotations={**annotations, ORIGINAL_ANNOTATION: "{}"})
+    injected["spec"]["template"]["spec"]["nodeSelector"] = {"flavor": "on-demand"}  # the actuator's
+    assert kinds_of(publish(memory, run("Job", injected))) == ["PodsReady"]
+    scaled = copy.deepcopy(injected)
+    scaled["metadata"]["resourceVersion"] = "3"
+    scaled["spec"]["parallelism"] = parallelism
+    got = [e for e in publish(memory, run("Job", scaled)) if isinstance(e, ObjectApplied)]
+    assert [ps.count for e in got for ps in e.object.pod_sets] == want  # type: ignore[union-attr]
+    for e in got:  # only the count changed: not the actuator's node selector
+        assert e.object.pod_sets[0].node_selector == ()  # type: ignore[union-attr]
