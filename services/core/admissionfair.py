@@ -43,7 +43,7 @@ order is always the exact minimum. Floats (``alpha``, the usage) use IEEE double
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -186,13 +186,25 @@ def advance(state: State, until: int) -> None:
             continue
         if usage is None:
             usage = admitted_usage(state)
-        admitted = usage.get(key, {})
+        admitted, start = usage.get(key, {}), entry.consumed
         while entry.last_update + interval <= until:
             before = entry.consumed
             _sample(state, entry, admitted, entry.last_update + interval)
             if entry.consumed == before:
                 entry.last_update += interval * ((until - entry.last_update) // interval)
                 break
+        if entry.consumed != start:
+            _touch(state, key)
+
+
+def _touch(state: State, key: str) -> None:
+    """The LocalQueue's usage changed: preemption searches remembered in its cohort tree, which
+    order candidates by it, are stale."""
+    from services.core.state import touch_tree  # the state module builds on this one
+
+    lq = state.local_queues.get(key)
+    if lq is not None and uses_afs(state, lq.cluster_queue) and not state.index.dirty:
+        touch_tree(state, lq.cluster_queue)
 
 
 def _sample(state: State, entry: LocalQueueUsage, admitted: Mapping[str, int], at: int) -> None:
@@ -307,13 +319,24 @@ def ordered(state: State, cq_name: str, keys: Iterable[str]) -> list[str]:
     return sorted(keys, key=lambda k: (usage[lq_key(state.workloads[k])], position[k]))
 
 
-def candidate_usage(state: State, preemptor_cq: str, victim: WorkloadRecord) -> float:
-    """For preemption ordering: the victim's LocalQueue usage if it may be compared (its
-    ClusterQueue uses admission fair sharing), else 0."""
-    adm = victim.admission
-    if adm is None or adm.cluster_queue != preemptor_cq or not uses_afs(state, preemptor_cq):
-        return 0.0
-    return lq_usage(state, lq_key(victim))
+def candidate_usage(state: State, preemptor_cq: str) -> Callable[[WorkloadRecord], float] | None:
+    """For preemption ordering (Kueue's ``CandidatesOrdering``): a candidate's LocalQueue usage
+    when the preemptor's ClusterQueue uses admission fair sharing and the candidate is one of its
+    workloads (0 for the others, which Kueue does not compare by usage), else None."""
+    if not uses_afs(state, preemptor_cq):
+        return None
+    cache: dict[str, float] = {}
+
+    def usage(victim: WorkloadRecord) -> float:
+        adm = victim.admission
+        if adm is None or adm.cluster_queue != preemptor_cq:
+            return 0.0
+        key = lq_key(victim)
+        if key not in cache:
+            cache[key] = lq_usage(state, key)
+        return cache[key]
+
+    return usage
 
 
 # --- what is shown -------------------------------------------------------------------------------
@@ -326,6 +349,22 @@ def status(state: State, key: str) -> dict[str, object] | None:
         return None
     return {"consumedResources": {name: quantity(v) for name, v in sorted(entry.consumed.items()) if v},
             "lastUpdate": entry.last_update}
+
+
+def local_queue_object(state: State, key: str, format_time: Callable[[int], str]) -> dict[str, object] | None:
+    """The LocalQueue as Kueue shows it with ``status.fairSharing.admissionFairSharingStatus``
+    (``kubectl get lq -o yaml``), for ``simulate``'s output; None without the feature."""
+    lq = state.local_queues.get(key)
+    afs = status(state, key)
+    if lq is None or afs is None:
+        return None
+    spec: dict[str, object] = {"clusterQueue": lq.cluster_queue}
+    if lq.fair_sharing_weight != 1000:
+        spec["fairSharing"] = {"weight": quantity(lq.fair_sharing_weight * 10**6)}
+    afs["lastUpdate"] = format_time(int(str(afs["lastUpdate"])))
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"namespace": lq.namespace, "name": lq.name}, "spec": spec,
+            "status": {"fairSharing": {"weightedShare": 0, "admissionFairSharingStatus": afs}}}
 
 
 def explain_wait(state: State, rec: WorkloadRecord) -> str:

@@ -129,7 +129,8 @@ def test_a_v1beta2_wait_for_pods_ready_block_with_only_a_timeout_is_on():
         pytest.param(_config(V1BETA2, featureGates={"FlavorFungibilityPreserveScanProgress": False}),
                      o.Configuration(flavor_fungibility_preserve_scan_progress=False, **V1BETA2_WAIT_ON),
                      id="v1beta2: the scan-progress gate switched off"),
-        pytest.param(_config(V1BETA1, manageJobsWithoutQueueName=False, integrations={"frameworks": ["batch/job"]}), OFF,
+        pytest.param(_config(V1BETA1, manageJobsWithoutQueueName=False,
+                             integrations={"frameworks": ["batch/job"]}), OFF,
                      id="v1beta1: knobs that do not change decisions are accepted and ignored"),
         # --- admissionFairSharing: on when the block is there, in both versions ---
         pytest.param(_config(V1BETA1, admissionFairSharing={}),
