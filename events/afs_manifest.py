@@ -18,10 +18,12 @@ Kueue (feature gate ``AdmissionFairSharing``, beta, on by default):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar
 
 from events import api
 from events import validation as v
+from events.quantity import QuantityError, parse_fraction
 
 T = TypeVar("T")
 
@@ -80,3 +82,29 @@ def read_admission_fair_sharing(where: Where, block: api.AdmissionFairSharingCon
         "afs_usage_sampling_interval_ms": interval or DEFAULT_SAMPLING_INTERVAL_MS,
         "afs_resource_weights": tuple(weights),
     }
+
+
+_STATUS = "status.fairSharing.admissionFairSharingStatus.consumedResources"
+
+
+def consumed_resources(where: Where, body: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """A LocalQueue's persisted usage history (nano-units by resource), which Kueue seeds its
+    ledger from when it starts (``initializeAfsIfNeeded``); () when there is none."""
+    status = body.get("status")
+    fair = status.get("fairSharing") if isinstance(status, dict) else None
+    afs = fair.get("admissionFairSharingStatus") if isinstance(fair, dict) else None
+    consumed = afs.get("consumedResources") if isinstance(afs, dict) else None
+    if consumed is None:
+        return ()
+    if not isinstance(consumed, dict):
+        raise where.error(_STATUS, f"expected a map of resource quantities, got {type(consumed).__name__}")
+    out: list[tuple[str, int]] = []
+    for name in sorted(consumed):
+        try:
+            amount = parse_fraction(consumed[name])
+        except QuantityError as e:
+            raise where.error(f"{_STATUS}.{name}", str(e)) from None
+        if amount < 0:
+            raise where.error(f"{_STATUS}.{name}", f"must not be negative, got {consumed[name]!r}")
+        out.append((str(name), int(amount * 10**9)))
+    return tuple(out)

@@ -27,7 +27,7 @@ import yaml
 from events import api, checks_manifest, jobkinds, t9k
 from events import objects as o
 from events import validation as v
-from events.afs_manifest import admission_scope
+from events.afs_manifest import admission_scope, consumed_resources
 from events.cluster import (
     KUEUE_CONFIG_GROUP,
     KUEUE_GROUP,
@@ -732,6 +732,7 @@ def _local_queue(ctx: _Ctx, body: Mapping[str, Any], namespace: str) -> o.LocalQ
         namespace=namespace, name=ctx.name, cluster_queue=cq,
         stop_policy=_enum(ctx, o.StopPolicy, spec.stop_policy, o.StopPolicy.NONE, "spec.stopPolicy"),
         fair_sharing_weight=_weight(ctx, spec.fair_sharing, "spec.fairSharing"),
+        afs_consumed=consumed_resources(ctx, body),
     )
 
 

@@ -191,6 +191,9 @@ class LocalQueue(_Kind, frozen=True, tag="LocalQueue"):
     cluster_queue: str
     stop_policy: StopPolicy = StopPolicy.NONE
     fair_sharing_weight: int = 1000  # spec.fairSharing.weight in milli-units (admission fair sharing)
+    # status.fairSharing.admissionFairSharingStatus.consumedResources in nano-units, by resource:
+    # the usage history a LocalQueue brings (from Kueue, say), which seeds admission fair sharing.
+    afs_consumed: tuple[tuple[str, int], ...] = ()
 
 
 class WorkloadPriorityClass(_Kind, frozen=True, tag="WorkloadPriorityClass"):

@@ -166,6 +166,12 @@ class LocalQueueBuilder(Builder):
         self.body["spec"]["fairSharing"] = {"weight": weight}
         return self
 
+    def consumed(self, **resources: Any) -> LocalQueueBuilder:
+        """status.fairSharing.admissionFairSharingStatus.consumedResources: a usage history."""
+        self.body["status"] = {"fairSharing": {"admissionFairSharingStatus": {
+            "consumedResources": {k: str(v) for k, v in resources.items()}}}}
+        return self
+
 
 def a_local_queue(namespace: str, name: str, cluster_queue: str) -> LocalQueueBuilder:
     return LocalQueueBuilder({"apiVersion": V1, "kind": "LocalQueue",

@@ -229,8 +229,9 @@ def after_fold(state: State) -> None:
             state.afs.clear()
         return
     for key in sorted(state.local_queues):
-        if key not in state.afs:
-            state.afs[key] = LocalQueueUsage(last_update=state.now)
+        if key not in state.afs:  # seeded from the history the LocalQueue's status brings, as Kueue does
+            state.afs[key] = LocalQueueUsage(consumed=dict(state.local_queues[key].afs_consumed),
+                                             last_update=state.now)
     for key in sorted(state.afs):
         if key not in state.local_queues:
             del state.afs[key]
