@@ -160,9 +160,14 @@ def admitted_usage(state: State) -> dict[str, dict[str, int]]:
     return out
 
 
-def _lq_admitted_usage(state: State, key: str) -> dict[str, int]:
+def _lq_admitted_usage(state: State, key: str, cq_name: str) -> dict[str, int]:
+    """What the LocalQueue's admitted workloads use now (those holding ``cq_name``'s quota)."""
+    if state.index.dirty:
+        holders = [rec for rec in state.workloads.values() if rec.admission is not None]
+    else:
+        holders = [state.workloads[k] for k in state.index.admitted.get(cq_name, {})]
     per: dict[str, int] = {}
-    for rec in state.workloads.values():
+    for rec in holders:
         if lq_key(rec) == key and _is_admitted(rec):
             for (_, res), v in rec.usage.items():
                 per[res] = per.get(res, 0) + to_nano(res, v)
@@ -279,7 +284,7 @@ def on_admitted(state: State, rec: WorkloadRecord) -> None:
     if entry is None:
         entry = state.afs[key] = LocalQueueUsage(last_update=state.now)
     elapsed = max(0, state.now - entry.last_update)
-    now_consumed = decayed(entry.consumed, _lq_admitted_usage(state, key), elapsed,
+    now_consumed = decayed(entry.consumed, _lq_admitted_usage(state, key, rec.admission.cluster_queue), elapsed,
                            state.config.afs_usage_half_life_ms)
     entry.consumed = _tidy(merge(now_consumed, entry.penalties.pop(rec.key, {})))
     entry.last_update = max(entry.last_update, state.now)
@@ -379,8 +384,8 @@ def explain_wait(state: State, rec: WorkloadRecord) -> str:
         return ""
     mine = lq_key(rec)
     my_usage = lq_usage(state, mine)
-    lighter = sorted({lq_key(state.workloads[k]) for _, k in queue.active} - {mine})
-    ahead = [(lq_usage(state, lq), lq) for lq in lighter if lq_usage(state, lq) < my_usage]
+    others = sorted(dict.fromkeys(lq for lq in (lq_key(state.workloads[k]) for _, k in queue.active) if lq != mine))
+    ahead = [(u, lq) for u, lq in ((lq_usage(state, lq), lq) for lq in others) if u < my_usage]
     if not ahead:
         return ""
     usage, lq = min(ahead)
