@@ -51,7 +51,7 @@ import msgspec
 
 from events import conditions as cond
 from events import objects as o
-from events.cluster import ConditionType
+from events.cluster import KUEUE_GROUP, ConditionType
 from events.quantity import MILLI_RESOURCES, _decimal_si
 
 if TYPE_CHECKING:
@@ -368,7 +368,7 @@ def local_queue_object(state: State, key: str, format_time: Callable[[int], str]
     if lq.fair_sharing_weight != 1000:
         spec["fairSharing"] = {"weight": quantity(lq.fair_sharing_weight * 10**6)}
     afs["lastUpdate"] = format_time(int(str(afs["lastUpdate"])))
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+    return {"apiVersion": f"{KUEUE_GROUP}/v1beta2", "kind": "LocalQueue",
             "metadata": {"namespace": lq.namespace, "name": lq.name}, "spec": spec,
             "status": {"fairSharing": {"weightedShare": 0, "admissionFairSharingStatus": afs}}}
 
