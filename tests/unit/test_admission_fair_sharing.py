@@ -24,6 +24,7 @@ from services.core.cycle import run_cycle
 from services.core.snapshot import decode_state, encode_state
 from services.core.state import State, fold
 from services.scheduler.metrics import SchedulerMetrics
+from services.web.model import overview
 from tests.builders import (
     Builder,
     a_cluster_queue,
@@ -239,6 +240,14 @@ def test_simulate_lists_each_local_queue_with_its_admission_fair_sharing_status(
     assert status["consumedResources"] == {"cpu": "1500m"} and status["lastUpdate"].endswith("Z")
     assert lqs["lq-a"]["status"]["fairSharing"]["admissionFairSharingStatus"]["consumedResources"]["cpu"] != "0"
     assert lqs["lq-zero"]["spec"]["fairSharing"] == {"weight": "0"}
+
+
+def test_the_web_overview_shows_each_local_queues_history():
+    state = build_state(*_world(usage={"lq-a": "3"}))
+    lqs = {lq["name"]: lq for lq in overview(state, 0)["localQueues"]}
+    assert lqs["lq-a"]["admissionFairSharingStatus"]["consumedResources"] == {"cpu": "3"}
+    assert lqs["lq-a"]["admissionFairSharingStatus"]["usage"] == 3.0
+    assert "admissionFairSharingStatus" not in overview(build_state(*_world(configured=False)), 0)["localQueues"][0]
 
 
 def test_the_usage_gauge_has_kueues_name_and_labels():
