@@ -165,6 +165,26 @@ def test_the_head_of_a_heavier_local_queue_waits_and_explain_says_why():
     assert state.workloads["default/wl-b1"].admission is not None
 
 
+@pytest.mark.parametrize(("configured", "victim"), [
+    pytest.param(True, "default/old-a", id="the heavier LocalQueue's workload goes first"),
+    pytest.param(False, "default/new-b", id="without it: the most recently admitted goes first"),
+])
+def test_preemption_within_the_cluster_queue_takes_the_heavier_local_queue_first(configured, victim):
+    """Kueue's ``CandidatesOrdering``: among candidates of the same ClusterQueue from different
+    LocalQueues, the one whose LocalQueue has the higher usage is preempted first, before
+    priority and admission time are compared."""
+    world = _world(
+        a_workload("default", "old-a").queue("lq-a").request(cpu="4").created(1)
+        .admitted("cq1", {"cpu": "default"}, at_seconds=10),
+        a_workload("default", "new-b").queue("lq-b").request(cpu="4").created(2)
+        .admitted("cq1", {"cpu": "default"}, at_seconds=20),
+        a_workload("default", "urgent").queue("lq-c").request(cpu="4").priority(100).created(30),
+        usage={"lq-a": "6", "lq-b": "1"}, configured=configured)
+    cq = next(b for b in world if b.obj()["kind"] == "ClusterQueue")
+    cq.preemption(within="LowerPriority")
+    assert simulate(*world, cycles=1).preempted() == [victim]
+
+
 # --- the ledger over the log's time ------------------------------------------------------------------
 
 
