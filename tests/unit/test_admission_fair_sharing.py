@@ -25,6 +25,7 @@ from services.core.snapshot import decode_state, encode_state
 from services.core.state import State, fold
 from services.scheduler.metrics import SchedulerMetrics
 from services.web.model import overview
+from services.web.visibility import cluster_queue_pending
 from tests.builders import (
     Builder,
     a_cluster_queue,
@@ -154,6 +155,8 @@ def test_the_head_of_a_heavier_local_queue_waits_and_explain_says_why():
     state = build_state(*_world(_wl("wl-a1", "lq-a", "8", 1), _wl("wl-b1", "lq-b", "8", 2),
                                 usage={"lq-a": "8", "lq-b": "2"}))
     assert [r.key for r in pending_order(state, "cq1")] == ["default/wl-b1", "default/wl-a1"]
+    listed = cluster_queue_pending(state, "cq1")["items"]  # Kueue's visibility API, in the same order
+    assert [(i["metadata"]["name"], i["positionInClusterQueue"]) for i in listed] == [("wl-b1", 0), ("wl-a1", 1)]
     why = answer(state, "default/wl-a1")
     assert why.position == 2
     assert why.fair_share == ("admission fair sharing: its LocalQueue default/lq-a has usage 8, "
