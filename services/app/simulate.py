@@ -184,3 +184,20 @@ def result_list(result: SimulationResult) -> dict[str, Any]:
     lqs = [admissionfair.local_queue_object(result.state, key, format_time) for key in sorted(result.state.afs)]
     doc["items"].extend(lq for lq in lqs if lq is not None)
     return doc
+
+
+def admission_fair_sharing_rows(state: State) -> list[tuple[str, str, str, str, str]]:
+    """(LocalQueue, ClusterQueue, weight, consumed resources, usage) per LocalQueue when admission
+    fair sharing is configured: the table ``simulate`` prints after the Workloads."""
+    rows = []
+    for key in sorted(state.afs):
+        lq = state.local_queues.get(key)
+        status = admissionfair.status(state, key)
+        if lq is None or status is None:
+            continue
+        consumed = status["consumedResources"]
+        assert isinstance(consumed, dict)
+        rows.append((key, lq.cluster_queue, admissionfair.quantity(lq.fair_sharing_weight * 10**6),
+                     ", ".join(f"{r}={v}" for r, v in consumed.items()) or "-",
+                     f"{admissionfair.lq_usage(state, key):.6g}"))
+    return rows

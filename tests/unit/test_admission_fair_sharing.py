@@ -12,11 +12,13 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from events import objects as o
 from events.messages import ClockTicked, CycleCompleted, ObjectApplied, WorkloadFinished
-from services.app.simulate import result_list
+from services.app.cli import main
+from services.app.simulate import admission_fair_sharing_rows, result_list
 from services.core import admissionfair as afs
 from services.core.answer import answer, pending_order
 from services.core.apply import apply_cycle
@@ -263,6 +265,15 @@ def test_simulate_lists_each_local_queue_with_its_admission_fair_sharing_status(
     assert status["consumedResources"] == {"cpu": "1500m"} and status["lastUpdate"].endswith("Z")
     assert lqs["lq-a"]["status"]["fairSharing"]["admissionFairSharingStatus"]["consumedResources"]["cpu"] != "0"
     assert lqs["lq-zero"]["spec"]["fairSharing"] == {"weight": "0"}
+
+
+def test_simulate_prints_a_table_of_local_queue_usage_after_the_workloads(tmp_path: Path, capsys):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump_all([b.obj() for b in _world(usage={"lq-a": "3"})]))
+    assert main(["simulate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Admission fair sharing" in out and "default/lq-a" in out and "cpu=3" in out
+    assert admission_fair_sharing_rows(build_state(*_world(configured=False))) == []
 
 
 def test_the_web_overview_shows_each_local_queues_history():
