@@ -72,11 +72,17 @@ class LocalQueueUsage(msgspec.Struct, kw_only=True):
 # --- arithmetic ----------------------------------------------------------------------------------
 
 
+def _seconds(ms: int) -> float:
+    """Go's ``Duration.Seconds()`` of a duration of ``ms`` milliseconds, computed as Go computes it."""
+    ns = ms * 1_000_000
+    return float(ns // NANO) + float(ns % NANO) / 1e9
+
+
 def alpha(elapsed_ms: int, half_life_ms: int) -> float:
     """Kueue's ``calculateAlphaRate``: the share of the new sample after ``elapsed``."""
     if half_life_ms == 0:
         return 0.0
-    return 1.0 - math.pow(0.5, (elapsed_ms / 1000.0) / (half_life_ms / 1000.0))
+    return 1.0 - math.pow(0.5, _seconds(elapsed_ms) / _seconds(half_life_ms))
 
 
 def mul(amounts: Mapping[str, int], factor: float) -> dict[str, int]:
