@@ -29,9 +29,12 @@ excludeResourcePrefixes``
                               resources.py)
 ``resources.                  device class -> logical resource for   the same
 deviceClassMappings``         DRA claims (events/dra.py)
+``admissionFairSharing``      on whenever the block is there         the same
+                              (events/afs_manifest.py)
 ``featureGates``              FlavorFungibilityPreserveScanProgress, the same
                               UnadmittedWorkloadsObservability,
-                              DisableWaitForPodsReady
+                              DisableWaitForPodsReady,
+                              AdmissionFairSharing
 ============================  =====================================  ======================================
 
 A block that is off (v1beta1 ``enable: false``) is dropped the way Kueue's conversion drops it,
@@ -50,6 +53,7 @@ import msgspec
 from events import api, dra
 from events import objects as o
 from events import validation as v
+from events.afs_manifest import read_admission_fair_sharing
 from events.quantity import QuantityError, parse_fraction
 
 T = TypeVar("T")
@@ -70,6 +74,7 @@ _FEATURE_GATES = {
     "UnadmittedWorkloadsObservability": "unadmitted_workloads_observability",
 }
 _DISABLE_WAIT_FOR_PODS_READY = "DisableWaitForPodsReady"
+_ADMISSION_FAIR_SHARING = "AdmissionFairSharing"
 
 
 class Where(Protocol):
@@ -108,6 +113,8 @@ def read_configuration(where: Where, version: str, rest: dict[str, Any]) -> o.Co
     if common.resources is not None and common.resources.transformations:
         out = msgspec.structs.replace(out, resource_transformations=_transformations(
             where, common.resources.transformations))
+    if common.admission_fair_sharing is not None:
+        out = msgspec.structs.replace(out, **read_admission_fair_sharing(where, common.admission_fair_sharing))
     if common.resources is not None and common.resources.exclude_resource_prefixes:
         out = msgspec.structs.replace(out, exclude_resource_prefixes=tuple(common.resources.exclude_resource_prefixes))
     if common.resources is not None and common.resources.device_class_mappings:
@@ -215,6 +222,10 @@ def _wait_for_pods_ready(
 
 def _feature_gates(where: Where, gates: dict[str, bool], out: o.Configuration) -> o.Configuration:
     for gate, enabled in sorted(gates.items()):
+        if gate == _ADMISSION_FAIR_SHARING:  # on by default; off, the admissionFairSharing block is ignored
+            if not enabled:
+                out = msgspec.structs.replace(out, admission_fair_sharing=False)
+            continue
         if gate == _DISABLE_WAIT_FOR_PODS_READY:
             if enabled:
                 off = o.Configuration()
@@ -224,7 +235,7 @@ def _feature_gates(where: Where, gates: dict[str, bool], out: o.Configuration) -
             continue
         setting = _FEATURE_GATES.get(gate)
         if setting is None:
-            known = sorted((*_FEATURE_GATES, _DISABLE_WAIT_FOR_PODS_READY))
+            known = sorted((*_FEATURE_GATES, _DISABLE_WAIT_FOR_PODS_READY, _ADMISSION_FAIR_SHARING))
             raise where.error(f"featureGates.{gate}", f"unknown or unsupported feature gate {gate!r}: kueuelog "
                               f"follows Kueue's defaults and lets a Configuration switch only {', '.join(known)}")
         out = msgspec.structs.replace(out, **{setting: enabled})

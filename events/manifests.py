@@ -27,6 +27,7 @@ import yaml
 from events import api, checks_manifest, dra, jobkinds, t9k
 from events import objects as o
 from events import validation as v
+from events.afs_manifest import admission_scope, consumed_resources
 from events.cluster import (
     KUEUE_CONFIG_GROUP,
     KUEUE_GROUP,
@@ -554,11 +555,7 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
         raise ctx.error("spec.cohortName", "unknown field (v1beta1 uses spec.cohort)")
     if version == "v1beta2" and spec.cohort is not None:
         raise ctx.error("spec.cohort", "unknown field (v1beta2 uses spec.cohortName)")
-    mode = (spec.admission_scope or {}).get("admissionMode", "NoAdmissionFairSharing")
-    if mode != "NoAdmissionFairSharing":
-        raise ctx.error("spec.admissionScope.admissionMode", f"{mode!r} is not supported by kueuelog yet (Kueue's "
-                        "admission fair sharing orders LocalQueues by their usage, feature gate "
-                        "AdmissionFairSharing); remove admissionScope")
+    afs = admission_scope(ctx, spec.admission_scope)
     cohort = spec.cohort or spec.cohort_name or ""
     if cohort:
         _check_name(ctx, cohort, "spec.cohort" if spec.cohort else "spec.cohortName")
@@ -628,6 +625,7 @@ def _cluster_queue(ctx: _Ctx, body: Mapping[str, Any], version: str) -> o.Cluste
         admission_checks=tuple(checks),
         fair_sharing_weight=_weight(ctx, spec.fair_sharing, "spec.fairSharing"),
         admission_check_flavors=tuple(on_flavors),
+        admission_fair_sharing=afs,
     )
 
 
@@ -732,6 +730,8 @@ def _local_queue(ctx: _Ctx, body: Mapping[str, Any], namespace: str) -> o.LocalQ
     return o.LocalQueue(
         namespace=namespace, name=ctx.name, cluster_queue=cq,
         stop_policy=_enum(ctx, o.StopPolicy, spec.stop_policy, o.StopPolicy.NONE, "spec.stopPolicy"),
+        fair_sharing_weight=_weight(ctx, spec.fair_sharing, "spec.fairSharing"),
+        afs_consumed=consumed_resources(ctx, body),
     )
 
 

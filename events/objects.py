@@ -173,6 +173,9 @@ class ClusterQueue(_Kind, frozen=True, tag="ClusterQueue"):
     # admissionChecksStrategy rules with onFlavors: (check, flavors); a check not listed here
     # applies whatever the flavors (services.core.checks.checks_for).
     admission_check_flavors: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # spec.admissionScope.admissionMode UsageBasedAdmissionFairSharing: its LocalQueues take turns
+    # by their decayed usage (services.core.admissionfair), when the Configuration has the block.
+    admission_fair_sharing: bool = False
 
 
 class Cohort(_Kind, frozen=True, tag="Cohort"):
@@ -187,6 +190,10 @@ class LocalQueue(_Kind, frozen=True, tag="LocalQueue"):
     name: str
     cluster_queue: str
     stop_policy: StopPolicy = StopPolicy.NONE
+    fair_sharing_weight: int = 1000  # spec.fairSharing.weight in milli-units (admission fair sharing)
+    # status.fairSharing.admissionFairSharingStatus.consumedResources in nano-units, by resource:
+    # the usage history a LocalQueue brings (from Kueue, say), which seeds admission fair sharing.
+    afs_consumed: tuple[tuple[str, int], ...] = ()
 
 
 class WorkloadPriorityClass(_Kind, frozen=True, tag="WorkloadPriorityClass"):
@@ -311,6 +318,13 @@ class Configuration(_Kind, frozen=True, tag="Configuration"):
     # Kueue's resources.deviceClassMappings (KueueDRAIntegration): device class -> the logical
     # resource its devices count as, sorted by device class (events/dra.py, services/core/dra.py).
     device_class_mappings: tuple[tuple[str, str], ...] = ()
+    # Kueue's admissionFairSharing block (feature gate AdmissionFairSharing, beta, on by default):
+    # on when the block is there (services.core.admissionfair). Durations in ms; resource weights
+    # by resource name (a resource not listed weighs 1).
+    admission_fair_sharing: bool = False
+    afs_usage_half_life_ms: int = 0
+    afs_usage_sampling_interval_ms: int = 300_000
+    afs_resource_weights: tuple[tuple[str, float], ...] = ()
 
 
 class NodeSelectorTerm(_Obj, frozen=True):

@@ -137,6 +137,10 @@ class ClusterQueueBuilder(_QuotaOwner):
         self.body["spec"]["admissionChecks"] = list(names)
         return self
 
+    def admission_fair_sharing(self) -> ClusterQueueBuilder:
+        self.body["spec"]["admissionScope"] = {"admissionMode": "UsageBasedAdmissionFairSharing"}
+        return self
+
 
 def a_cluster_queue(name: str) -> ClusterQueueBuilder:
     return ClusterQueueBuilder({"apiVersion": V1, "kind": "ClusterQueue", "metadata": {"name": name},
@@ -156,6 +160,16 @@ def a_cohort(name: str) -> CohortBuilder:
 class LocalQueueBuilder(Builder):
     def stop(self, policy: str) -> LocalQueueBuilder:
         self.body["spec"]["stopPolicy"] = policy
+        return self
+
+    def weight(self, weight: Any) -> LocalQueueBuilder:
+        self.body["spec"]["fairSharing"] = {"weight": weight}
+        return self
+
+    def consumed(self, **resources: Any) -> LocalQueueBuilder:
+        """status.fairSharing.admissionFairSharingStatus.consumedResources: a usage history."""
+        self.body["status"] = {"fairSharing": {"admissionFairSharingStatus": {
+            "consumedResources": {k: str(v) for k, v in resources.items()}}}}
         return self
 
 
@@ -184,6 +198,11 @@ class ConfigurationBuilder(Builder):
     def wait_for_pods_ready(self, **fields: Any) -> ConfigurationBuilder:
         """waitForPodsReady, on (``enable: true``), with these fields (camelCase)."""
         self.body["waitForPodsReady"] = {"enable": True, **fields}
+        return self
+
+    def admission_fair_sharing(self, **fields: Any) -> ConfigurationBuilder:
+        """admissionFairSharing with these fields (camelCase): the block turns it on."""
+        self.body["admissionFairSharing"] = dict(fields)
         return self
 
     def feature_gate(self, name: str, enabled: bool) -> ConfigurationBuilder:

@@ -87,7 +87,26 @@ def _simulate(args: argparse.Namespace) -> int:
             table.add_row(*summary(wl, why))
         Console(width=200).print(table)
         _print_tree(result.state)
+        _print_admission_fair_sharing(result.state)
     return 0
+
+
+def _print_admission_fair_sharing(state: State) -> None:
+    """Each LocalQueue's usage history, after simulate's table, when admission fair sharing is on."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from services.app.simulate import admission_fair_sharing_rows
+
+    rows = admission_fair_sharing_rows(state)
+    if not rows:
+        return
+    table = Table(title="Admission fair sharing", expand=False)
+    for col in ("LOCALQUEUE", "CLUSTERQUEUE", "WEIGHT", "CONSUMED", "USAGE"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=200).print(table)
 
 
 def _print_tree(state: State) -> None:

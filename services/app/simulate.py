@@ -19,7 +19,7 @@ import msgspec
 
 from events import objects as o
 from events.cluster import KUEUE_GROUP
-from events.manifests import Document, load
+from events.manifests import Document, format_time, load
 from events.messages import (
     AdmitWorkload,
     AnyDecision,
@@ -31,6 +31,7 @@ from events.messages import (
 from events.simautoscaler import Behaviour, answers
 from services.app import t9k_input
 from services.app.convert import expand
+from services.core import admissionfair
 from services.core.cycle import run_cycle
 from services.core.render import workload_list
 from services.core.state import State, finish_eviction, fold
@@ -179,4 +180,24 @@ def result_list(result: SimulationResult) -> dict[str, Any]:
         doc["items"] = sorted(
             doc["items"] + [t9k_input.refused_object(result.state, wl, why) for wl, why in result.refused],
             key=lambda item: (item["metadata"]["namespace"], item["metadata"]["name"]))
+    # With admission fair sharing configured, each LocalQueue's usage history follows the Workloads.
+    lqs = [admissionfair.local_queue_object(result.state, key, format_time) for key in sorted(result.state.afs)]
+    doc["items"].extend(lq for lq in lqs if lq is not None)
     return doc
+
+
+def admission_fair_sharing_rows(state: State) -> list[tuple[str, str, str, str, str]]:
+    """(LocalQueue, ClusterQueue, weight, consumed resources, usage) per LocalQueue when admission
+    fair sharing is configured: the table ``simulate`` prints after the Workloads."""
+    rows = []
+    for key in sorted(state.afs):
+        lq = state.local_queues.get(key)
+        status = admissionfair.status(state, key)
+        if lq is None or status is None:
+            continue
+        consumed = status["consumedResources"]
+        assert isinstance(consumed, dict)
+        rows.append((key, lq.cluster_queue, admissionfair.quantity(lq.fair_sharing_weight * 10**6),
+                     ", ".join(f"{r}={v}" for r, v in consumed.items()) or "-",
+                     f"{admissionfair.lq_usage(state, key):.6g}"))
+    return rows

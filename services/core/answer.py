@@ -19,6 +19,7 @@ from events.conditions import is_true
 from events.manifests import format_time
 from events.messages import AdmitWorkload, EvictWorkload, MarkPending
 from events.quantity import format_amount
+from services.core import admissionfair
 from services.core.quota import FR, Node
 from services.core.render import summary_row
 from services.core.state import State, WorkloadRecord
@@ -69,6 +70,7 @@ class Answer:
     needs: tuple[Shortfall, ...] = ()
     borrowers: tuple[Borrower, ...] = ()
     evicted: Eviction | None = None
+    fair_share: str = ""  # why it waits behind a lighter LocalQueue (admission fair sharing)
 
     def paragraph(self) -> str:
         return " ".join(_sentences(self))
@@ -87,6 +89,7 @@ class Answer:
             "lastEviction": None if self.evicted is None else {
                 "time": format_time(self.evicted.time), "reason": self.evicted.reason,
                 "preemptionReason": self.evicted.preemption_reason, "preemptor": self.evicted.preemptor},
+            "admissionFairSharing": self.fair_share,
             "summary": self.paragraph(),
         }
 
@@ -125,7 +128,8 @@ def _pending(state: State, rec: WorkloadRecord, reason_text: str, base: dict[str
     needs = shortfalls(message)
     borrowers = tuple(b for need in needs for b in borrowing(state, rec.queued_in, (need.flavor, need.resource)))
     return Answer(status="pending", since=since, reason=reason or str(rec.pending_reason), message=message,
-                  position=position(state, rec), needs=needs, borrowers=borrowers, **base)
+                  position=position(state, rec), needs=needs, borrowers=borrowers,
+                  fair_share=admissionfair.explain_wait(state, rec), **base)
 
 
 def _time(c: Any) -> int | None:
@@ -185,7 +189,7 @@ def pending_order(state: State, cluster_queue: str) -> list[WorkloadRecord]:
     recs = [state.workloads[k] for _, k in queue.active]
     recs.extend(state.workloads[k] for k in queue.inadmissible)
     recs.sort(key=WorkloadRecord.queue_key)
-    return recs
+    return [state.workloads[k] for k in admissionfair.ordered(state, cluster_queue, [r.key for r in recs])]
 
 
 def position(state: State, rec: WorkloadRecord) -> int | None:
@@ -234,6 +238,8 @@ def _pending_sentences(a: Answer) -> list[str]:
         _, _, message = message.partition(". ")  # the shortfall is said below, in fewer words
     if message:
         out.append(message.rstrip(".") + ".")
+    if a.fair_share:
+        out.append(a.fair_share[0].upper() + a.fair_share[1:] + ".")
     if a.needs:
         by_flavor: dict[str, list[str]] = {}
         for s in a.needs:

@@ -42,7 +42,7 @@ from events.messages import (
     MarkPending,
     PendingReason,
 )
-from services.core import checks, deactivation, effects, fairsharing, podsready
+from services.core import admissionfair, checks, deactivation, effects, fairsharing, podsready
 from services.core.derived import Memo
 from services.core.dra import dra_error
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
@@ -541,7 +541,7 @@ def run_cycle(state: State) -> CycleResult:
         queue = state.index.queues[cq_name]
         if cq_name in state.index.inactive or not queue.active:
             continue
-        _, key = queue.active.pop(0)
+        key = admissionfair.pop_head(state, cq_name, queue)
         entries.append(Entry(rec=state.workloads[key], cq=state.cluster_queues[cq_name]))
     for e in entries:
         _nominate(state, e)

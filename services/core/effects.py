@@ -12,7 +12,7 @@ from events import conditions as cond
 from events import objects as o
 from events.cluster import ConditionType, EvictionReason, PendingConditionReason
 from events.messages import HeadOutcome
-from services.core import checks, deactivation, podsready
+from services.core import admissionfair, checks, deactivation, podsready
 from services.core.state import (
     ClusterQueueQueue,
     State,
@@ -36,6 +36,9 @@ def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission) -> tup
         rec.set_condition(c)
     podsready.on_admitted(state, rec)
     rec.pending_reason = ""
+    admissionfair.on_reserved(state, rec, adm)
+    if not names:
+        admissionfair.on_admitted(state, rec)
     return names
 
 
@@ -43,6 +46,7 @@ def admit_checked(state: State, rec: WorkloadRecord, failed_to_start: str) -> No
     """Every check Ready: admitted. A podSetUpdate that conflicts with the flavors makes the Job
     fail to start, which finishes the workload and frees its quota (Kueue's ``FailedToStart``)."""
     checks.finish_admission(state, rec)
+    admissionfair.on_admitted(state, rec)
     if not failed_to_start or rec.admission is None:
         return
     cq = rec.admission.cluster_queue

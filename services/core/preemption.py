@@ -21,6 +21,7 @@ from enum import IntEnum, StrEnum
 
 from events import objects as o
 from events.cluster import PreemptionReason
+from services.core import admissionfair
 from services.core.quota import FR, Node
 from services.core.state import State, WorkloadRecord
 
@@ -85,18 +86,22 @@ def satisfies(policy: o.WithinClusterQueue | o.ReclaimWithinCohort, preemptor: W
     return policy == o.ReclaimWithinCohort.ANY
 
 
-CandidateKey = tuple[int, int, int, int, str, str]
+CandidateKey = tuple[int, int, float, int, int, str, str]
 
 
-def candidate_order(preemptor_cq: str, now: int) -> Callable[[_Candidate], CandidateKey]:
-    """Kueue's ``CandidatesOrdering`` as a sort key, with the key as final tie-break."""
+def candidate_order(preemptor_cq: str, now: int,
+                    lq_usage: Callable[[WorkloadRecord], float] | None = None) -> Callable[[_Candidate], CandidateKey]:
+    """Kueue's ``CandidatesOrdering`` as a sort key, with the key as final tie-break. With
+    admission fair sharing (``lq_usage``), candidates of the preemptor's ClusterQueue from the
+    LocalQueue with the higher usage come first (``services.core.admissionfair``)."""
 
     def key(c: _Candidate) -> CandidateKey:
         rec = c.rec
         evicted = 0 if rec.evicting else 1
         same_cq = 1 if rec.admission is not None and rec.admission.cluster_queue == preemptor_cq else 0
         reserved = rec.reserved_at if rec.reserved_at is not None else now
-        return (evicted, same_cq, rec.priority, -reserved, rec.obj.uid, rec.key)
+        heavier = -lq_usage(rec) if lq_usage is not None else 0.0
+        return (evicted, same_cq, heavier, rec.priority, -reserved, rec.obj.uid, rec.key)
 
     return key
 
@@ -230,7 +235,7 @@ class Preemptor:
                 advantage = advantage or (fits and not p.reclaim_within_nominal)
                 prev = level
                 level = level.parent
-        order = candidate_order(self.cq.name, self.state.now)
+        order = candidate_order(self.cq.name, self.state.now, admissionfair.candidate_usage(self.state, self.cq.name))
         groups = [sorted(g, key=order) for g in (hierarchy, priority, same_queue)]
         evicted = [c for g in groups for c in g if c.rec.evicting]
         rest = [c for g in groups for c in g if not c.rec.evicting]

@@ -24,6 +24,7 @@ from events.manifests import format_time
 from events.messages import PendingReason
 from events.objects import QueueingStrategy
 from events.quantity import format_amount
+from services.core import admissionfair
 from services.core.reasons import quota_reserved_reason
 from services.core.state import State, WorkloadRecord
 
@@ -148,11 +149,13 @@ def _not_yet_considered(state: State, rec: WorkloadRecord) -> tuple[PendingReaso
     cq = state.cluster_queues.get(rec.queued_in)
     if queue is None or cq is None:
         return None
-    ahead = next((i for i, (_, key) in enumerate(queue.active) if key == rec.key), None)
+    order = (admissionfair.ordered(state, cq.name, [key for _, key in queue.active])
+             if admissionfair.uses_afs(state, cq.name) else [key for _, key in queue.active])
+    ahead = next((i for i, key in enumerate(order) if key == rec.key), None)
     if ahead is None:
         return None
     if cq.queueing_strategy == QueueingStrategy.STRICT_FIFO and ahead > 0:
-        head = queue.active[0][1]
+        head = order[0]
         return (PendingReason.BLOCKED_BY_STRICT_FIFO,
                 f"Waiting in StrictFIFO ClusterQueue {cq.name} behind {ahead} workload(s); "
                 f"the head, {head}, cannot be admitted yet")

@@ -54,6 +54,8 @@ from events.messages import (
     WorkloadActivation,
     WorkloadFinished,
 )
+from services.core import admissionfair
+from services.core.admissionfair import LocalQueueUsage
 from services.core.derived import Cache, ClusterQueueQueue, Index
 from services.core.quota import Node, NodeKey
 from services.core.reasons import queue_problem_reason
@@ -95,6 +97,7 @@ class State:
     # (without it and without waitForPodsReady they need not walk the admitted workloads).
     timed: bool = False
     checks_changed: dict[str, None] = field(default_factory=dict)  # admission checks to settle in the next cycle
+    afs: dict[str, LocalQueueUsage] = field(default_factory=dict)  # admission fair sharing's ledger by LocalQueue
     # --- not canonical ---
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
@@ -178,7 +181,11 @@ def fold(state: State, event: ClusterEvent) -> State:
         # Workload events update the indices incrementally, so they must be current (after a
         # configuration change or a snapshot load they are rebuilt here, once).
         state.ensure_indexed()
+    if state.afs:
+        admissionfair.advance(state, state.now)  # samples due before this event see the usage before it
     _FOLD[type(event)](state, event)
+    if state.afs or state.config.admission_fair_sharing:
+        admissionfair.after_fold(state)
     return state
 
 

@@ -25,6 +25,7 @@ from events.cluster import ConditionType
 from events.conditions import is_true
 from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload
 from events.quantity import MILLI_RESOURCES
+from services.core import admissionfair
 from services.core.quota import FR
 from services.core.state import State, WorkloadRecord
 from services.core.treeview import tree_nodes
@@ -128,6 +129,10 @@ class SchedulerMetrics:
         self.nominal_quota = Gauge(
             "kueue_cluster_queue_nominal_quota",
             "Reports the cluster_queue's resource nominal quota within all the flavors", fr_labels, registry=r)
+        self.afs_usage = Gauge(
+            "kueue_local_queue_admission_fair_sharing_usage",
+            "The LocalQueue's admission fair sharing usage: resource-weighted consumed resources and pending "
+            "entry penalties, over the LocalQueue's weight", ["name", "namespace", "cluster_queue"], registry=r)
         # --- ours ------------------------------------------------------------------------------
         self.events_folded = Counter(
             "kueuelog_events_folded_total", "Cluster events folded into the scheduler's state", registry=r)
@@ -263,8 +268,13 @@ class SchedulerMetrics:
                 admitted[cq_name] += 1
                 _add(usage[cq_name], rec.usage)
         for gauge in (self.pending, self.reserving_active, self.admitted_active, self.cluster_queue_status,
-                      self.resource_reservation, self.resource_usage, self.nominal_quota, self.tree_quota):
+                      self.resource_reservation, self.resource_usage, self.nominal_quota, self.tree_quota,
+                      self.afs_usage):
             gauge.clear()
+        for key in sorted(state.afs):
+            lq = state.local_queues.get(key)
+            if lq is not None:
+                self.afs_usage.labels(lq.name, lq.namespace, lq.cluster_queue).set(admissionfair.lq_usage(state, key))
         self._refresh_tree(state)
         for name in sorted(state.cluster_queues):
             cq = state.cluster_queues[name]

@@ -17,6 +17,7 @@ from typing import Any
 
 from events.manifests import format_time
 from events.quantity import format_amount
+from services.core import admissionfair
 from services.core.answer import pending_order
 from services.core.quota import FR, Node
 from services.core.render import summary_row
@@ -81,6 +82,11 @@ def overview(state: State, input_offset: int) -> dict[str, Any]:
     local_queues = [{"namespace": lq.namespace, "name": lq.name, "clusterQueue": lq.cluster_queue,
                      "pending": counts.get(key, (0, 0))[0], "admitted": counts.get(key, (0, 0))[1]}
                     for key, lq in sorted(state.local_queues.items())]
+    for entry, key in zip(local_queues, sorted(state.local_queues), strict=True):
+        afs = admissionfair.status(state, key)  # admission fair sharing: the LocalQueue's usage history
+        if afs is not None:
+            afs["lastUpdate"] = format_time(int(str(afs["lastUpdate"])))
+            entry["admissionFairSharingStatus"] = {**afs, "usage": admissionfair.lq_usage(state, key)}
     return {"time": format_time(state.now), "now": state.now, "inputOffset": input_offset, "cycles": state.cycles,
             "cohorts": [_tree(roots[k]) for k in sorted(roots)],
             "clusterQueues": [_cluster_queue(state, nodes[n]) for n in sorted(nodes)],

@@ -236,7 +236,7 @@ async def test_every_case_of_kueues_site_examples_applies_and_reads_back_meaning
     they are written in, read back at every served version; its Jobs as the API server stores them.
     Case by case (the cases reuse names), each cleaned up before the next."""
     crds = {crd["spec"]["names"]["kind"]: crd for crd in await apply_crds(kube_api_client)}
-    assert len(SITE_CASES) == 18
+    assert len(SITE_CASES) == 19
     applied = 0
     created: list[dict[str, Any]] = []
     try:

@@ -124,8 +124,8 @@ def test_a_skipped_workload_resumes_its_flavor_scan_in_the_next_cycle(config, be
         pytest.param(
             {"PartialAdmission": True},
             "featureGates.PartialAdmission: unknown or unsupported feature gate 'PartialAdmission': kueuelog "
-            "follows Kueue's defaults and lets a Configuration switch only DisableWaitForPodsReady, "
-            "FlavorFungibilityPreserveScanProgress",
+            "follows Kueue's defaults and lets a Configuration switch only AdmissionFairSharing, "
+            "DisableWaitForPodsReady, FlavorFungibilityPreserveScanProgress",
             id="a gate kueuelog does not switch: refused, naming the gate",
         ),
     ],

@@ -1498,8 +1498,6 @@ _WORKLOAD_GATED = ("apiVersion: kueue.x-k8s.io/v1beta2\nkind: Workload\nmetadata
 @pytest.mark.parametrize(("text", "field", "says"), [
     pytest.param(_CQ_V1BETA2 + "  concurrentAdmissionPolicy: {}\n", "spec.concurrentAdmissionPolicy",
                  "feature gate ConcurrentAdmission", id="concurrent admission policy"),
-    pytest.param(_CQ_V1BETA2 + "  admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}\n",
-                 "spec.admissionScope.admissionMode", "feature gate AdmissionFairSharing", id="admission fair sharing"),
     pytest.param(_WORKLOAD_GATED, "spec.preemptionGates", "MultiKueueOrchestratedPreemption", id="preemption gates"),
     pytest.param("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n"
                  "  deviceClassMappings: [{name: gpus, deviceClassNames: [gpu.example.com],\n"
@@ -1526,3 +1524,26 @@ def test_a_jobs_dra_claims_are_taken_and_resolved_against_the_input():
 
 def test_admission_scope_without_fair_sharing_is_accepted():
     assert load({"k.yaml": _CQ_V1BETA2 + "  admissionScope: {admissionMode: NoAdmissionFairSharing}\n"})
+
+
+def test_admission_scope_usage_based_is_read():
+    ((_, cq),) = load({"k.yaml": _CQ_V1BETA2 + "  admissionScope: {admissionMode: UsageBasedAdmissionFairSharing}\n"})
+    assert isinstance(cq, o.ClusterQueue) and cq.admission_fair_sharing
+
+
+@pytest.mark.parametrize(("scope", "field", "says"), [
+    ("{admissionMode: Sometimes}", "spec.admissionScope.admissionMode", "supported values"),
+    ("{}", "spec.admissionScope.admissionMode", "required field is missing"),
+    ("{admissionMode: NoAdmissionFairSharing, x: 1}", "spec.admissionScope.x", "unknown field"),
+])
+def test_a_bad_admission_scope_is_one_line_naming_the_field(scope, field, says):
+    with pytest.raises(ManifestError) as err:
+        load({"k.yaml": _CQ_V1BETA2 + f"  admissionScope: {scope}\n"})
+    assert err.value.field == field and says in err.value.message and "\n" not in str(err.value)
+
+
+def test_a_local_queue_weight_is_read_in_milli_units():
+    text = ("apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: lq, namespace: ns}\n"
+            "spec: {clusterQueue: cq, fairSharing: {weight: '2.5'}}\n")
+    ((_, lq),) = load({"k.yaml": text})
+    assert isinstance(lq, o.LocalQueue) and lq.fair_sharing_weight == 2500
