@@ -195,7 +195,6 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
     if kind == "ProvisioningRequest":
         return provisioning.translate_request(cluster, source, event_type, obj, meta, rv, time_ms)
     body = _as_manifest(kind, obj, meta)
-    annotations = meta.get("annotations")
     try:
         normalized = normalize(Document(where, 0, body))
     except ManifestError as e:
@@ -213,20 +212,30 @@ def translate(kind: str, event_type: EventType, obj: Mapping[str, Any], *, clust
         return Translation(source, [delete_envelope(cluster, source, ref_of(normalized), rv, time_ms)],
                            resource_version=rv)
     envelopes = [envelope("applied", ObjectApplied(time=time_ms, object=normalized))]
-    frozen = False
-    errors: list[str] = []
-    if isinstance(normalized, o.Workload) and kind in OTHER_JOB_KINDS:
-        running, status_events = _kind_status(OTHER_JOB_KINDS[kind], body, meta, normalized, time_ms)
-        frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations)
-        envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status_events)
-    if isinstance(normalized, o.Workload) and kind == "Workload":
-        envelopes.extend(envelope(what, ev) for what, ev in _workload_finished(obj, normalized, time_ms))
-    if isinstance(normalized, o.Workload) and kind == "Job":
-        running, status_events, errors = _job_status(located, body, meta, normalized, time_ms)
-        frozen = running or (isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations)
-        envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status_events)
+    frozen, errors = False, list[str]()
+    if isinstance(normalized, o.Workload):
+        status, frozen, errors = _workload_status(kind, located, obj, body, meta, normalized, time_ms)
+        envelopes.extend(envelope(what, ev, corr) for what, ev, corr in status)
     return Translation(source, envelopes, errors, resource_version=rv, frozen=frozen,
                        elastic=kind == "Job" and elastic.is_elastic(meta))
+
+
+def _workload_status(kind: str, located: str, obj: Mapping[str, Any], body: dict[str, Any],
+                     meta: Mapping[str, Any], normalized: o.Workload, time_ms: int,
+                     ) -> tuple[list[tuple[str, ClusterEvent, str]], bool, list[str]]:
+    """The status events a workload's object carries (what, event, correlation id), whether the
+    object is frozen (running, or carrying the pod scheduling the actuator injected), and errors."""
+    annotations = meta.get("annotations")
+    injected = isinstance(annotations, Mapping) and ORIGINAL_POD_SCHEDULING_ANNOTATION in annotations
+    if kind in OTHER_JOB_KINDS:
+        running, events = _kind_status(OTHER_JOB_KINDS[kind], body, meta, normalized, time_ms)
+        return list(events), running or injected, []
+    if kind == "Workload":
+        return [(what, ev, "") for what, ev in _workload_finished(obj, normalized, time_ms)], False, []
+    if kind == "Job":
+        running, events, errors = _job_status(located, body, meta, normalized, time_ms)
+        return list(events), running or injected, errors
+    return [], False, []
 
 
 def _as_manifest(kind: str, obj: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
