@@ -28,6 +28,7 @@ from events.cluster import (
     WORKLOAD_PRIORITY_CLASS_SOURCE,
 )
 from events.jobkinds import kubeflow, ray
+from events.jobkinds.appwrapper import APPWRAPPER
 from events.jobkinds.base import Finished as Finished  # re-exported: the package's names
 from events.jobkinds.base import JobKind as JobKind
 from events.jobkinds.base import PodSetSource as PodSetSource
@@ -38,7 +39,7 @@ from events.jobkinds.naming import check_queue_name
 from events.jobkinds.naming import workload_name as workload_name
 from events.podspec import Where, pod_set_from_template
 
-OTHER_KINDS: tuple[JobKind, ...] = (JOBSET, *kubeflow.KINDS, *ray.KINDS)
+OTHER_KINDS: tuple[JobKind, ...] = (JOBSET, *kubeflow.KINDS, *ray.KINDS, APPWRAPPER)
 """The kinds whose Workload this package builds (every kind but ``batch/v1`` Job)."""
 KINDS: tuple[JobKind, ...] = (JOB, *OTHER_KINDS)
 BY_KEY: Mapping[tuple[str, str], JobKind] = {k.key: k for k in KINDS}

@@ -47,6 +47,9 @@ class PodSetSource:
     template: Mapping[str, Any]
     path: tuple[PathPart, ...]
     min_count: int | None = None
+    info_at: tuple[PathPart, ...] | None = None
+    """Where the kind takes an admission's scheduling for this podSet instead of in its template
+    (an AppWrapper's ``spec.components[i].podSetInfos[j]``); ``None``: in the template."""
 
 
 @dataclass(frozen=True)
