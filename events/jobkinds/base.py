@@ -50,6 +50,9 @@ class PodSetSource:
     info_at: tuple[PathPart, ...] | None = None
     """Where the kind takes an admission's scheduling for this podSet instead of in its template
     (an AppWrapper's ``spec.components[i].podSetInfos[j]``); ``None``: in the template."""
+    flat: bool = False
+    """The admission's nodeSelector, tolerations, labels and annotations go directly into the object
+    at ``path`` (a SparkApplication's ``spec.driver``), not into a pod template's spec and metadata."""
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,9 @@ def scheduling_ops(where: Where, kind: JobKind, body: Mapping[str, Any], per_pod
         if want is None:
             continue
         written = lookup(body, source.path)
+        if source.flat:
+            ops += _flat_ops(source, written, want, merge)
+            continue
         spec = (written or source.template).get("spec") or {}
         selector, tolerations = _merged(source.name, spec, want, merge)
         if written is None:
@@ -136,8 +139,21 @@ def scheduling_ops(where: Where, kind: JobKind, body: Mapping[str, Any], per_pod
     return ops
 
 
+def _flat_ops(source: PodSetSource, written: Any, want: Scheduling, merge: bool) -> list[Json]:
+    """The admission written into the object at the podSet's path itself (a Spark role)."""
+    ops: list[Json] = []
+    if not isinstance(written, Mapping):
+        ops.append({"op": "add", "path": pointer(source.path), "value": {}})
+        written = {}
+    selector, tolerations = _merged(source.name, written, want, merge)
+    ops.append({"op": "add", "path": pointer((*source.path, "nodeSelector")), "value": selector})
+    ops.append({"op": "add", "path": pointer((*source.path, "tolerations")), "value": tolerations})
+    flat = {"metadata": written}  # labels and annotations sit beside nodeSelector
+    return ops + _metadata_ops(source.name, source.path, flat, want, merge, meta_at=())
+
+
 def _metadata_ops(name: str, path: tuple[PathPart, ...], template: Mapping[str, Any], want: Scheduling,
-                  merge: bool) -> list[Json]:
+                  merge: bool, meta_at: tuple[PathPart, ...] = ("metadata",)) -> list[Json]:
     """A podSet's labels and annotations (a check's podSetUpdates) into its template; a value of
     ``None`` (when restoring) removes the key. On admission a key the template already sets to
     another value is a conflict, as in Kueue's ``PodSetInfo.Merge``."""
@@ -146,23 +162,23 @@ def _metadata_ops(name: str, path: tuple[PathPart, ...], template: Mapping[str, 
     ops: list[Json] = []
     meta = template.get("metadata")
     if not isinstance(meta, Mapping):
-        ops.append({"op": "add", "path": pointer((*path, "metadata")), "value": {}})
+        ops.append({"op": "add", "path": pointer((*path, *meta_at)), "value": {}})
         meta = {}
     for key, values in (("labels", want.labels), ("annotations", want.annotations)):
         if not values:
             continue
         current = meta.get(key)
         if not isinstance(current, Mapping):
-            ops.append({"op": "add", "path": pointer((*path, "metadata", key)), "value": {}})
+            ops.append({"op": "add", "path": pointer((*path, *meta_at, key)), "value": {}})
             current = {}
         for k, v in values.items():
             if merge and current.get(k, v) != v:
                 raise PatchConflict(f"podSet {name}: {key} {k}: the template has {current[k]!r}, "
                                     f"the admission needs {v!r}")
             if v is not None:
-                ops.append({"op": "add", "path": pointer((*path, "metadata", key, k)), "value": v})
+                ops.append({"op": "add", "path": pointer((*path, *meta_at, key, k)), "value": v})
             elif k in current:
-                ops.append({"op": "remove", "path": pointer((*path, "metadata", key, k))})
+                ops.append({"op": "remove", "path": pointer((*path, *meta_at, key, k))})
     return ops
 
 

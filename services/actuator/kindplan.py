@@ -174,7 +174,7 @@ def _originals(kind: jobkinds.JobKind, obj: Mapping[str, Any], shown: str) -> di
     out: dict[str, Scheduling] = {}
     for source in kind.pod_sets(_Where(shown), obj):
         template = lookup(obj, source.path)
-        spec = template.get("spec") if isinstance(template, Mapping) else None
+        spec = template if source.flat else (template.get("spec") if isinstance(template, Mapping) else None)
         spec = spec if isinstance(spec, Mapping) else {}
         out[source.name] = Scheduling(dict(spec.get("nodeSelector") or {}), list(spec.get("tolerations") or []))
     return out
@@ -223,7 +223,7 @@ def _remembered(kind: jobkinds.JobKind, obj: Mapping[str, Any], originals: Mappi
             continue
         had = out.get(source.name, Scheduling())
         template = lookup(obj, source.path)
-        meta = template.get("metadata") if isinstance(template, Mapping) else None
+        meta = template if source.flat else (template.get("metadata") if isinstance(template, Mapping) else None)
         meta = meta if isinstance(meta, Mapping) else {}
         remembered: list[dict[str, str | None]] = []
         for key, values, known in (("labels", want.labels, had.labels),

@@ -53,6 +53,9 @@ EXAMPLES = [
     pytest.param("appwrapper-pytorch.yaml", "appwrapper-wrapped-mnist-",
                  [("wrapped-mnist-0", 1, {"cpu": "1"}), ("wrapped-mnist-1", 2, {"cpu": "2"})],
                  id="AppWrapper: a PyTorchJob's podSets inferred (Master, Worker)"),
+    pytest.param("sparkapplication.yaml", "sparkapplication-spark-count-",
+                 [("driver", 1, {"cpu": "500m", "memory": "512Mi"}), ("executor", 2, {"cpu": "2", "memory": "2Gi"})],
+                 id="SparkApplication: driver and executors, coreRequest and memory in Java notation"),
 ]
 
 

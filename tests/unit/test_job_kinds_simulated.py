@@ -30,7 +30,7 @@ def test_kinds_run_to_the_end_in_the_simulated_cluster_and_explain_names_their_k
 
     def all_finished() -> bool:
         records = loop.scheduler.state.workloads.values()
-        return len(records) == 13 and all(r.finished for r in records)
+        return len(records) == 14 and all(r.finished for r in records)
 
     for _ in range(100_000):
         loop.round()
@@ -39,7 +39,7 @@ def test_kinds_run_to_the_end_in_the_simulated_cluster_and_explain_names_their_k
     assert all_finished()
     owners = sorted(r.obj.owner.kind for r in loop.scheduler.state.workloads.values() if r.obj.owner)
     assert owners == ["AppWrapper"] * 3 + ["JAXJob", "JobSet", "MPIJob", "PaddleJob", "PyTorchJob", "RayCluster",
-                                           "RayJob", "RayService", "TFJob", "XGBoostJob"]
+                                           "RayJob", "RayService", "SparkApplication", "TFJob", "XGBoostJob"]
     lines = explain(log, topics, "default/pytorchjob-mnist")
     assert any("as Workload default/pytorchjob-pytorchjob-mnist-" in line
                and "(PyTorchJob default/pytorchjob-mnist) to LocalQueue user-queue" in line for line in lines)
