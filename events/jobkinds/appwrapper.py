@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from events.jobkinds import readiness
 from events.jobkinds.base import (
     Finished,
     JobKind,
@@ -212,4 +213,5 @@ def condition_true(body: Mapping[str, Any], kind: str) -> bool:
 
 
 APPWRAPPER = JobKind(group=GROUP, version=VERSION, kind="AppWrapper", plural="appwrappers",
-                     suspend_path=("spec", "suspend"), pod_sets=_pod_sets, finished=_finished)
+                     suspend_path=("spec", "suspend"), pod_sets=_pod_sets, finished=_finished,
+                     pods_ready=readiness.condition("PodsReady"))

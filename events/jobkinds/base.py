@@ -96,6 +96,10 @@ def _always(_body: Mapping[str, Any]) -> bool:
     return True
 
 
+def _never_ready(_body: Mapping[str, Any]) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class JobKind:
     """One kind of workload Kueue integrates, as far as kueuelog needs to know it."""
@@ -114,6 +118,8 @@ class JobKind:
     """Whether the object ended, read from its status as Kueue's integration reads it."""
     managed: Callable[[Mapping[str, Any]], bool] = _always
     """Whether a queued object is Kueue's to manage at all (a RayJob on an existing cluster is not)."""
+    pods_ready: Callable[[Mapping[str, Any]], bool] = _never_ready
+    """Whether all its pods are ready, as Kueue's integration reads it (:mod:`events.jobkinds.readiness`)."""
 
     @property
     def api_version(self) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from events.jobkinds import readiness
 from events.jobkinds.base import (
     Finished,
     JobKind,
@@ -133,4 +134,4 @@ def _priority(body: Mapping[str, Any]) -> str:
 
 SPARKAPPLICATION = JobKind(group=GROUP, version=VERSION, kind="SparkApplication", plural="sparkapplications",
                            suspend_path=("spec", "suspend"), pod_sets=_pod_sets, finished=_finished,
-                           priority_class=_priority)
+                           priority_class=_priority, pods_ready=readiness.spark)
