@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from events.cluster import ConditionType
 from events.jobkinds import readiness
 from events.jobkinds.base import (
     Finished,
@@ -214,4 +215,4 @@ def condition_true(body: Mapping[str, Any], kind: str) -> bool:
 
 APPWRAPPER = JobKind(group=GROUP, version=VERSION, kind="AppWrapper", plural="appwrappers",
                      suspend_path=("spec", "suspend"), pod_sets=_pod_sets, finished=_finished,
-                     pods_ready=readiness.condition("PodsReady"))
+                     pods_ready=readiness.condition(ConditionType.PODS_READY))  # the AppWrapper's own, same name

@@ -32,6 +32,7 @@ from events.cluster import (
     QUEUE_NAME_LABEL,
     WORKLOAD_PRIORITY_CLASS_SOURCE,
 )
+from events.jobkinds import prebuilt
 from events.jobkinds.base import pointer
 from events.jobkinds.patches import Scheduling, evict_ops, lookup, resume_ops, scheduling_ops, suspend_patch
 from events.kueue_versions import STORAGE_VERSION
@@ -116,7 +117,10 @@ def _draft(kind: jobkinds.JobKind, obj: Mapping[str, Any], ref: JobRef, cluster:
     # respells the body for it).
     body = {"apiVersion": f"{KUEUE_GROUP}/{STORAGE_VERSION}", "kind": "Workload", "metadata": meta,
             "spec": {"queueName": wl.queue_name, "podSets": pod_sets}}
-    return WorkloadDraft(namespace=ref.namespace, name=wl.name, body=body, priority=query)
+    meta_in = obj.get("metadata") or {}
+    named = prebuilt.prebuilt_name(meta_in.get("labels"), meta_in.get("annotations"))
+    return WorkloadDraft(namespace=ref.namespace, name=wl.name, body=body, priority=query,
+                         prebuilt=wl if named else None)
 
 
 def plan_kind(kind: jobkinds.JobKind, obj: Mapping[str, Any], *, cluster: str = "") -> JobPlan:
@@ -129,7 +133,9 @@ def plan_kind(kind: jobkinds.JobKind, obj: Mapping[str, Any], *, cluster: str = 
         return JobPlan(ref)
     ended = kind.finished(obj)
     if ended is not None:
-        name = jobkinds.workload_name(kind.kind, kind.group, ref.name, ref.uid)
+        meta = obj.get("metadata") or {}
+        name = (prebuilt.prebuilt_name(labels, meta.get("annotations"))
+                or jobkinds.workload_name(kind.kind, kind.group, ref.name, ref.uid))
         return JobPlan(ref, finished=Finished(name, ended.succeeded, ended.message))
     annotations = _annotations(obj)
     admitted = DECISION_ID_ANNOTATION in annotations and EVICTED_ANNOTATION not in annotations

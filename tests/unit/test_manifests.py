@@ -919,7 +919,8 @@ def test_unsupported_kind_lists_the_kinds_kueuelog_takes():
         "config.kueue.x-k8s.io/v1beta1 and v1beta2 Configuration; v1 Namespace, ConfigMap; scheduling.k8s.io/v1 "
         "PriorityClass; batch/v1 Job; scheduler.tensorstack.dev/v1beta1 Queue; jobset.x-k8s.io/v1alpha2 JobSet; "
         "kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob; kubeflow.org/v2beta1 MPIJob; "
-        "ray.io/v1 RayJob, RayCluster, RayService")
+        "ray.io/v1 RayJob, RayCluster, RayService; workload.codeflare.dev/v1beta2 AppWrapper; "
+        "sparkoperator.k8s.io/v1beta2 SparkApplication")
 
 
 @pytest.mark.parametrize(
