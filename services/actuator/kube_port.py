@@ -248,7 +248,7 @@ class KubePort:
         """A Workload nothing owns yet may be the prebuilt Workload of a job
         (``kueue.x-k8s.io/prebuilt-workload-name``) that its reconciler has not adopted yet: that job
         takes the decision. Looked up by label (a name past 63 characters is only found once adopted);
-        a kind whose CRD is not served is skipped."""
+        a kind whose CRD is not served, or that the actuator may not list (not enabled), is skipped."""
         if (wl.get("metadata") or {}).get("ownerReferences") or len(d.name) > prebuilt.LABEL_VALUE_MAX:
             return None
         now = time.monotonic()
@@ -259,7 +259,7 @@ class KubePort:
             try:
                 items = await self.kube.list_objects(ref, label_selector=f"{PREBUILT_WORKLOAD_LABEL}={d.name}")
             except KubeApiError as e:
-                if e.not_found:  # its CRD is not installed: not asked again for a minute
+                if e.not_found or e.status == 403:  # no CRD, or not granted (its kind is off): not asked for a minute
                     self._not_served[kind.kind] = now
                     continue
                 raise
