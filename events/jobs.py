@@ -26,6 +26,7 @@ from events.cluster import (
     QUEUE_NAME_LABEL,
     WORKLOAD_PRIORITY_CLASS_SOURCE,
 )
+from events.jobkinds import prebuilt
 from events.jobkinds.naming import MAX_NAME, check_queue_name, workload_name
 from events.podspec import Where, pod_set_from_template
 
@@ -35,6 +36,14 @@ __all__ = ["MAX_NAME", "job_to_workload", "workload_name_for_job"]
 def workload_name_for_job(job_name: str, job_uid: str) -> str:
     """Kueue's ``jobframework.GetWorkloadNameForOwnerWithGVK`` for a batch/v1 Job."""
     return workload_name("Job", "batch", job_name, job_uid)
+
+
+def _prebuilt(where: Where, meta: api.ObjectMeta) -> str:
+    """The prebuilt Workload the Job names (``events.jobkinds.prebuilt``), checked; ``""`` for none."""
+    name = prebuilt.prebuilt_name(meta.labels, meta.annotations)
+    if name:
+        prebuilt.check(where, "batch/v1", "Job", name, prebuilt.field_of(meta.labels))
+    return name
 
 
 def job_to_workload(
@@ -89,7 +98,7 @@ def job_to_workload(
     elif spec.template.spec.priority_class_name:
         priority_ref = o.PriorityRef(source=POD_PRIORITY_CLASS_SOURCE, name=spec.template.spec.priority_class_name)
     uid = meta.uid or hashlib.sha1(f"{namespace}/{name}".encode(), usedforsecurity=False).hexdigest()[:32]
-    wl_name = workload_name_for_job(name, uid)
+    wl_name = _prebuilt(where, meta) or workload_name_for_job(name, uid)
     return o.Workload(
         namespace=namespace,
         name=wl_name,

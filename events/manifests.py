@@ -39,6 +39,7 @@ from events.cluster import (
 )
 from events.configuration import read_configuration
 from events.generatename import content_digest, free_name
+from events.jobkinds import prebuilt
 from events.jobs import job_to_workload
 from events.podspec import ObjectError, pod_set_from_template, selector_from_api
 from events.quantity import QuantityError, parse_fraction, to_amount
@@ -1100,7 +1101,23 @@ def load(
                 raise ManifestError(doc.file, doc.index, f"Cohort {obj.name}", problem.field, problem.message)
             parents[obj.name] = obj.parent
         out.append((doc, obj))
-    return out
+    return prebuilt.adopt(out, _prebuilt_wanted, _prebuilt_error)
+
+
+def _prebuilt_wanted(doc: Document) -> tuple[str, str, str] | None:
+    """(name, field, shown) when ``doc`` is a job naming a prebuilt Workload (``events.jobkinds.prebuilt``)."""
+    body = doc.body
+    meta = body.get("metadata") if isinstance(body, Mapping) else None
+    if not isinstance(meta, Mapping) or (body.get("apiVersion"), body.get("kind")) not in jobkinds.BY_KEY:
+        return None
+    labels, annotations = meta.get("labels"), meta.get("annotations")
+    labels = labels if isinstance(labels, Mapping) else {}
+    name = prebuilt.prebuilt_name(labels, annotations if isinstance(annotations, Mapping) else {})
+    return (name, prebuilt.field_of(labels), f"{body.get('kind')} {meta.get('name')}") if name else None
+
+
+def _prebuilt_error(doc: Document, shown: str, field: str, message: str) -> Exception:
+    return ManifestError(doc.file, doc.index, shown, field, message)
 
 
 def _claim_templates(docs: list[Document]) -> dict[tuple[str, str], dra.ClaimTemplate]:

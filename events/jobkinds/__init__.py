@@ -27,7 +27,8 @@ from events.cluster import (
     QUEUE_NAME_LABEL,
     WORKLOAD_PRIORITY_CLASS_SOURCE,
 )
-from events.jobkinds import kubeflow, ray
+from events.jobkinds import kubeflow, prebuilt, ray
+from events.jobkinds.appwrapper import APPWRAPPER
 from events.jobkinds.base import Finished as Finished  # re-exported: the package's names
 from events.jobkinds.base import JobKind as JobKind
 from events.jobkinds.base import PodSetSource as PodSetSource
@@ -36,9 +37,10 @@ from events.jobkinds.batch import JOB as JOB
 from events.jobkinds.jobset import JOBSET
 from events.jobkinds.naming import check_queue_name
 from events.jobkinds.naming import workload_name as workload_name
+from events.jobkinds.spark import SPARKAPPLICATION
 from events.podspec import Where, pod_set_from_template
 
-OTHER_KINDS: tuple[JobKind, ...] = (JOBSET, *kubeflow.KINDS, *ray.KINDS)
+OTHER_KINDS: tuple[JobKind, ...] = (JOBSET, *kubeflow.KINDS, *ray.KINDS, APPWRAPPER, SPARKAPPLICATION)
 """The kinds whose Workload this package builds (every kind but ``batch/v1`` Job)."""
 KINDS: tuple[JobKind, ...] = (JOB, *OTHER_KINDS)
 BY_KEY: Mapping[tuple[str, str], JobKind] = {k.key: k for k in KINDS}
@@ -103,8 +105,11 @@ def to_workload(where: Where, kind: JobKind, meta: api.ObjectMeta, body: Mapping
     sets = pod_sets(where, sources)
     name = meta.name or ""
     uid = meta.uid or hashlib.sha1(f"{namespace}/{name}".encode(), usedforsecurity=False).hexdigest()[:32]
-    wl_name = workload_name(kind.kind, kind.group, name, uid)
     annotations = meta.annotations or {}
+    wl_name = prebuilt.prebuilt_name(labels, annotations)
+    if wl_name:
+        prebuilt.check(where, kind.api_version, kind.kind, wl_name, prebuilt.field_of(labels))
+    wl_name = wl_name or workload_name(kind.kind, kind.group, name, uid)
     return o.Workload(
         namespace=namespace,
         name=wl_name,

@@ -47,6 +47,12 @@ class PodSetSource:
     template: Mapping[str, Any]
     path: tuple[PathPart, ...]
     min_count: int | None = None
+    info_at: tuple[PathPart, ...] | None = None
+    """Where the kind takes an admission's scheduling for this podSet instead of in its template
+    (an AppWrapper's ``spec.components[i].podSetInfos[j]``); ``None``: in the template."""
+    flat: bool = False
+    """The admission's nodeSelector, tolerations, labels and annotations go directly into the object
+    at ``path`` (a SparkApplication's ``spec.driver``), not into a pod template's spec and metadata."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,10 @@ def _always(_body: Mapping[str, Any]) -> bool:
     return True
 
 
+def _never_ready(_body: Mapping[str, Any]) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class JobKind:
     """One kind of workload Kueue integrates, as far as kueuelog needs to know it."""
@@ -108,6 +118,8 @@ class JobKind:
     """Whether the object ended, read from its status as Kueue's integration reads it."""
     managed: Callable[[Mapping[str, Any]], bool] = _always
     """Whether a queued object is Kueue's to manage at all (a RayJob on an existing cluster is not)."""
+    pods_ready: Callable[[Mapping[str, Any]], bool] = _never_ready
+    """Whether all its pods are ready, as Kueue's integration reads it (:mod:`events.jobkinds.readiness`)."""
 
     @property
     def api_version(self) -> str:

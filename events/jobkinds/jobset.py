@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from events.jobkinds import readiness
 from events.jobkinds.base import (
     JobKind,
     PathPart,
@@ -45,4 +46,4 @@ def _pod_sets(where: Where, body: Mapping[str, Any]) -> list[PodSetSource]:
 
 JOBSET = JobKind(group="jobset.x-k8s.io", version="v1alpha2", kind="JobSet", plural="jobsets",
                  suspend_path=("spec", "suspend"), pod_sets=_pod_sets,
-                 finished=conditions_finished("Completed", "Failed"))
+                 finished=conditions_finished("Completed", "Failed"), pods_ready=readiness.jobset)

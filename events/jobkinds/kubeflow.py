@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from events.jobkinds import readiness
 from events.jobkinds.base import (
     JobKind,
     PathPart,
@@ -68,7 +69,8 @@ def _priority(field: str, order: tuple[str, ...]) -> PriorityOf:
 def _kubeflow(kind: str, plural: str, field: str, order: tuple[str, ...], version: str = "v1") -> JobKind:
     return JobKind(group="kubeflow.org", version=version, kind=kind, plural=plural,
                    suspend_path=("spec", "runPolicy", "suspend"), pod_sets=_replica_specs(field, order),
-                   priority_class=_priority(field, order), finished=conditions_finished("Succeeded", "Failed"))
+                   priority_class=_priority(field, order), finished=conditions_finished("Succeeded", "Failed"),
+                   pods_ready=readiness.condition("Running"))
 
 
 PYTORCHJOB = _kubeflow("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs", ("Master", "Worker"))

@@ -24,6 +24,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from events.jobkinds import readiness
 from events.jobkinds.base import (
     Finished,
     JobKind,
@@ -160,9 +161,10 @@ def _job_managed(body: Mapping[str, Any]) -> bool:
 
 
 RAYCLUSTER = JobKind(group="ray.io", version="v1", kind="RayCluster", plural="rayclusters",
-                     suspend_path=("spec", "suspend"), pod_sets=_cluster)
+                     suspend_path=("spec", "suspend"), pod_sets=_cluster, pods_ready=readiness.ray_cluster)
 RAYJOB = JobKind(group="ray.io", version="v1", kind="RayJob", plural="rayjobs", suspend_path=("spec", "suspend"),
-                 pod_sets=_job, managed=_job_managed, finished=_job_finished)
+                 pod_sets=_job, managed=_job_managed, finished=_job_finished, pods_ready=readiness.ray_job)
 RAYSERVICE = JobKind(group="ray.io", version="v1", kind="RayService", plural="rayservices",
-                     suspend_path=("spec", "rayClusterConfig", "suspend"), pod_sets=_service)
+                     suspend_path=("spec", "rayClusterConfig", "suspend"), pod_sets=_service,
+                     pods_ready=readiness.condition("Ready"))
 KINDS = (RAYJOB, RAYCLUSTER, RAYSERVICE)

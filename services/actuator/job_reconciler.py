@@ -65,9 +65,10 @@ from events.cluster import (
     ConditionType,
     JobConditionType,
 )
+from events.jobkinds import prebuilt
 from events.kueue_versions import STORAGE_VERSION, respell
 from events.manifests import Document, ManifestError, format_time, normalize
-from services.actuator import checkplan
+from services.actuator import checkplan, prebuiltplan
 from services.actuator.kubeapi import KubeApiError, status_retriable
 from services.runtime.clock import wall_clock_ms as _wall_clock_ms
 
@@ -132,6 +133,9 @@ class WorkloadDraft:
     name: str
     body: Mapping[str, Any]
     priority: PriorityQuery
+    prebuilt: o.Workload | None = None
+    """For a job naming a prebuilt Workload (``name``): the Workload it would be itself, to compare
+    with the existing one, which is adopted rather than created (``services.actuator.prebuiltplan``)."""
 
     def body_with(self, priority: ResolvedPriority) -> dict[str, Any]:
         """The body to create: Kueue always sets ``priority`` (0 without a class)."""
@@ -257,7 +261,15 @@ def _draft(job: Mapping[str, Any], ref: JobRef, cluster: str) -> WorkloadDraft:
         query = PriorityQuery("PriorityClass", wl.priority_ref.name)
     body = {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "Workload", "metadata": meta,
             "spec": {"queueName": wl.queue_name, "podSets": [ps]}}
-    return WorkloadDraft(namespace=ref.namespace, name=wl.name, body=body, priority=query)
+    named = prebuilt.prebuilt_name(_string_map(_mapping(job, "metadata", "metadata", str(ref)), "labels",
+                                               "metadata.labels", str(ref)), None) or _long_prebuilt(job)
+    return WorkloadDraft(namespace=ref.namespace, name=wl.name, body=body, priority=query,
+                         prebuilt=wl if named else None)
+
+
+def _long_prebuilt(job: Mapping[str, Any]) -> str:
+    annotations = (job.get("metadata") or {}).get("annotations")
+    return prebuilt.prebuilt_name(None, annotations) if isinstance(annotations, Mapping) else ""
 
 
 def rejection_message(ref: JobRef, queue: str) -> str:
@@ -288,7 +300,8 @@ def plan_job(job: Mapping[str, Any], *, policy: Policy = "suspend", cluster: str
     ended = _finished(job, shown)
     if ended is not None:
         # Kueue writes Finished only on a Workload that exists; a finished Job gets none.
-        return JobPlan(ref, finished=Finished(jobs.workload_name_for_job(ref.name, ref.uid), *ended))
+        named = prebuilt.prebuilt_name(labels, annotations)
+        return JobPlan(ref, finished=Finished(named or jobs.workload_name_for_job(ref.name, ref.uid), *ended))
     admitted = DECISION_ID_ANNOTATION in annotations and EVICTED_ANNOTATION not in annotations
     invalid: JobError | None = None
     draft: WorkloadDraft | None = None
@@ -342,6 +355,16 @@ def finished_status(workload: Mapping[str, Any], finished: Finished, now_ms: int
     kept = [dict(c) for c in conditions if c.get("type") != ConditionType.FINISHED]
     return {"metadata": {"resourceVersion": meta.get("resourceVersion")},
             "status": {"conditions": [*kept, condition]}}
+
+
+def out_of_sync_status(workload: Mapping[str, Any], now_ms: int) -> dict[str, Any] | None:
+    """The status patch marking a prebuilt Workload Finished, reason OutOfSync, as Kueue does when it
+    no longer matches its job (``None``: already finished)."""
+    name = str((workload.get("metadata") or {}).get("name") or "")
+    patch = finished_status(workload, Finished(name, False, prebuiltplan.OUT_OF_SYNC_MESSAGE), now_ms)
+    if patch is not None:
+        patch["status"]["conditions"][-1]["reason"] = prebuiltplan.OUT_OF_SYNC_REASON
+    return patch
 
 
 # --- the I/O shell ---------------------------------------------------------------------------
@@ -698,6 +721,10 @@ class JobReconciler:
         return default_priority(list(listed.get("items") or []))
 
     async def _create_workload(self, ref: JobRef, draft: WorkloadDraft) -> None:
+        if draft.prebuilt is not None:
+            await self._adopt_workload(ref, draft, draft.prebuilt)
+            self._workload_done.add(ref.uid)
+            return
         try:
             priority = await self._resolve_priority(draft.priority)
         except KubeApiError as e:
@@ -719,6 +746,49 @@ class JobReconciler:
             self._log.info("workload created", job=str(ref), workload=draft.name)
             await self._event(ref, "Normal", "CreatedWorkload", f"Created Workload: {draft.namespace}/{draft.name}")
         self._workload_done.add(ref.uid)
+
+    async def _adopt_workload(self, ref: JobRef, draft: WorkloadDraft, own: o.Workload) -> None:
+        """The prebuilt Workload the job names: adopted, or left to its controller, or marked
+        Finished (OutOfSync); a missing one is waited for (a retriable error: the job stays held)."""
+        what = f"Workload {draft.namespace}/{draft.name}"
+        shown = f"{self.kind_key[1]} {ref}"
+        for _ in range(_MAX_ATTEMPTS):
+            try:
+                wl = await _request(f"read {what}", self._custom.get_namespaced_custom_object(
+                    KUEUE_GROUP, KUEUE_VERSION, draft.namespace, WORKLOADS, draft.name, _preload_content=False))
+            except KubeApiError as e:
+                if e.status == 404:
+                    raise KubeApiError(f"{shown}: the prebuilt {what} does not exist; the job waits for it",
+                                       retriable=True, status=404) from e
+                raise
+            plan = prebuiltplan.adoption(wl, own, draft.body["metadata"]["ownerReferences"][0])
+            if plan.foreign:
+                self._log.warning("prebuilt workload not adopted", job=str(ref), reason=plan.foreign)
+                await self._event(ref, "Warning", "PrebuiltWorkloadNotAdopted", plan.foreign)
+                return
+            try:
+                if plan.patch is not None:
+                    wl = await _request(f"adopt {what}", self._custom.patch_namespaced_custom_object(
+                        KUEUE_GROUP, KUEUE_VERSION, draft.namespace, WORKLOADS, draft.name, plan.patch,
+                        _content_type=MERGE_PATCH, _preload_content=False))
+                    self.stats.workloads_created += 1
+                    self._log.info("prebuilt workload adopted", job=str(ref), workload=draft.name)
+                    await self._event(ref, "Normal", "AdoptedWorkload", f"Adopted prebuilt Workload: {what}")
+                status = out_of_sync_status(wl, self.clock()) if plan.out_of_sync else None
+                if status is not None:
+                    await _request(f"write Finished on {what}", self._custom.patch_namespaced_custom_object_status(
+                        KUEUE_GROUP, KUEUE_VERSION, draft.namespace, WORKLOADS, draft.name, status,
+                        _content_type=MERGE_PATCH, _preload_content=False))
+                    self._log.warning("prebuilt workload out of sync", job=str(ref), reason=plan.out_of_sync)
+                    await self._event(ref, "Warning", "OutOfSync", f"{prebuiltplan.OUT_OF_SYNC_MESSAGE}: "
+                                                                   f"{plan.out_of_sync}")
+            except KubeApiError as e:
+                if e.status == 409:
+                    self.stats.conflicts += 1
+                    continue
+                raise
+            return
+        raise KubeApiError(f"{what}: still changing after {_MAX_ATTEMPTS} attempts", retriable=True)
 
     async def _delete_requests(self, namespace: str, wl: Mapping[str, Any]) -> None:
         """Kueue deletes a finished workload's ProvisioningRequests (and their PodTemplates)."""

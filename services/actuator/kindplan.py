@@ -22,6 +22,7 @@ from typing import Any
 
 from events import jobkinds
 from events import objects as o
+from events.checkstatus import toleration_json
 from events.cluster import (
     DECISION_CYCLE_ANNOTATION,
     DECISION_ID_ANNOTATION,
@@ -31,6 +32,7 @@ from events.cluster import (
     QUEUE_NAME_LABEL,
     WORKLOAD_PRIORITY_CLASS_SOURCE,
 )
+from events.jobkinds import prebuilt
 from events.jobkinds.base import pointer
 from events.jobkinds.patches import Scheduling, evict_ops, lookup, resume_ops, scheduling_ops, suspend_patch
 from events.kueue_versions import STORAGE_VERSION
@@ -115,7 +117,10 @@ def _draft(kind: jobkinds.JobKind, obj: Mapping[str, Any], ref: JobRef, cluster:
     # respells the body for it).
     body = {"apiVersion": f"{KUEUE_GROUP}/{STORAGE_VERSION}", "kind": "Workload", "metadata": meta,
             "spec": {"queueName": wl.queue_name, "podSets": pod_sets}}
-    return WorkloadDraft(namespace=ref.namespace, name=wl.name, body=body, priority=query)
+    meta_in = obj.get("metadata") or {}
+    named = prebuilt.prebuilt_name(meta_in.get("labels"), meta_in.get("annotations"))
+    return WorkloadDraft(namespace=ref.namespace, name=wl.name, body=body, priority=query,
+                         prebuilt=wl if named else None)
 
 
 def plan_kind(kind: jobkinds.JobKind, obj: Mapping[str, Any], *, cluster: str = "") -> JobPlan:
@@ -128,7 +133,9 @@ def plan_kind(kind: jobkinds.JobKind, obj: Mapping[str, Any], *, cluster: str = 
         return JobPlan(ref)
     ended = kind.finished(obj)
     if ended is not None:
-        name = jobkinds.workload_name(kind.kind, kind.group, ref.name, ref.uid)
+        meta = obj.get("metadata") or {}
+        name = (prebuilt.prebuilt_name(labels, meta.get("annotations"))
+                or jobkinds.workload_name(kind.kind, kind.group, ref.name, ref.uid))
         return JobPlan(ref, finished=Finished(name, ended.succeeded, ended.message))
     annotations = _annotations(obj)
     admitted = DECISION_ID_ANNOTATION in annotations and EVICTED_ANNOTATION not in annotations
@@ -167,20 +174,74 @@ def _originals(kind: jobkinds.JobKind, obj: Mapping[str, Any], shown: str) -> di
             raise InvalidObject(shown, field, f"not JSON: {e}") from None
         if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
             raise InvalidObject(shown, field, 'must be {"<podSet>": {"nodeSelector": {...}, "tolerations": [...]}}')
-        return {str(k): Scheduling(dict(v.get("nodeSelector") or {}), list(v.get("tolerations") or []))
+        return {str(k): Scheduling(dict(v.get("nodeSelector") or {}), list(v.get("tolerations") or []),
+                                   dict(v.get("labels") or {}), dict(v.get("annotations") or {}))
                 for k, v in raw.items()}
     out: dict[str, Scheduling] = {}
     for source in kind.pod_sets(_Where(shown), obj):
         template = lookup(obj, source.path)
-        spec = template.get("spec") if isinstance(template, Mapping) else None
+        spec = template if source.flat else (template.get("spec") if isinstance(template, Mapping) else None)
         spec = spec if isinstance(spec, Mapping) else {}
         out[source.name] = Scheduling(dict(spec.get("nodeSelector") or {}), list(spec.get("tolerations") or []))
     return out
 
 
 def _encode(originals: Mapping[str, Scheduling]) -> str:
-    return json.dumps({name: {"nodeSelector": dict(s.node_selector), "tolerations": list(s.tolerations)}
-                       for name, s in originals.items()}, sort_keys=True, separators=(",", ":"))
+    out: dict[str, Json] = {}
+    for name, s in originals.items():
+        entry: Json = {"nodeSelector": dict(s.node_selector), "tolerations": list(s.tolerations)}
+        if s.labels:
+            entry["labels"] = dict(s.labels)
+        if s.annotations:
+            entry["annotations"] = dict(s.annotations)
+        out[name] = entry
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+
+def _with_updates(name: str, base: Scheduling, updates: Sequence[o.PodSetUpdate], shown: str) -> Scheduling:
+    """A podSet's flavors' scheduling with the Ready checks' podSetUpdates for it merged in (a
+    nodeSelector key given two values is a conflict, as in Kueue's ``PodSetInfo.Merge``)."""
+    selector, tolerations = dict(base.node_selector), list(base.tolerations)
+    labels: dict[str, str | None] = {}
+    annotations: dict[str, str | None] = {}
+    for u in updates:
+        if u.name != name:
+            continue
+        for k, v in u.node_selector:
+            if selector.get(k, v) != v:
+                raise InvalidObject(shown, f"podSetUpdates[{name}].nodeSelector.{k}",
+                                    f"conflict for key={k}, value1={selector[k]}, value2={v}")
+            selector[k] = v
+        tolerations += [t for t in (toleration_json(t) for t in u.tolerations) if t not in tolerations]
+        labels.update(u.labels)
+        annotations.update(u.annotations)
+    return Scheduling(selector, tolerations, labels, annotations)
+
+
+def _remembered(kind: jobkinds.JobKind, obj: Mapping[str, Any], originals: Mapping[str, Scheduling],
+                wanted: Mapping[str, Scheduling], shown: str) -> dict[str, Scheduling]:
+    """The originals plus, for each label or annotation the admission sets, the template's own value
+    before it (``None``: absent), kept from an earlier admission when already remembered."""
+    out = dict(originals)
+    for source in kind.pod_sets(_Where(shown), obj):
+        want = wanted.get(source.name)
+        if want is None or source.info_at is not None or not (want.labels or want.annotations):
+            continue
+        had = out.get(source.name, Scheduling())
+        template = lookup(obj, source.path)
+        meta = template if source.flat else (template.get("metadata") if isinstance(template, Mapping) else None)
+        meta = meta if isinstance(meta, Mapping) else {}
+        remembered: list[dict[str, str | None]] = []
+        for key, values, known in (("labels", want.labels, had.labels),
+                                   ("annotations", want.annotations, had.annotations)):
+            found = meta.get(key)
+            current: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+            kept = dict(known)
+            for k in values:
+                kept.setdefault(k, current.get(k))
+            remembered.append(kept)
+        out[source.name] = Scheduling(had.node_selector, had.tolerations, remembered[0], remembered[1])
+    return out
 
 
 def _annotation_ops(obj: Mapping[str, Any], changes: Mapping[str, str | None]) -> list[Json]:
@@ -208,10 +269,11 @@ def kind_admit_ops(kind: jobkinds.JobKind, obj: Mapping[str, Any], d: AdmitWorkl
                    flavors: Mapping[str, Sequence[FlavorScheduling]]) -> list[Json]:
     """Release the object with each podSet's flavors' scheduling (``flavors``: podSet -> its flavors)."""
     shown = f"{kind.kind} {d.namespace}/{(obj.get('metadata') or {}).get('name')}"
-    originals = _originals(kind, obj, shown)
+    updates = d.pod_set_updates if isinstance(d, AdmitChecked) else ()
+    wanted = {name: _with_updates(name, _scheduling_of(fs), updates, shown) for name, fs in flavors.items()}
+    originals = _remembered(kind, obj, _originals(kind, obj, shown), wanted, shown)
     restored = scheduling_ops(_Where(shown), kind, obj, originals, merge=False)  # the templates as their own
     base = _apply(obj, restored)
-    wanted = {name: _scheduling_of(fs) for name, fs in flavors.items()}
     try:
         release = resume_ops(_Where(shown), kind, base, wanted)
     except ValueError as e:
@@ -232,14 +294,16 @@ def kind_evict_ops(kind: jobkinds.JobKind, obj: Mapping[str, Any], d: EvictWorkl
 
 
 def _apply(obj: Mapping[str, Any], ops: Sequence[Json]) -> dict[str, Any]:
-    """``ops`` (``add`` only) applied to a copy of ``obj``: the object the next operations see."""
+    """``ops`` (``add`` and ``remove``) applied to a copy of ``obj``: the object the next operations see."""
     out = copy.deepcopy(dict(obj))
     for op in ops:
         *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
         at: Any = out
         for p in parents:
             at = at[int(p)] if isinstance(at, list) else at[p]
-        if isinstance(at, list):
+        if op["op"] == "remove":
+            del at[int(last) if isinstance(at, list) else last]
+        elif isinstance(at, list):
             at[int(last)] = op["value"]
         else:
             at[last] = op["value"]

@@ -51,7 +51,7 @@ import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import structlog
@@ -59,7 +59,8 @@ from kubernetes_asyncio import client
 
 from events import jobkinds
 from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
-from events.cluster import PENDING_REASON_ANNOTATION
+from events.cluster import PENDING_REASON_ANNOTATION, PREBUILT_WORKLOAD_LABEL
+from events.jobkinds import prebuilt
 from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, DeactivateWorkload, EvictWorkload, MarkPending
 from services.actuator import checkplan
 from services.actuator.kindplan import kind_admit_ops, kind_evict_ops
@@ -156,6 +157,7 @@ class KubePort:
         self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         self._flavors: dict[str, tuple[float, FlavorScheduling]] = {}
         self._quotas: dict[str, FlavorQuotas] = {}
+        self._not_served: dict[str, float] = {}  # workload kinds whose list was a 404, when
 
     # --- the port's calls -----------------------------------------------------------------------
 
@@ -214,7 +216,8 @@ class KubePort:
                   if isinstance(r, dict) and r.get("apiVersion") == "batch/v1" and r.get("kind") == "Job"]
         owners.sort(key=lambda r: not r.get("controller"))
         if not owners:
-            return None
+            claimant = await self._claimant(wl, d)
+            return (claimant[1], claimant[2]) if claimant is not None and claimant[0] is jobkinds.JOB else None
         ref = job_ref(d.namespace, str(owners[0].get("name")))
         job = await self.kube.get(ref, not_found_retriable=not isinstance(d, EvictWorkload))
         uid = (job.get("metadata") or {}).get("uid")
@@ -238,6 +241,31 @@ class KubePort:
                 raise InvalidObject(f"Workload {d.namespace}/{d.name}", "metadata.ownerReferences",
                                     f"names {ref} with uid {r['uid']}, but that object has uid {uid} (recreated)")
             return kind, ref, obj
+        claimant = await self._claimant(wl, d)
+        return claimant if claimant is not None and claimant[0] is not jobkinds.JOB else None
+
+    async def _claimant(self, wl: Json, d: Decision) -> tuple[jobkinds.JobKind, Ref, Json] | None:
+        """A Workload nothing owns yet may be the prebuilt Workload of a job
+        (``kueue.x-k8s.io/prebuilt-workload-name``) that its reconciler has not adopted yet: that job
+        takes the decision. Looked up by label (a name past 63 characters is only found once adopted);
+        a kind whose CRD is not served, or that the actuator may not list (not enabled), is skipped."""
+        if (wl.get("metadata") or {}).get("ownerReferences") or len(d.name) > prebuilt.LABEL_VALUE_MAX:
+            return None
+        now = time.monotonic()
+        for kind in jobkinds.KINDS:
+            if kind.key not in prebuilt.SUPPORTED or now - self._not_served.get(kind.kind, -1e9) < 60:
+                continue
+            ref = Ref(kind.kind, kind.group, kind.version, kind.plural, "", d.namespace)
+            try:
+                items = await self.kube.list_objects(ref, label_selector=f"{PREBUILT_WORKLOAD_LABEL}={d.name}")
+            except KubeApiError as e:
+                if e.not_found or e.status == 403:  # no CRD, or not granted (its kind is off): not asked for a minute
+                    self._not_served[kind.kind] = now
+                    continue
+                raise
+            if items:
+                obj = {"apiVersion": kind.api_version, "kind": kind.kind, **items[0]}
+                return kind, replace(ref, name=str((obj.get("metadata") or {}).get("name"))), obj
         return None
 
     async def _kind_apply(self, owner: tuple[jobkinds.JobKind, Ref, Json],
@@ -251,7 +279,7 @@ class KubePort:
         if verdict == "applied":
             self.stats.already_applied += 1
             return True
-        if isinstance(d, AdmitWorkload | AdmitChecked):  # (a check's podSetUpdates: Jobs only, so far)
+        if isinstance(d, AdmitWorkload | AdmitChecked):  # (with a check's podSetUpdates per podSet)
             flavors = {psa.name: [await self._flavor(f) for f in sorted({f for _, f in psa.flavors})]
                        for psa in d.admission.pod_set_assignments}
             ops = kind_admit_ops(kind, obj, d, flavors)

@@ -375,20 +375,27 @@ def _kind_status(
     kind: jobkinds.JobKind, body: Mapping[str, Any], meta: Mapping[str, Any], wl: o.Workload, time_ms: int
 ) -> tuple[bool, list[tuple[str, ClusterEvent, str]]]:
     """(running, status events) of a workload kind besides Job: finished as its integration reads
-    it (``JobKind.finished``); running while not held; an evicted object held again has completed
-    its eviction (its controller removes the pods of a suspended object)."""
+    it (``JobKind.finished``); running while not held, its pods ready or not as the integration
+    reads it (``JobKind.pods_ready``); an evicted object held again has completed its eviction (its
+    controller removes the pods of a suspended object)."""
     suspended = kind.suspended(body)
     ended = kind.finished(body)
     if ended is not None:
         finished = WorkloadFinished(time=time_ms, namespace=wl.namespace, name=wl.name, succeeded=ended.succeeded,
                                     message=ended.message)
         return not suspended, [("finished", finished, "")]
+    if not suspended:
+        # Readiness as the kind's integration reads it (waitForPodsReady); not ready is news only
+        # after a readiness was published (the memory keeps a starting object quiet).
+        if kind.pods_ready(body):
+            return True, [("pods-ready", PodsReady(time=time_ms, namespace=wl.namespace, name=wl.name), "")]
+        return True, [("pods-not-ready", PodsNotReady(time=time_ms, namespace=wl.namespace, name=wl.name), "")]
     annotations = meta.get("annotations")
     decision = annotations.get(EVICTED_ANNOTATION) if isinstance(annotations, Mapping) else None
-    if suspended and decision:
+    if decision:
         completed = EvictionCompleted(time=time_ms, namespace=wl.namespace, name=wl.name)
         return False, [("eviction-completed", completed, str(decision))]
-    return not suspended, []
+    return False, []
 
 
 # --- what has been published -----------------------------------------------------------------

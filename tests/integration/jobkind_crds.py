@@ -14,10 +14,15 @@ from events import jobkinds
 
 
 def minimal_crd(kind: jobkinds.JobKind) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": f"{kind.plural}.{kind.group}"}
+    if kind.group.endswith((".k8s.io", ".kubernetes.io")):
+        # A protected group (sparkoperator.k8s.io): the API server wants the approval annotation; an
+        # "unapproved" value is accepted, as the Spark operator's own CRDs carry.
+        metadata["annotations"] = {"api-approved.kubernetes.io": "unapproved, kueuelog tests"}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{kind.plural}.{kind.group}"},
+        "metadata": metadata,
         "spec": {
             "group": kind.group,
             "scope": "Namespaced",

@@ -45,6 +45,17 @@ EXAMPLES = [
                  [("head", 1, {"cpu": "1"}), ("small-group", 1, {"cpu": "1"}),
                   ("submitter", 1, {"cpu": "500m", "memory": "200Mi"})],
                  id="RayJob: K8sJobMode's submitter"),
+    pytest.param("appwrapper-deployment.yaml", "appwrapper-wrapped-web-",
+                 [("wrapped-web-0", 2, {"cpu": "500m"})], id="AppWrapper: a Deployment's declared podSet"),
+    pytest.param("appwrapper-leaderworkerset.yaml", "appwrapper-wrapped-lws-",
+                 [("wrapped-lws-0", 2, {"cpu": "200m"}), ("wrapped-lws-1", 4, {"cpu": "600m"})],
+                 id="AppWrapper: a LeaderWorkerSet's declared leader and worker podSets"),
+    pytest.param("appwrapper-pytorch.yaml", "appwrapper-wrapped-mnist-",
+                 [("wrapped-mnist-0", 1, {"cpu": "1"}), ("wrapped-mnist-1", 2, {"cpu": "2"})],
+                 id="AppWrapper: a PyTorchJob's podSets inferred (Master, Worker)"),
+    pytest.param("sparkapplication.yaml", "sparkapplication-spark-count-",
+                 [("driver", 1, {"cpu": "500m", "memory": "512Mi"}), ("executor", 2, {"cpu": "2", "memory": "2Gi"})],
+                 id="SparkApplication: driver and executors, coreRequest and memory in Java notation"),
 ]
 
 

@@ -38,7 +38,7 @@ def test_kinds_run_to_the_end_in_the_simulated_cluster_and_explain_names_their_k
 
     def settled() -> bool:
         records = loop.scheduler.state.workloads.values()
-        return len(records) == 17 and all(r.admission is not None and not r.finished if is_serving(r) else r.finished
+        return len(records) == 21 and all(r.admission is not None and not r.finished if is_serving(r) else r.finished
                                           for r in records)
 
     for _ in range(100_000):
@@ -47,9 +47,10 @@ def test_kinds_run_to_the_end_in_the_simulated_cluster_and_explain_names_their_k
             break
     assert settled()  # serving Workloads (a Deployment's pods, a StatefulSet, a LeaderWorkerSet) run on, never end
     owners = sorted(r.obj.owner.kind for r in loop.scheduler.state.workloads.values() if r.obj.owner)
-    assert owners == ["JAXJob", "JobSet", "LeaderWorkerSet", "LeaderWorkerSet", "MPIJob", "PaddleJob", "Pod", "Pod",
-                      "Pod", "Pod", "PyTorchJob", "RayCluster", "RayJob", "RayService", "StatefulSet", "TFJob",
-                      "XGBoostJob"]  # the pods: one plain, the group's first, the Deployment's two
+    assert owners == ["AppWrapper"] * 3 + [
+        "JAXJob", "JobSet", "LeaderWorkerSet", "LeaderWorkerSet", "MPIJob", "PaddleJob", "Pod", "Pod", "Pod", "Pod",
+        "PyTorchJob", "RayCluster", "RayJob", "RayService", "SparkApplication", "StatefulSet", "TFJob",
+        "XGBoostJob"]  # the pods: one plain, the group's first, the Deployment's two
     assert [k for k in owners if k in serving] == ["LeaderWorkerSet", "LeaderWorkerSet", "StatefulSet"]
     lines = explain(log, topics, "default/pytorchjob-mnist")
     assert any("as Workload default/pytorchjob-pytorchjob-mnist-" in line

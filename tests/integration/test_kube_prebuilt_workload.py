@@ -1,0 +1,108 @@
+"""``kueue.x-k8s.io/prebuilt-workload-name`` on a real kube-apiserver: the job reconciler adopts the
+Workload a Job names (controller owner, ``job-uid`` label) instead of creating one; a Job naming a
+Workload that does not match it marks that Workload Finished (OutOfSync); a Job naming one that does
+not exist yet waits for it and adopts it once it is there. The actuator admits a prebuilt Workload
+not adopted yet by starting the Job that names it (found by its label)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from events import objects as o
+from events.cluster import JOB_UID_LABEL, PREBUILT_WORKLOAD_LABEL
+from events.messages import AdmitWorkload
+from services.actuator.job_reconciler import JobReconciler
+from services.actuator.kube_port import KubePort
+from tests.integration.test_kube_watcher import Setup, eventually, queued_job, retrying
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2", "workloads")
+
+
+def prebuilt_workload(name: str, queue: str, pods: int = 1) -> dict[str, Any]:
+    template = copy.deepcopy(queued_job("x", queue)["spec"]["template"])
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": name},
+            "spec": {"queueName": queue, "podSets": [{"name": "main", "count": pods, "template": template}]}}
+
+
+def job_naming(name: str, queue: str, workload: str, pods: int = 1) -> dict[str, Any]:
+    body = queued_job(name, queue)
+    body["metadata"]["labels"][PREBUILT_WORKLOAD_LABEL] = workload
+    body["spec"]["parallelism"] = body["spec"]["completions"] = pods
+    return body
+
+
+@contextlib.asynccontextmanager
+async def reconciler(api: client.ApiClient) -> AsyncIterator[None]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(JobReconciler(api, cluster="test").run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+
+
+async def test_prebuilt_workloads_adopted_out_of_sync_and_waited_for(
+    kube_api_client: client.ApiClient, kube_namespace: str,
+) -> None:
+    api, ns = kube_api_client, kube_namespace
+    s = Setup(api, ns)
+    await s.queues()
+    co, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+
+    async def workload(name: str) -> dict[str, Any]:
+        out: dict[str, Any] = await co.get_namespaced_custom_object(KUEUE[0], KUEUE[1], ns, KUEUE[2], name)
+        return out
+
+    async def create_workload(body: dict[str, Any]) -> None:
+        await retrying(lambda: co.create_namespaced_custom_object(KUEUE[0], KUEUE[1], ns, KUEUE[2], body),
+                       what=f"Workload {body['metadata']['name']}")
+
+    await create_workload(prebuilt_workload("pre-a", s.lq))
+    await create_workload(prebuilt_workload("pre-b", s.lq, pods=1))
+    # Admitted before any reconciler adopts it: the actuator starts the Job that names it.
+    a = await batch.create_namespaced_job(ns, job_naming("a", s.lq, "pre-a"))
+    port = KubePort(api, cluster="test")
+    admission = o.Admission(cluster_queue=s.cq, pod_set_assignments=(o.PodSetAssignment(
+        name="main", flavors=(("cpu", s.rf),), resource_usage=(("cpu", 1000),), count=1),))
+    await port.start(AdmitWorkload(id="c1-0", cycle=1, namespace=ns, name="pre-a", cluster_queue=s.cq,
+                                   admission=admission))
+    started = await batch.read_namespaced_job("a", ns)
+    assert started.spec.suspend is False and started.spec.template.spec.node_selector == {"zone": "a"}
+
+    b = await batch.create_namespaced_job(ns, job_naming("b", s.lq, "pre-b", pods=2))  # 2 pods, the Workload 1
+    await batch.create_namespaced_job(ns, job_naming("c", s.lq, "pre-c"))  # its Workload comes later
+    async with reconciler(api):
+        async def adopted(name: str, uid: str) -> dict[str, Any] | None:
+            wl = await workload(name)
+            refs = wl["metadata"].get("ownerReferences") or []
+            return wl if any(r.get("uid") == uid and r.get("controller") for r in refs) else None
+
+        wl_a = await eventually(lambda: adopted("pre-a", a.metadata.uid), what="pre-a adopted by Job a")
+        assert wl_a["metadata"]["labels"][JOB_UID_LABEL] == a.metadata.uid
+
+        async def out_of_sync() -> dict[str, Any] | None:
+            wl = await adopted("pre-b", b.metadata.uid)
+            conditions = ((wl or {}).get("status") or {}).get("conditions") or []
+            return next((c for c in conditions if c["type"] == "Finished" and c["status"] == "True"), None)
+
+        finished = await eventually(out_of_sync, what="pre-b marked Finished (OutOfSync)")
+        assert finished["reason"] == "OutOfSync"
+
+        await asyncio.sleep(1)
+        with pytest.raises(client.exceptions.ApiException):
+            await workload("pre-c")  # none created for Job c: it waits for its prebuilt one
+        await create_workload(prebuilt_workload("pre-c", s.lq))
+        c = await batch.read_namespaced_job("c", ns)
+        await eventually(lambda: adopted("pre-c", c.metadata.uid), what="pre-c adopted once it exists")
+    listed = await co.list_namespaced_custom_object(KUEUE[0], KUEUE[1], ns, KUEUE[2])
+    assert sorted(w["metadata"]["name"] for w in listed["items"]) == ["pre-a", "pre-b", "pre-c"]
