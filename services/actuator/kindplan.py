@@ -8,9 +8,12 @@ RayJob, ...), pure: what the job reconciler and the actuator do to such an objec
   it; each podSet's template gets its flavors' node labels and tolerations; the templates' own
   scheduling is kept in ``kueuelog.io/original-pod-scheduling`` as ``{podSet: {nodeSelector,
   tolerations}}``) and of an eviction (hold it; each template's own scheduling back; marked
-  ``kueuelog.io/evicted``). Both carry the object's resourceVersion, so a concurrent change is a
-  409 and the actuator reads it again. Which decision an object records, and so whether a decision
-  is stale, is read as for a Job (:func:`services.actuator.kubeplan.idempotency`).
+  ``kueuelog.io/evicted``). Once its admission checks are Ready (``AdmitChecked``) their
+  podSetUpdates go to the podSets they name (``kindupdates``: nodeSelector and tolerations merged,
+  template labels and annotations written, and restored on eviction). Both carry the object's
+  resourceVersion, so a concurrent change is a 409 and the actuator reads it again. Which decision
+  an object records, and so whether a decision is stale, is read as for a Job
+  (:func:`services.actuator.kubeplan.idempotency`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from events.jobkinds.patches import Scheduling, evict_ops, lookup, resume_ops, s
 from events.kueue_versions import STORAGE_VERSION
 from events.manifests import Document, ManifestError, normalize
 from events.messages import AdmitChecked, AdmitWorkload, EvictWorkload
+from services.actuator import kindupdates
 from services.actuator.job_reconciler import (
     Finished,
     JobError,
@@ -156,17 +160,25 @@ def _scheduling_of(flavors: Sequence[FlavorScheduling]) -> Scheduling:
     return Scheduling(labels, tolerations)
 
 
+def _recorded(obj: Mapping[str, Any], shown: str) -> dict[str, Any] | None:
+    """The original-scheduling annotation, decoded (None: absent)."""
+    text = _annotations(obj).get(ORIGINAL_POD_SCHEDULING_ANNOTATION)
+    if text is None:
+        return None
+    field = f"metadata.annotations.{ORIGINAL_POD_SCHEDULING_ANNOTATION}"
+    try:
+        raw = json.loads(text)
+    except ValueError as e:
+        raise InvalidObject(shown, field, f"not JSON: {e}") from None
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        raise InvalidObject(shown, field, 'must be {"<podSet>": {"nodeSelector": {...}, "tolerations": [...]}}')
+    return raw
+
+
 def _originals(kind: jobkinds.JobKind, obj: Mapping[str, Any], shown: str) -> dict[str, Scheduling]:
     """Each podSet's own scheduling: the annotation's while a flavor's is injected, else the templates'."""
-    text = _annotations(obj).get(ORIGINAL_POD_SCHEDULING_ANNOTATION)
-    if text is not None:
-        field = f"metadata.annotations.{ORIGINAL_POD_SCHEDULING_ANNOTATION}"
-        try:
-            raw = json.loads(text)
-        except ValueError as e:
-            raise InvalidObject(shown, field, f"not JSON: {e}") from None
-        if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
-            raise InvalidObject(shown, field, 'must be {"<podSet>": {"nodeSelector": {...}, "tolerations": [...]}}')
+    raw = _recorded(obj, shown)
+    if raw is not None:
         return {str(k): Scheduling(dict(v.get("nodeSelector") or {}), list(v.get("tolerations") or []))
                 for k, v in raw.items()}
     out: dict[str, Scheduling] = {}
@@ -178,9 +190,15 @@ def _originals(kind: jobkinds.JobKind, obj: Mapping[str, Any], shown: str) -> di
     return out
 
 
-def _encode(originals: Mapping[str, Scheduling]) -> str:
-    return json.dumps({name: {"nodeSelector": dict(s.node_selector), "tolerations": list(s.tolerations)}
-                       for name, s in originals.items()}, sort_keys=True, separators=(",", ":"))
+def _encode(originals: Mapping[str, Scheduling], metadata: Mapping[str, Any] | None = None) -> str:
+    """The annotation; ``metadata``: per podSet, the template labels / annotations a check's
+    podSetUpdates replaced (``kindupdates``), when any."""
+    out = {name: {"nodeSelector": dict(s.node_selector), "tolerations": list(s.tolerations)}
+           for name, s in originals.items()}
+    for name, kept in (metadata or {}).items():
+        if name in out and kept:
+            out[name][kindupdates.METADATA_KEY] = kept
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
 
 def _annotation_ops(obj: Mapping[str, Any], changes: Mapping[str, str | None]) -> list[Json]:
@@ -206,29 +224,35 @@ def _precondition(obj: Mapping[str, Any]) -> list[Json]:
 
 def kind_admit_ops(kind: jobkinds.JobKind, obj: Mapping[str, Any], d: AdmitWorkload | AdmitChecked,
                    flavors: Mapping[str, Sequence[FlavorScheduling]]) -> list[Json]:
-    """Release the object with each podSet's flavors' scheduling (``flavors``: podSet -> its flavors)."""
+    """Release the object with each podSet's flavors' scheduling (``flavors``: podSet -> its flavors)
+    and, once its checks are Ready, their podSetUpdates per podSet (``kindupdates``)."""
     shown = f"{kind.kind} {d.namespace}/{(obj.get('metadata') or {}).get('name')}"
     originals = _originals(kind, obj, shown)
     restored = scheduling_ops(_Where(shown), kind, obj, originals, merge=False)  # the templates as their own
     base = _apply(obj, restored)
-    wanted = {name: _scheduling_of(fs) for name, fs in flavors.items()}
+    updates = d.pod_set_updates if isinstance(d, AdmitChecked) else ()
+    wanted = kindupdates.with_updates({name: _scheduling_of(fs) for name, fs in flavors.items()}, updates, shown)
     try:
         release = resume_ops(_Where(shown), kind, base, wanted)
     except ValueError as e:
         raise InvalidObject(shown, "nodeSelector", str(e)) from None
+    remembered = kindupdates.remembered_of(_recorded(obj, shown) or {})
+    metadata, kept = kindupdates.metadata_ops(_Where(shown), kind, _apply(base, release), updates, remembered)
     changes: dict[str, str | None] = {DECISION_ID_ANNOTATION: d.id, DECISION_CYCLE_ANNOTATION: str(d.cycle),
-                                      ORIGINAL_POD_SCHEDULING_ANNOTATION: _encode(originals),
+                                      ORIGINAL_POD_SCHEDULING_ANNOTATION: _encode(originals, {**remembered, **kept}),
                                       EVICTED_ANNOTATION: None}
-    return [*_precondition(obj), *_annotation_ops(obj, changes), *restored, *release]
+    return [*_precondition(obj), *_annotation_ops(obj, changes), *restored, *release, *metadata]
 
 
 def kind_evict_ops(kind: jobkinds.JobKind, obj: Mapping[str, Any], d: EvictWorkload) -> list[Json]:
     """Hold the object again with each template's own scheduling back, marked evicted by ``d``."""
     shown = f"{kind.kind} {d.namespace}/{(obj.get('metadata') or {}).get('name')}"
     originals = _originals(kind, obj, shown)
+    remembered = kindupdates.remembered_of(_recorded(obj, shown) or {})
     changes: dict[str, str | None] = {DECISION_ID_ANNOTATION: d.id, DECISION_CYCLE_ANNOTATION: str(d.cycle),
                                       EVICTED_ANNOTATION: d.id, ORIGINAL_POD_SCHEDULING_ANNOTATION: None}
-    return [*_precondition(obj), *_annotation_ops(obj, changes), *evict_ops(_Where(shown), kind, obj, originals)]
+    return [*_precondition(obj), *_annotation_ops(obj, changes), *evict_ops(_Where(shown), kind, obj, originals),
+            *kindupdates.restore_ops(_Where(shown), kind, obj, remembered)]
 
 
 def _apply(obj: Mapping[str, Any], ops: Sequence[Json]) -> dict[str, Any]:

@@ -276,7 +276,7 @@ class KubePort:
         if verdict == "applied":
             self.stats.already_applied += 1
             return True
-        if isinstance(d, AdmitWorkload | AdmitChecked):  # (a check's podSetUpdates: Jobs only, so far)
+        if isinstance(d, AdmitWorkload | AdmitChecked):  # an AdmitChecked's podSetUpdates per podSet (kindupdates)
             flavors = {psa.name: [await self._flavor(f) for f in sorted({f for _, f in psa.flavors})]
                        for psa in d.admission.pod_set_assignments}
             ops = kind_admit_ops(kind, obj, d, flavors)
