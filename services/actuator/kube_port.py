@@ -396,13 +396,15 @@ class KubePort:
 
     async def _create_requests(self, d: AdmitWorkload) -> None:
         """The provisioning check's requests (Kueue's controller): each PodTemplate, then the
-        ProvisioningRequest, each created once by name (a re-delivered decision finds them)."""
+        ProvisioningRequest, each created once by name (a re-delivered decision finds them). Each
+        PodTemplate gets its own podSet's flavors' scheduling (a JobSet has several podSets)."""
         wl = await self._workload(d)
-        flavors = [await self._flavor(n) for n in flavor_names(d)]
-        labels = {k: v for f in flavors for k, v in f.node_labels}
-        tolerations = [t for f in flavors for t in f.tolerations]
+        assigned = {psa.name: sorted({f for _, f in psa.flavors}) for psa in d.admission.pod_set_assignments}
         for plan in d.provisioning_requests or ():
             for ps in plan.pod_sets:
+                flavors = [await self._flavor(n) for n in assigned.get(ps.pod_set, ())]
+                labels = {k: v for f in flavors for k, v in f.node_labels}
+                tolerations = [t for f in flavors for t in f.tolerations]
                 body = checkplan.pod_template_body(d.namespace, ps.pod_template, wl, ps.pod_set, labels, tolerations)
                 await self.kube.create(checkplan.pod_template_ref(d.namespace, ps.pod_template), body)
             created = await self.kube.create(checkplan.request_ref(d.namespace, plan.name),

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +27,8 @@ from events.cluster import QUEUE_NAME_LABEL
 from services.runtime.clock import wall_clock_ms
 from services.runtime.sqlite import SqliteLog
 from tests.infra.kube import LocalControlPlane
-from tests.integration.kube_deploy import KUEUE_GROUP
+from tests.integration.jobkind_crds import ensure_job_kind_crds
+from tests.integration.kube_deploy import KUEUE_GROUP, create_or_replace, read_yaml
 from tests.integration.test_kube_e2e import (
     MERGE,
     conditions,
@@ -40,6 +42,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 V = "v1beta1"
 PR = ("autoscaling.x-k8s.io", "v1", "provisioningrequests")
 CLASS = "check-capacity.autoscaling.x-k8s.io"
+JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+JOBKINDS_RBAC = Path(__file__).resolve().parents[2] / "deploy" / "jobkinds" / "rbac.yaml"
 
 
 class Setup:
@@ -311,6 +315,60 @@ async def test_a_finished_workloads_request_is_deleted(kube_api_client: client.A
                 return not await s.requests() and not templates.items
 
             await eventually(running, cleaned, what="the finished workload's request and template deleted")
+    finally:
+        log.close()
+        await s.delete()
+
+
+@pytest.mark.usefixtures("deployed")
+async def test_a_jobsets_pod_sets_get_their_pod_set_updates(kube_api_client: client.ApiClient,
+                                                            kube_control_plane: LocalControlPlane,
+                                                            tmp_path: Any) -> None:
+    """A JobSet behind the provisioning check (``--job-kinds JobSet``, the shipped roles): it stays
+    suspended until its request is provisioned, then each replicated Job's pod template gets its
+    podSet's podSetUpdates (the consume annotation, the nodeSelector from provisioningClassDetails)
+    with the flavor's node labels."""
+    for obj in read_yaml(JOBKINDS_RBAC):
+        await create_or_replace(kube_api_client, obj)
+    await ensure_job_kind_crds(kube_api_client, "JobSet")
+    s = Setup(kube_api_client)
+    await s.create()
+    log = SqliteLog(tmp_path / "log")
+    gpu_pod = {"spec": {"restartPolicy": "Never", "containers": [{
+        "name": "main", "image": "busybox:1.36", "command": ["true"],
+        "resources": {"requests": {"cpu": "250m", "example.com/gpu": "1"}, "limits": {"example.com/gpu": "1"}}}]}}
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"name": "js", "labels": {QUEUE_NAME_LABEL: "lq"}},
+              "spec": {"suspend": True, "replicatedJobs": [
+                  {"name": "workers", "replicas": 1, "template": {"spec": {"parallelism": 2, "template": gpu_pod}}},
+                  {"name": "driver", "template": {"spec": {"template": gpu_pod}}}]}}
+    try:
+        async with kueuelog(kube_control_plane, log, cluster="prov3", watcher_options={"job_kinds": ("JobSet",)},
+                            actuator_options={"job_kinds": ("JobSet",)}) as running:
+            await eventually(running, lambda: s.co.create_namespaced_custom_object(*JS[:2], s.ns, JS[2], jobset),
+                             what="the JobSet created (CRD served)")
+
+            async def one_request() -> dict[str, Any] | None:
+                reqs = await s.requests()
+                return reqs[0] if len(reqs) == 1 else None
+
+            req = await eventually(running, one_request, what="the JobSet's ProvisioningRequest")
+            assert sorted(ps["podTemplateRef"]["name"].rsplit("-", 1)[1] for ps in req["spec"]["podSets"]) == [
+                "driver", "workers"]
+            assert (await s.co.get_namespaced_custom_object(*JS[:2], s.ns, JS[2], "js"))["spec"]["suspend"] is True
+            name = req["metadata"]["name"]
+            await s.answer(name, ("Accepted", "True", "accepted"), ("Provisioned", "True", "done"),
+                           details={"RequestKey": "rk-js"})
+
+            async def released() -> dict[str, Any] | None:
+                js = await s.co.get_namespaced_custom_object(*JS[:2], s.ns, JS[2], "js")
+                return js if js["spec"].get("suspend") is False else None
+
+            js = await eventually(running, released, what="the JobSet released once provisioned")
+            for rj in js["spec"]["replicatedJobs"]:
+                pod = rj["template"]["spec"]["template"]
+                assert pod["spec"]["nodeSelector"] == {"pool": "gpu", "autoscaling.example.com/request": "rk-js"}, rj
+                assert pod["metadata"]["annotations"]["autoscaling.x-k8s.io/consume-provisioning-request"] == name
     finally:
         log.close()
         await s.delete()
