@@ -320,3 +320,27 @@ def test_invalid_provisioning_request_configs_are_refused_naming_the_field(spec:
     with pytest.raises(ManifestError) as e:
         normalize(doc)
     assert field in str(e.value) and message in str(e.value)
+
+
+def test_one_check_ready_before_the_others_is_told_without_an_outcome() -> None:
+    """Two checks of another controller: the first Ready is status news (the Workload shows it),
+    not an admission; the same report again tells nothing; the second Ready admits."""
+    other = [o.AdmissionCheck(name=n, controller_name="example.com/other") for n in ("a", "b")]
+    cq = a_cluster_queue("cq").flavor("f", cpu="8").admission_checks("a", "b")
+    w = World(a_flavor("f"), *other, cq, a_local_queue("ns", "lq", "cq"),
+              a_workload("ns", "w").queue("lq").request(cpu="1").created(0))
+    (admit,) = w.cycle()
+    assert isinstance(admit, AdmitWorkload) and w.news == []  # the reservation writes them Pending itself
+
+    def report(name: str, at_s: int) -> None:
+        w.fold(AdmissionCheckUpdated(time=T0 + at_s * 1000, namespace="ns", name="w", check=o.AdmissionCheckState(
+            name=name, state=o.CheckState.READY, message="ok")))
+
+    report("a", 1)
+    assert w.cycle() == []
+    assert [(c.name, str(c.state)) for d in w.news for c in d.admission_checks] == [("a", "Ready"), ("b", "Pending")]
+    report("a", 2)
+    assert w.cycle() == [] and w.news == []
+    report("b", 3)
+    (checked,) = w.cycle()
+    assert isinstance(checked, AdmitChecked) and w.news == []  # AdmitChecked carries the states itself
