@@ -235,6 +235,18 @@ class MarkPending(Decision, frozen=True, tag="pending"):
     condition_reason: PendingConditionReason = PendingConditionReason.PENDING  # of Kueue's QuotaReserved=False
 
 
+class UpdateWorkloadStatus(Decision, frozen=True, tag="workload-status"):
+    """Status only: a workload's admission checks or its ``status.requeueState`` changed without
+    an admission outcome (a check Pending with a new message or ETA, Ready before the others, Retry
+    or Rejected just before the eviction it calls for; a back-off set or over). The actuator writes
+    them to the Workload's status as Kueue's controllers do when they change; it admits, evicts and
+    reports nothing, and replay changes no state with it (the events already did)."""
+
+    admission_checks: tuple[AdmissionCheckState, ...] = ()  # every check of the workload, by name
+    requeue_count: int = 0  # status.requeueState.count (PodsReady timeouts counted)
+    requeue_at: int | None = None  # status.requeueState.requeueAt (ms); None: not set
+
+
 class HeadOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What became of one head of a cycle that was not admitted: back in its queue or parked,
     whether it keeps the head as a preemptor, and where its flavor search resumes."""
@@ -259,5 +271,6 @@ class CycleCompleted(msgspec.Struct, frozen=True, kw_only=True, tag="cycle", tag
     heads: tuple[HeadOutcome, ...] = ()
 
 
-AnyDecision = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked
-DecisionRecord = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | CycleCompleted
+AnyDecision = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | UpdateWorkloadStatus
+DecisionRecord = (AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | UpdateWorkloadStatus
+                  | CycleCompleted)

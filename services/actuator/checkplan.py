@@ -17,6 +17,7 @@ from events import conditions as cond
 from events import objects as o
 from events.checkstatus import check_state_json, toleration_json
 from events.cluster import KUEUE_GROUP, MANAGED_BY_LABEL, ConditionType
+from events.manifests import format_time
 from events.messages import AdmitChecked, AdmitWorkload
 from services.actuator.kubeapi import InvalidObject, Ref
 from services.core import provisioning
@@ -93,6 +94,17 @@ def checked_conditions(d: AdmitChecked) -> list[Any]:
     out = [cond.admitted(d.time)]
     if d.failed_to_start:
         out.append(cond.condition(ConditionType.FINISHED, True, "FailedToStart", d.failed_to_start, d.time))
+    return out
+
+
+def requeue_state_json(count: int, requeue_at: int | None) -> Json:
+    """Kueue's ``status.requeueState``: ``count`` when positive, ``requeueAt`` (whole seconds, as
+    the API keeps times) when set; empty when neither (then it is removed)."""
+    out: Json = {}
+    if count > 0:
+        out["count"] = count
+    if requeue_at is not None:
+        out["requeueAt"] = format_time(requeue_at - requeue_at % 1000)
     return out
 
 

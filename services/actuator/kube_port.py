@@ -26,6 +26,9 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   reads). A pending mark is status, not an order: it never holds up the decisions behind it, and
   when it cannot be written yet (no Workload object yet) it is retried before later batches until a
   newer decision for the workload replaces it.
+- ``UpdateWorkloadStatus`` (status only): the Workload's ``status.admissionChecks`` and
+  ``status.requeueState`` as they change between reservation and admission (a check Pending with
+  its message, Ready, Retry, Rejected; a back-off set or over), compared before written.
 - After every batch, each ClusterQueue / LocalQueue whose counts (:class:`QueueCounts`, rebuilt
   from the decisions before the committed position at recovery) changed gets its status written.
 
@@ -61,7 +64,15 @@ from events import jobkinds
 from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
 from events.cluster import PENDING_REASON_ANNOTATION, PREBUILT_WORKLOAD_LABEL
 from events.jobkinds import prebuilt
-from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, DeactivateWorkload, EvictWorkload, MarkPending
+from events.messages import (
+    AdmitChecked,
+    AdmitWorkload,
+    AnyDecision,
+    DeactivateWorkload,
+    EvictWorkload,
+    MarkPending,
+    UpdateWorkloadStatus,
+)
 from services.actuator import checkplan
 from services.actuator.kindplan import kind_admit_ops, kind_evict_ops
 from services.actuator.kubeapi import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
@@ -88,6 +99,7 @@ from services.actuator.kubeplan import (
     job_restore_patch,
     local_queue_ref,
     may_restore,
+    news_status,
     pending_status,
     queue_status_patch,
     resource_version,
@@ -117,6 +129,7 @@ class KubeStats:
     restores: int = 0
     queue_status_writes: int = 0
     provisioning_requests: int = 0  # ProvisioningRequests created (not found there already)
+    status_writes: int = 0  # status-only decisions written (or found written)
     api: ApiStats = field(default_factory=ApiStats)
 
     def as_dict(self) -> dict[str, Any]:
@@ -188,6 +201,18 @@ class KubePort:
         self._later.pop(f"pending:{decision.namespace}/{decision.name}", None)
         await self._mark_pending(decision)
         self.counts.fold(decision)
+
+    async def write_status(self, decision: UpdateWorkloadStatus) -> None:
+        """The Workload's admission checks and requeueState (compared before written: idempotent)."""
+        ref = workload_ref(decision.namespace, decision.name)
+        for _ in range(self.max_conflicts):
+            # Gone: finished and deleted, nothing to tell (not retriable, the loop moves on).
+            wl = await self.kube.get(ref, not_found_retriable=False)
+            if await self._write_status(ref, wl, news_status(wl.get("status") or {}, decision)):
+                self.stats.status_writes += 1
+                return
+        raise KubeApiError(f"status of Workload {decision.namespace}/{decision.name}: still conflicting after "
+                           f"{self.max_conflicts} re-reads", retriable=True, status=409)
 
     async def after_batch(self) -> None:
         await self._flush_queues()
@@ -410,13 +435,15 @@ class KubePort:
 
     async def _create_requests(self, d: AdmitWorkload) -> None:
         """The provisioning check's requests (Kueue's controller): each PodTemplate, then the
-        ProvisioningRequest, each created once by name (a re-delivered decision finds them)."""
+        ProvisioningRequest, each created once by name (a re-delivered decision finds them). Each
+        PodTemplate gets its own podSet's flavors' scheduling (a JobSet has several podSets)."""
         wl = await self._workload(d)
-        flavors = [await self._flavor(n) for n in flavor_names(d)]
-        labels = {k: v for f in flavors for k, v in f.node_labels}
-        tolerations = [t for f in flavors for t in f.tolerations]
+        assigned = {psa.name: sorted({f for _, f in psa.flavors}) for psa in d.admission.pod_set_assignments}
         for plan in d.provisioning_requests or ():
             for ps in plan.pod_sets:
+                flavors = [await self._flavor(n) for n in assigned.get(ps.pod_set, ())]
+                labels = {k: v for f in flavors for k, v in f.node_labels}
+                tolerations = [t for f in flavors for t in f.tolerations]
                 body = checkplan.pod_template_body(d.namespace, ps.pod_template, wl, ps.pod_set, labels, tolerations)
                 await self.kube.create(checkplan.pod_template_ref(d.namespace, ps.pod_template), body)
             created = await self.kube.create(checkplan.request_ref(d.namespace, plan.name),

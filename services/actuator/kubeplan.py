@@ -34,6 +34,7 @@ from events.messages import (
     DeactivateWorkload,
     EvictWorkload,
     MarkPending,
+    UpdateWorkloadStatus,
 )
 from events.quantity import QuantityError, format_amount, to_amount
 from services.actuator import checkplan
@@ -397,6 +398,20 @@ def evicted_status(status: Mapping[str, Any], d: EvictWorkload) -> Json:
     return out
 
 
+def news_status(status: Mapping[str, Any], d: UpdateWorkloadStatus) -> Json:
+    """Status only: ``status.admissionChecks`` and ``status.requeueState`` as the decision says
+    (``checkplan.requeue_state_json``), the rest as it is."""
+    out = {**status}
+    if d.admission_checks:
+        out["admissionChecks"] = [check_state_json(c) for c in d.admission_checks]
+    requeue = checkplan.requeue_state_json(d.requeue_count, d.requeue_at)
+    if requeue:
+        out["requeueState"] = requeue
+    else:
+        out.pop("requeueState", None)
+    return out
+
+
 def pending_status(status: Mapping[str, Any], d: MarkPending) -> Json:
     conds = _conditions(status)
     set_condition(conds, cond.pending_as(d.condition_reason, d.message, d.time))
@@ -479,7 +494,9 @@ class QueueCounts:
                 if lq:
                     self.dirty_local_queues.add(lq)
 
-    def fold(self, d: Decision) -> None:
+    def fold(self, d: Decision | UpdateWorkloadStatus) -> None:
+        if isinstance(d, UpdateWorkloadStatus):
+            return  # status only: no count changes
         key = f"{d.namespace}/{d.name}"
         if isinstance(d, AdmitChecked):
             previous = self.workloads.get(key)

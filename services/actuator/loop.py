@@ -1,8 +1,8 @@
 """The actuator's one consume loop: decisions in, a port's actuations and their reports out, exactly once.
 
 It consumes the decisions topic (consumer group ``actuator``) and hands ``AdmitWorkload`` to
-its port's ``start``, ``EvictWorkload`` to ``stop`` and — when the port writes them —
-``MarkPending`` to ``mark_pending``; ``CycleCompleted`` only moves the watermark. Each
+its port's ``start``, ``EvictWorkload`` to ``stop``, ``UpdateWorkloadStatus`` to ``write_status``
+and — when the port writes them — ``MarkPending`` to ``mark_pending``; ``CycleCompleted`` only moves the watermark. Each
 outcome goes back to cluster-events as ``DecisionApplied``, or ``ActuationFailed`` (with
 ``retriable``) when the port refuses, so the scheduler learns of it the same way as of
 everything else. Pending marks are status, not orders: they are not reported.
@@ -53,6 +53,7 @@ from events.messages import (
     DecisionRecord,
     EvictWorkload,
     MarkPending,
+    UpdateWorkloadStatus,
 )
 from services.runtime.log import Log, Record, read_backwards
 
@@ -126,6 +127,12 @@ class ActuationPort(Protocol):
         """Write a pending mark, or defer it; never raises :class:`ActuationError`."""
         ...
 
+    async def write_status(self, decision: UpdateWorkloadStatus) -> None:
+        """Status only (admission checks, requeueState): write it idempotently, or do nothing where
+        no status is kept; raises :class:`ActuationError` when it cannot (retried like an order,
+        never reported: it is not one)."""
+        ...
+
     async def after_batch(self) -> None:
         """Before the batch is committed: flush what the batch changed (never raises :class:`ActuationError`)."""
         ...
@@ -187,6 +194,7 @@ class Stats:
     failed: int = 0
     retries: int = 0
     skipped: int = 0  # undecodable decision records
+    statuses: int = 0  # status-only decisions (UpdateWorkloadStatus) written
 
 
 def complete(coro: Coroutine[object, None, T]) -> T:
@@ -298,6 +306,8 @@ class Actuator(Generic[P]):
             await self.port.mark_pending(d)
             self.watermark.note(d)
             return True
+        if isinstance(d, UpdateWorkloadStatus):
+            return await self._write_status(d)
         try:
             staged = await (self.port.start(d) if isinstance(d, AdmitWorkload | AdmitChecked) else self.port.stop(d))
         except ActuationError as e:
@@ -312,6 +322,27 @@ class Actuator(Generic[P]):
             self.stats.started += 1
         else:
             self.stats.stopped += 1
+        return True
+
+    async def _write_status(self, d: UpdateWorkloadStatus) -> bool:
+        """Status news: retried like an order (in line, so a later write never lands first), given up
+        after the port's attempts with a warning; no report (the scheduler waits for nothing)."""
+        try:
+            await self.port.write_status(d)
+        except ActuationError as e:
+            attempts = self._attempts.get(d.id, 0) + 1
+            if e.retriable and attempts < self.tuning.max_attempts:
+                self._attempts[d.id] = attempts
+                self.stats.retries += 1
+                self.retry_after = self.tuning.backoff(attempts)
+                return False
+            self.stats.failed += 1
+            _log.warning("workload status not written", decision=d.id, workload=f"{d.namespace}/{d.name}",
+                         error=str(e), attempts=attempts)
+        else:
+            self.stats.statuses += 1
+        self._attempts.pop(d.id, None)
+        self.watermark.note(d)
         return True
 
     def _failed(self, d: AdmitWorkload | AdmitChecked | EvictWorkload, e: ActuationError,

@@ -63,9 +63,6 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.sim_pods is not None and (args.sim_pods < 0 or until is None):
         print("error: --sim-pods must be a non-negative integer, and needs --until", file=sys.stderr)
         return 2
-    if behaviours and until is not None:
-        print("error: --provisioning and --until cannot be combined yet", file=sys.stderr)
-        return 2
     # Bad input: ManifestError, OSError (see exits.classify).
     result = simulate(args.files, args.cycles, until, args.sim_pods, behaviours)
     doc = result_list(result)
@@ -275,9 +272,10 @@ def _tail(args: argparse.Namespace) -> int:
     from services.app.logview import tail
 
     types = {t.strip() for t in args.type.split(",") if t.strip()} if args.type else set()
-    unknown = types - {"Admit", "Evict", "Pending", "AdmitChecked"}
+    unknown = types - {"Admit", "Evict", "Pending", "AdmitChecked", "Status"}
     if unknown:
-        print(f"error: --type: unknown decision type(s) {sorted(unknown)}; use Admit, Evict, Pending",
+        print(f"error: --type: unknown decision type(s) {sorted(unknown)}; use Admit, Evict, Pending, AdmitChecked,"
+              " Status",
               file=sys.stderr)
         return 2
     stop = asyncio.Event()
@@ -441,7 +439,7 @@ def _explain_parser(sub: Subcommands) -> None:
 def _tail_parser(sub: Subcommands) -> None:
     tl = sub.add_parser("tail", help="follow decisions as they are committed")
     _add_log_options(tl)
-    tl.add_argument("--type", metavar="Admit,Evict,Pending,AdmitChecked", help="only these decision types")
+    tl.add_argument("--type", metavar="Admit,Evict,Pending,AdmitChecked,Status", help="only these decision types")
     tl.add_argument("--queue", metavar="CLUSTERQUEUE", help="only decisions about this ClusterQueue")
     tl.add_argument("--from-start", action="store_true", help="print the whole history first")
     tl.set_defaults(func=_tail)

@@ -29,6 +29,7 @@ from events.messages import (
     HeadOutcome,
     MarkPending,
     ObjectApplied,
+    UpdateWorkloadStatus,
 )
 from events.objects import Workload
 from services.app import checkview
@@ -272,6 +273,8 @@ def _decision_entry(d: AdmitWorkload | AdmitChecked | EvictWorkload | MarkPendin
                     seq: int) -> Entry | None:
     key = f"{d.namespace}/{d.name}"
     order = (0, 0, seq)
+    if isinstance(d, UpdateWorkloadStatus):
+        return None  # status news: the checks' history (checkview) and the back-off tell it already
     if key in names:
         kind = _kind(d)
         related = d.preemptor if isinstance(d, EvictWorkload) else ""

@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope
 from events.envelope import Topics
 from events.manifests import format_time, parse_time
-from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, CycleCompleted, EvictWorkload, MarkPending
+from events.messages import (
+    AdmitChecked,
+    AdmitWorkload,
+    AnyDecision,
+    CycleCompleted,
+    EvictWorkload,
+    MarkPending,
+    UpdateWorkloadStatus,
+)
 from services.app.explainer import decision_text
 from services.runtime.log import Log
 from services.scheduler.service import Scheduler, bulk_fold
@@ -107,7 +115,7 @@ async def tail(log: Log, topics: Topics, *, types: set[str], queue: str | None, 
                emit: Callable[[str], None], stop: asyncio.Event) -> None:
     start = 0 if from_start else log.end_offset(topics.decisions)
     kinds: dict[str, type[AnyDecision]] = {"Admit": AdmitWorkload, "Evict": EvictWorkload, "Pending": MarkPending,
-                                           "AdmitChecked": AdmitChecked}
+                                           "AdmitChecked": AdmitChecked, "Status": UpdateWorkloadStatus}
     wanted = tuple(kinds[t] for t in types) if types else tuple(kinds.values())
     offset = start
     while not stop.is_set():

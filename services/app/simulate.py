@@ -101,6 +101,16 @@ class _Autoscaler:
                 self.due = [x for x in self.due if (x[2].namespace, x[2].workload) != (d.namespace, d.name)]
                 heapq.heapify(self.due)
 
+    def next_due(self) -> int | None:
+        """When the next answer is due (``simulate --until``'s timeline), None: none is."""
+        return self.due[0][0] if self.due else None
+
+    def fold_due(self, state: State, now: int) -> None:
+        """Fold every answer due by ``now`` (the timeline's clock is there already)."""
+        while self.due and self.due[0][0] <= now:
+            _, _, ev = heapq.heappop(self.due)
+            fold(state, msgspec.structs.replace(ev, time=now))
+
     def advance(self, state: State) -> bool:
         """Fold what is due next (a request's answer, else the end of a back-off); False if nothing is."""
         if self.due:
@@ -155,6 +165,18 @@ def run(state: State, cycles: int | None, max_cycles: int | None = None,
     return SimulationResult(state=state, cycles=ran, decisions=decisions, converged=converged)
 
 
+def run_timed(state: State, until_ms: int, cycles: int | None = None, pods: int | None = None,
+              behaviours: dict[str, Behaviour] | None = None) -> SimulationResult:
+    """``--until``: simulated time runs (``services.app.timeline``), the simulated autoscaler
+    answering ProvisioningRequests on the same timeline."""
+    from services.app.timeline import run_until
+
+    limit = cycles if cycles is not None else 20 * (len(state.workloads) + 10) * 10
+    timed = run_until(state, until_ms, limit, pods, _Autoscaler(behaviours or {}))
+    return SimulationResult(state=state, cycles=timed.cycles, decisions=timed.decisions,
+                            converged=timed.cycles < limit)
+
+
 def simulate(paths: Sequence[str], cycles: int | None, until_ms: int | None = None,
              pods: int | None = None, behaviours: dict[str, Behaviour] | None = None) -> SimulationResult:
     documents = load(read_manifests(paths), expand=expand)
@@ -162,12 +184,7 @@ def simulate(paths: Sequence[str], cycles: int | None, until_ms: int | None = No
     if until_ms is None:
         result = run(state, cycles, behaviours=behaviours)
     else:
-        from services.app.timeline import run_until
-
-        limit = cycles if cycles is not None else 20 * (len(state.workloads) + 10) * 10
-        timed = run_until(state, until_ms, limit, pods)
-        result = SimulationResult(state=state, cycles=timed.cycles, decisions=timed.decisions,
-                                  converged=timed.cycles < limit)
+        result = run_timed(state, until_ms, cycles, pods, behaviours)
     result.refused = refused
     result.versions = workload_versions(documents)
     return result

@@ -7,20 +7,34 @@ run in a tiny simulated cluster, in simulated time from the newest time in the i
 - its pods become ready ``kueuelog.io/sim-ready-after`` after each admission (a duration; ``never``:
   a gang whose pods never all start; default: at once);
 - it finishes ``kueuelog.io/sim-duration`` after admission (default: it runs past ``--until``);
-- an eviction completes at once, and stops the run.
+- an eviction completes at once, and stops the run;
+- with admission checks it starts once they are all Ready (``AdmitChecked``), not at the
+  reservation; the simulated autoscaler (``--provisioning``) answers each ProvisioningRequest on
+  the same timeline (its ETA, its failures and the Retry back-offs play out).
 
-Time jumps from one due moment to the next: a pod readiness, a finish, or whatever the scheduler
-waits for (``podsready.next_deadline``: a PodsReady timeout, a back-off, a maximum execution
+Time jumps from one due moment to the next: a pod readiness, a finish, an autoscaler's answer, or
+whatever the scheduler waits for (``podsready.next_deadline``: a PodsReady timeout, a back-off, a maximum execution
 time); at each, the due facts are folded and cycles run until nothing changes. Everything is
 deterministic: no wall clock, ties in key order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from events.cluster import SIM_DURATION_ANNOTATION
-from events.messages import AdmitWorkload, ClockTicked, ClusterEvent, EvictWorkload, PodsReady, WorkloadFinished
+from events.messages import (
+    AdmitChecked,
+    AdmitWorkload,
+    AnyDecision,
+    ClockTicked,
+    ClusterEvent,
+    EvictWorkload,
+    PodsReady,
+    WorkloadFinished,
+)
 from services.core import podsready
 from services.core.cycle import run_cycle
 from services.core.state import State, finish_eviction, fold
@@ -114,37 +128,70 @@ class _Cluster:
         return out
 
 
+class Autoscaler(Protocol):
+    """The simulated autoscaler on the timeline (``services.app.simulate``): it learns of the
+    requests from the decisions and answers them at their times."""
+
+    def take(self, state: State, decisions: Sequence[AnyDecision]) -> None: ...
+
+    def next_due(self) -> int | None: ...
+
+    def fold_due(self, state: State, now: int) -> None: ...
+
+
+class _NoAutoscaler:
+    def take(self, state: State, decisions: Sequence[AnyDecision]) -> None:
+        """No ProvisioningRequest is ever answered."""
+
+    def next_due(self) -> int | None:
+        return None
+
+    def fold_due(self, state: State, now: int) -> None:
+        """Nothing is ever due."""
+
+
+def _starts(d: AnyDecision) -> bool:
+    """Whether the decision starts the workload's pods: a reservation without admission checks,
+    or the checks all Ready (unless the podSetUpdates make it fail to start)."""
+    if isinstance(d, AdmitWorkload):
+        return not d.admission_checks
+    return isinstance(d, AdmitChecked) and not d.failed_to_start
+
+
 @dataclass
 class TimedResult:
     cycles: int
     decisions: int
 
 
-def _settle(state: State, cluster: _Cluster, limit: int) -> tuple[int, int]:
+def _settle(state: State, cluster: _Cluster, limit: int, scaler: Autoscaler) -> tuple[int, int]:
     """Cycles until nothing changes at this moment; evictions complete at once, admissions start runs."""
     cycles = decisions = 0
     while cycles < limit:
         result = run_cycle(state)
+        scaler.take(state, result.decisions)
         cycles += 1
         decisions += len(result.decisions)
         evicted = sorted(f"{d.namespace}/{d.name}" for d in result.decisions if isinstance(d, EvictWorkload))
         for d in result.decisions:
-            if isinstance(d, AdmitWorkload):
+            if _starts(d):
                 cluster.start(state, f"{d.namespace}/{d.name}")
         for key in evicted:
             cluster.stop(key)
             rec = state.workloads.get(key)
             if rec is not None and rec.evicting:
                 finish_eviction(state, rec)
-        if not result.changed and not evicted:
+        if not result.changed and not evicted and not state.checks_changed:
             break
     cluster.place(state.now)
     return cycles, decisions
 
 
-def run_until(state: State, until_ms: int, max_cycles: int, slots: int | None = None) -> TimedResult:
+def run_until(state: State, until_ms: int, max_cycles: int, slots: int | None = None,
+              scaler: Autoscaler | None = None) -> TimedResult:
     """Advance simulated time by ``until_ms`` from the newest time in the input, on a cluster with
-    ``slots`` pod slots (None: room for every pod)."""
+    ``slots`` pod slots (None: room for every pod), ProvisioningRequests answered by ``scaler``."""
+    scaler = scaler or _NoAutoscaler()
     cluster = _Cluster(slots)
     # Workloads that arrived admitted are running: their pods count as just started.
     for key in sorted(state.workloads):
@@ -152,16 +199,17 @@ def run_until(state: State, until_ms: int, max_cycles: int, slots: int | None = 
         if rec.admission is not None and not rec.finished and not rec.evicting:
             cluster.start(state, key)
     end = state.now + until_ms
-    cycles, decisions = _settle(state, cluster, max_cycles)
+    cycles, decisions = _settle(state, cluster, max_cycles, scaler)
     while cycles < max_cycles:
-        times = [t for t in (cluster.next_due(), podsready.next_deadline(state)) if t is not None]
-        nxt = min(times) if times else None
+        times = [t for t in (cluster.next_due(), podsready.next_deadline(state), scaler.next_due()) if t is not None]
+        nxt = max(min(times), state.now) if times else None
         if nxt is None or nxt > end:
             break
         fold(state, ClockTicked(time=nxt))
         for ev in cluster.due(nxt):
             fold(state, ev)
-        c, d = _settle(state, cluster, max_cycles - cycles)
+        scaler.fold_due(state, nxt)
+        c, d = _settle(state, cluster, max_cycles - cycles, scaler)
         cycles, decisions = cycles + c, decisions + d
     if state.now < end:
         fold(state, ClockTicked(time=end))

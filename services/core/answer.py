@@ -17,9 +17,9 @@ from typing import Any
 from events.cluster import ConditionType
 from events.conditions import is_true
 from events.manifests import format_time
-from events.messages import AdmitWorkload, EvictWorkload, MarkPending
+from events.messages import AdmitWorkload, EvictWorkload, MarkPending, UpdateWorkloadStatus
 from events.quantity import format_amount
-from services.core import admissionfair
+from services.core import admissionfair, workload_status
 from services.core.quota import FR, Node
 from services.core.render import summary_row
 from services.core.state import State, WorkloadRecord
@@ -278,4 +278,6 @@ def decision_text(d: object) -> str:
         return f"evicted: {d.reason}{kind}{by}: {d.message}"
     if isinstance(d, MarkPending):
         return f"pending ({d.reason}): {d.message}"
+    if isinstance(d, UpdateWorkloadStatus):
+        return workload_status.text(d)
     return str(d)

@@ -94,9 +94,17 @@ def start_checks(state: State, rec: WorkloadRecord, adm: o.Admission) -> tuple[s
     old = rec.checks
     rec.checks = {n: _provisioning_start(state, rec, adm, old.get(n) or o.AdmissionCheckState(
         name=n, last_transition_time=state.now)) for n in names}
-    if names:
-        state.checks_changed[rec.key] = None  # all Ready already (given in the input): settle admits it
+    if any(_news_at_start(c) for c in rec.checks.values()):
+        # Ready already (given in the input; not needed): settle admits it, or tells the states
+        # (services.core.workload_status) beyond the plain Pending the reservation writes.
+        state.checks_changed[rec.key] = None
     return names
+
+
+def _news_at_start(c: o.AdmissionCheckState) -> bool:
+    # (A check reset by an eviction already shows its reset message: the reservation keeps it.)
+    return c.state != o.CheckState.PENDING or bool(c.pod_set_updates) or bool(
+        c.message and not c.message.startswith(RESET_PREFIX))
 
 
 def _is_provisioning(state: State, name: str) -> bool:
@@ -188,7 +196,10 @@ def fold_update(state: State, ev: AdmissionCheckUpdated) -> None:
     new = ev.check
     # Kueue's SetAdmissionCheckState: the transition time moves only with the state.
     at = old.last_transition_time if old.state == new.state else (new.last_transition_time or state.now)
-    rec.checks[name] = msgspec.structs.replace(new, last_transition_time=at)
+    new = msgspec.structs.replace(new, last_transition_time=at)
+    if new == old:
+        return  # the same report again: nothing to settle, nothing to tell
+    rec.checks[name] = new
     state.checks_changed[key] = None
 
 

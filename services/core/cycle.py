@@ -42,7 +42,7 @@ from events.messages import (
     MarkPending,
     PendingReason,
 )
-from services.core import admissionfair, checks, deactivation, effects, fairsharing, podsready
+from services.core import admissionfair, checks, deactivation, effects, fairsharing, podsready, workload_status
 from services.core.derived import Memo
 from services.core.dra import dra_error
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
@@ -366,6 +366,7 @@ def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: EvictionRe
     requests = checks.plans_for(state, rec, pending_only=False) if rec.checks else ()
     assert rec.admission is not None
     cq_name = rec.admission.cluster_queue
+    requeue_before = workload_status.requeue_state(rec)
     effects.mark_evicted(state, rec, reason, message, preemption_reason, underlying_cause=underlying_cause,
                          deactivate=deactivate)
     d = EvictWorkload(
@@ -377,6 +378,14 @@ def evict(state: State, out: _Decisions, rec: WorkloadRecord, reason: EvictionRe
     if deactivate:
         d = DeactivateWorkload(**msgspec.structs.asdict(d), underlying_cause=underlying_cause)
     out.out.append(d)
+    if workload_status.requeue_state(rec) != requeue_before:  # a back-off set (or cleared): status news
+        _status(out, rec, cq_name)
+
+
+def _status(out: _Decisions, rec: WorkloadRecord, cluster_queue: str) -> None:
+    """Status only (``services.core.workload_status``): the checks and requeueState as they are now."""
+    out.out.append(workload_status.decision(rec, id=out.next_id(), cycle=out.cycle, time=out.time,
+                                            cluster_queue=cluster_queue))
 
 
 def _evict_timed_out(state: State, out: _Decisions) -> None:
@@ -418,9 +427,13 @@ def release_and_settle(state: State, out: _Decisions | None) -> None:
         if found is None:
             continue
         what, reason, message = checks.verdict(found)
+        cq_name = found.admission.cluster_queue if found.admission is not None else found.queued_in
         if what == "admit":
             _admit_checked(state, out, found)
-        elif what == "reject":  # deactivated (services.core.deactivation), carried by the decision
+            continue
+        if what or workload_status.news(found):  # the reported states, before what they call for
+            _status(out, found, cq_name)
+        if what == "reject":  # deactivated (services.core.deactivation), carried by the decision
             evict(state, out, found, EvictionReason.DEACTIVATED, message,
                   underlying_cause=DeactivationCause.ADMISSION_CHECK, deactivate=True)
         elif reason is not None:
@@ -533,7 +546,10 @@ def run_cycle(state: State) -> CycleResult:
     _evict_timed_out(state, out)
     _evict_deactivated(state, out)
     restart_held(state)
+    backing_off = workload_status.backing_off(state)
     podsready.release(state)
+    for rec in workload_status.released(state, backing_off):  # requeueAt cleared: status news
+        _status(out, rec, rec.queued_in)
     release_and_settle(state, out)
     _mark_inactive(state, out)
     entries: list[Entry] = []

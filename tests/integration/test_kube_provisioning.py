@@ -3,25 +3,32 @@
 The whole loop runs as in test_kube_e2e (watcher, scheduler, actuator with the job reconciler,
 each as its ServiceAccount with the shipped RBAC). The test plays the cluster autoscaler: it
 patches the ProvisioningRequest's status. It proves that the Job stays suspended while its quota
-is reserved and the request is not provisioned, is unsuspended with the check's podSetUpdates
-once it is, and that an eviction suspends it again and deletes its ProvisioningRequest.
+is reserved and the request is not provisioned, that the Workload's status shows the check as it
+changes (Pending with the autoscaler's message, Retry and ``requeueState`` after a failure — every
+version of it recorded by a watch, as ``kubectl get -w`` shows them), that the Job is unsuspended
+with the check's podSetUpdates once it is provisioned, and that an eviction suspends it again and
+deletes its ProvisioningRequest.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
+from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events.cluster import QUEUE_NAME_LABEL
+from services.runtime.clock import wall_clock_ms
 from services.runtime.sqlite import SqliteLog
 from tests.infra.kube import LocalControlPlane
-from tests.integration.kube_deploy import KUEUE_GROUP
+from tests.integration.jobkind_crds import ensure_job_kind_crds
+from tests.integration.kube_deploy import KUEUE_GROUP, create_or_replace, read_yaml
 from tests.integration.test_kube_e2e import (
     MERGE,
     conditions,
@@ -35,6 +42,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 V = "v1beta1"
 PR = ("autoscaling.x-k8s.io", "v1", "provisioningrequests")
 CLASS = "check-capacity.autoscaling.x-k8s.io"
+JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+JOBKINDS_RBAC = Path(__file__).resolve().parents[2] / "deploy" / "jobkinds" / "rbac.yaml"
 
 
 class Setup:
@@ -106,6 +115,41 @@ class Setup:
                                                             _content_type=MERGE)
 
 
+Seen = tuple[tuple[tuple[str, str, int], ...], tuple[tuple[str, Any], ...], str]
+"""One version of the Workload's status: its checks (state, message, retryCount), its requeueState
+and its Admitted condition (status/reason)."""
+
+
+def _seen(wl: dict[str, Any]) -> Seen:
+    status = wl.get("status") or {}
+    checks = tuple((str(c.get("state")), str(c.get("message") or ""), int(c.get("retryCount") or 0))
+                   for c in status.get("admissionChecks") or [])
+    admitted = conditions(wl).get("Admitted") or {}
+    return checks, tuple(sorted((status.get("requeueState") or {}).items())), (
+        f"{admitted.get('status')}/{admitted.get('reason')}")
+
+
+async def _record(co: client.CustomObjectsApi, ns: str, out: list[Seen]) -> None:
+    """Every version of every Workload in ``ns`` as a watch delivers them (until cancelled)."""
+    version = ""
+    while True:
+        w = watch.Watch()
+        async with w.stream(co.list_namespaced_custom_object, KUEUE_GROUP, V, ns, "workloads",
+                            resource_version=version or None, timeout_seconds=120) as stream:
+            async for event in stream:
+                obj = event["object"]
+                version = obj["metadata"]["resourceVersion"]
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    out.append(_seen(obj))
+
+
+def _index(seen: list[Seen], what: str, found: Any, after: int = -1) -> int:
+    for i, s in enumerate(seen):
+        if i > after and found(s):
+            return i
+    raise AssertionError(f"the Workload's status never showed {what} (after version {after}): {seen!r}")
+
+
 @pytest.mark.usefixtures("deployed")
 async def test_job_waits_for_provisioning_then_runs_with_its_pod_set_updates_and_eviction_deletes_the_request(
         kube_api_client: client.ApiClient, kube_control_plane: LocalControlPlane,
@@ -113,8 +157,12 @@ async def test_job_waits_for_provisioning_then_runs_with_its_pod_set_updates_and
     s = Setup(kube_api_client)
     await s.create()
     log = SqliteLog(tmp_path / "log")
+    seen: list[Seen] = []
+    recorder = asyncio.create_task(_record(s.co, s.ns, seen))
     try:
-        async with kueuelog(kube_control_plane, log, cluster="prov") as running:
+        # The scheduler wakes at its own deadlines (the Retry's back-off), as `kueuelog run scheduler` does.
+        async with kueuelog(kube_control_plane, log, cluster="prov",
+                            scheduler_options={"wall_clock": wall_clock_ms, "cluster": "prov"}) as running:
             await s.job("train")
 
             async def one_request() -> dict[str, Any] | None:
@@ -137,18 +185,40 @@ async def test_job_waits_for_provisioning_then_runs_with_its_pod_set_updates_and
                                                                               wl_name)
                 return out
 
+            def reserved_not_admitted_in(wl: dict[str, Any]) -> bool:
+                c = conditions(wl)
+                return (c.get("QuotaReserved", {}).get("status") == "True"
+                        and c.get("Admitted", {}).get("reason") == "UnsatisfiedAdmissionChecks")
+
             async def reserved_not_admitted() -> dict[str, Any] | None:
                 wl = await workload()
-                c = conditions(wl)
-                ok = (c.get("QuotaReserved", {}).get("status") == "True"
-                      and c.get("Admitted", {}).get("reason") == "UnsatisfiedAdmissionChecks")
-                return wl if ok else None
+                return wl if reserved_not_admitted_in(wl) else None
 
             wl = await eventually(running, reserved_not_admitted, what="quota reserved, checks unsatisfied")
             assert [c["state"] for c in wl["status"]["admissionChecks"]] == ["Pending"]
             # Accepted, not provisioned yet: the Job stays suspended.
             await s.answer(name, ("Accepted", "True", "accepted"), ("Provisioned", "False", "ETA 1m"))
-            await eventually(running, reserved_not_admitted, what="still waiting after Accepted")
+
+            async def eta_shown() -> bool:  # what kubectl shows while the autoscaler works
+                wl = await workload()
+                return (reserved_not_admitted_in(wl)
+                        and [(c["state"], c["message"]) for c in wl["status"]["admissionChecks"]] == [
+                            ("Pending", "ETA 1m")])
+
+            await eventually(running, eta_shown, what="the check Pending with the autoscaler's ETA on the Workload")
+            assert (await s.read_job("train"))["spec"]["suspend"] is True
+
+            # The first attempt fails: Retry (backoffLimitCount 1), the workload evicted and held for
+            # the 1 s back-off (status.requeueState.requeueAt), then reserved again with attempt 2.
+            await s.answer(name, ("Accepted", "True", "accepted"), ("Failed", "True", "no capacity"))
+
+            async def second_request() -> dict[str, Any] | None:
+                reqs = await s.requests()
+                return reqs[0] if len(reqs) == 1 and reqs[0]["metadata"]["name"].endswith("-2") else None
+
+            name = (await eventually(running, second_request, what="attempt 2's ProvisioningRequest"))["metadata"][
+                "name"]
+            await eventually(running, reserved_not_admitted, what="quota reserved again after the back-off")
             assert (await s.read_job("train"))["spec"]["suspend"] is True
 
             await s.answer(name, ("Accepted", "True", "accepted"), ("Provisioned", "True", "done"),
@@ -165,6 +235,20 @@ async def test_job_waits_for_provisioning_then_runs_with_its_pod_set_updates_and
             wl = await workload()
             assert conditions(wl)["Admitted"]["status"] == "True"
             assert [c["state"] for c in wl["status"]["admissionChecks"]] == ["Ready"]
+            # Every version the watch delivered, in order: Pending with the ETA while reserved, the
+            # Retry, the back-off's requeueAt with the check reset (retryCount 1), then Ready and Admitted.
+            waiting = "False/UnsatisfiedAdmissionChecks"
+            eta = _index(seen, "Pending with the ETA",
+                         lambda v: v[0] == (("Pending", "ETA 1m", 0),) and v[2] == waiting)
+            retry = _index(seen, "the check in Retry",
+                           lambda v: v[0] == (("Retry", "Retrying after failure: no capacity", 0),), eta)
+            backoff = _index(seen, "requeueState.requeueAt with the check reset",
+                             lambda v: dict(v[1]).get("requeueAt") is not None and v[0] == (
+                                 ("Pending", "Reset to Pending after eviction. Previously: Retry", 1),), retry)
+            _index(seen, "requeueAt cleared once the back-off is over",
+                   lambda v: dict(v[1]).get("requeueAt") is None, backoff)
+            _index(seen, "Ready and Admitted",
+                   lambda v: [c[0] for c in v[0]] == ["Ready"] and v[2] == "True/Admitted", backoff)
 
             # Capacity revoked: the check is Rejected, the workload evicted (deactivated), the Job
             # suspended again and its ProvisioningRequest and PodTemplate deleted.
@@ -189,6 +273,9 @@ async def test_job_waits_for_provisioning_then_runs_with_its_pod_set_updates_and
             assert check["state"] == "Pending"
             assert check["message"] == "Reset to Pending after eviction. Previously: Rejected"
     finally:
+        recorder.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ApiException):
+            await recorder
         log.close()
         await s.delete()
 
@@ -228,6 +315,60 @@ async def test_a_finished_workloads_request_is_deleted(kube_api_client: client.A
                 return not await s.requests() and not templates.items
 
             await eventually(running, cleaned, what="the finished workload's request and template deleted")
+    finally:
+        log.close()
+        await s.delete()
+
+
+@pytest.mark.usefixtures("deployed")
+async def test_a_jobsets_pod_sets_get_their_pod_set_updates(kube_api_client: client.ApiClient,
+                                                            kube_control_plane: LocalControlPlane,
+                                                            tmp_path: Any) -> None:
+    """A JobSet behind the provisioning check (``--job-kinds JobSet``, the shipped roles): it stays
+    suspended until its request is provisioned, then each replicated Job's pod template gets its
+    podSet's podSetUpdates (the consume annotation, the nodeSelector from provisioningClassDetails)
+    with the flavor's node labels."""
+    for obj in read_yaml(JOBKINDS_RBAC):
+        await create_or_replace(kube_api_client, obj)
+    await ensure_job_kind_crds(kube_api_client, "JobSet")
+    s = Setup(kube_api_client)
+    await s.create()
+    log = SqliteLog(tmp_path / "log")
+    gpu_pod = {"spec": {"restartPolicy": "Never", "containers": [{
+        "name": "main", "image": "busybox:1.36", "command": ["true"],
+        "resources": {"requests": {"cpu": "250m", "example.com/gpu": "1"}, "limits": {"example.com/gpu": "1"}}}]}}
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"name": "js", "labels": {QUEUE_NAME_LABEL: "lq"}},
+              "spec": {"suspend": True, "replicatedJobs": [
+                  {"name": "workers", "replicas": 1, "template": {"spec": {"parallelism": 2, "template": gpu_pod}}},
+                  {"name": "driver", "template": {"spec": {"template": gpu_pod}}}]}}
+    try:
+        async with kueuelog(kube_control_plane, log, cluster="prov3", watcher_options={"job_kinds": ("JobSet",)},
+                            actuator_options={"job_kinds": ("JobSet",)}) as running:
+            await eventually(running, lambda: s.co.create_namespaced_custom_object(*JS[:2], s.ns, JS[2], jobset),
+                             what="the JobSet created (CRD served)")
+
+            async def one_request() -> dict[str, Any] | None:
+                reqs = await s.requests()
+                return reqs[0] if len(reqs) == 1 else None
+
+            req = await eventually(running, one_request, what="the JobSet's ProvisioningRequest")
+            assert sorted(ps["podTemplateRef"]["name"].rsplit("-", 1)[1] for ps in req["spec"]["podSets"]) == [
+                "driver", "workers"]
+            assert (await s.co.get_namespaced_custom_object(*JS[:2], s.ns, JS[2], "js"))["spec"]["suspend"] is True
+            name = req["metadata"]["name"]
+            await s.answer(name, ("Accepted", "True", "accepted"), ("Provisioned", "True", "done"),
+                           details={"RequestKey": "rk-js"})
+
+            async def released() -> dict[str, Any] | None:
+                js = await s.co.get_namespaced_custom_object(*JS[:2], s.ns, JS[2], "js")
+                return js if js["spec"].get("suspend") is False else None
+
+            js = await eventually(running, released, what="the JobSet released once provisioned")
+            for rj in js["spec"]["replicatedJobs"]:
+                pod = rj["template"]["spec"]["template"]
+                assert pod["spec"]["nodeSelector"] == {"pool": "gpu", "autoscaling.example.com/request": "rk-js"}, rj
+                assert pod["metadata"]["annotations"]["autoscaling.x-k8s.io/consume-provisioning-request"] == name
     finally:
         log.close()
         await s.delete()

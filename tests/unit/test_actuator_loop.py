@@ -28,6 +28,7 @@ from events.messages import (
     EvictWorkload,
     MarkPending,
     PendingReason,
+    UpdateWorkloadStatus,
 )
 from events.simcluster import sim_cluster_topic
 from services.actuator.loop import GROUP, ActuationError, ActuationPort, Actuator, P, Staged, Tuning
@@ -91,6 +92,10 @@ class RefusingSimPort:
     async def mark_pending(self, decision: MarkPending) -> None:
         await self.inner.mark_pending(decision)
 
+    async def write_status(self, decision: UpdateWorkloadStatus) -> None:
+        self._check(decision.name)
+        await self.inner.write_status(decision)
+
     async def after_batch(self) -> None:
         await self.inner.after_batch()
 
@@ -109,6 +114,7 @@ class CallingPort:
     attempts: dict[str, int] = field(default_factory=dict)
     recovered_from: int = -1
     batches: int = 0
+    statuses: list[str] = field(default_factory=list)  # the status decisions written, in order
 
     def recover(self, history: Iterator[AnyDecision]) -> None:
         self.recovered_from = sum(1 for _ in history)
@@ -136,6 +142,10 @@ class CallingPort:
     async def mark_pending(self, decision: MarkPending) -> None:
         await asyncio.sleep(0)
         self.pending[f"{decision.namespace}/{decision.name}"] = str(decision.reason)
+
+    async def write_status(self, decision: UpdateWorkloadStatus) -> None:
+        await self._call(decision.name)
+        self.statuses.append(decision.id)
 
     async def after_batch(self) -> None:
         await asyncio.sleep(0)
@@ -166,6 +176,11 @@ def evict(cycle: int, i: int, name: str) -> EvictWorkload:
 def pending(cycle: int, i: int, name: str) -> MarkPending:
     return MarkPending(id=f"c{cycle}-{i}", cycle=cycle, time=1000 * cycle, namespace="ns", name=name,
                        cluster_queue="cq", reason=PendingReason.WAITING_FOR_QUOTA, message="no room")
+
+
+def status(cycle: int, i: int, name: str) -> UpdateWorkloadStatus:
+    return UpdateWorkloadStatus(id=f"c{cycle}-{i}", cycle=cycle, time=1000 * cycle, namespace="ns", name=name,
+                                cluster_queue="cq", admission_checks=(o.AdmissionCheckState(name="prov"),))
 
 
 def done(cycle: int, decisions: int) -> CycleCompleted:
@@ -267,3 +282,20 @@ def test_a_port_that_suspends_cannot_be_stepped_without_one(log: SqliteLog) -> N
     with pytest.raises(RuntimeError, match="only a port that never waits can be stepped synchronously"):
         Actuator(log, CallingPort(), topics=TOPICS).step_now()
     assert log.position(GROUP, TOPICS.decisions) == 0
+
+
+@pytest.mark.parametrize("make", list(PORTS.values()), ids=list(PORTS))
+async def test_status_news_is_written_in_line_retried_and_never_reported(log: SqliteLog,
+                                                                         make: Callable[[], ActuationPort]) -> None:
+    port = make()
+    write(log, admit(0, 0, "good"), status(0, 1, "flaky"), status(0, 2, "bad"), status(0, 1, "flaky"),
+          status(0, 3, "good"), done(0, 4))
+    actuator = Actuator(log, port, topics=TOPICS)
+    await drain(actuator)
+    # Status is not an order: the scheduler hears only of the admission.
+    assert reports(log) == [("actuator:c1:c0-0", "DecisionApplied", "c0-0", "", None)]
+    s = actuator.stats
+    assert (s.started, s.statuses, s.retries, s.failed, s.duplicates) == (1, 2, 1, 1, 1)
+    if isinstance(port, CallingPort):  # flaky's write retried before the ones after it: order kept
+        assert port.statuses == ["c0-1", "c0-3"]
+    assert actuator.log.position(GROUP, TOPICS.decisions) == 6

@@ -19,6 +19,7 @@ from events.messages import (
     ObjectApplied,
     ProvisioningRequestCondition,
     ProvisioningRequestObserved,
+    UpdateWorkloadStatus,
 )
 from services.core import provisioning
 from services.core.apply import apply_cycle
@@ -65,6 +66,7 @@ class World:
     def __init__(self, *items: Builder | o.AnyObject) -> None:
         self.state = State()
         self.decisions: list[AnyDecision] = []
+        self.news: list[UpdateWorkloadStatus] = []  # the last cycle's status-only decisions
         for i, item in enumerate(items):
             self.fold(ObjectApplied(time=T0, object=_obj(item, i)))
 
@@ -72,9 +74,15 @@ class World:
         fold(self.state, ev)
 
     def cycle(self) -> list[AnyDecision]:
+        """The cycle's decisions but the status-only ones (those in ``news``)."""
         out = run_cycle(self.state).decisions
         self.decisions += out
-        return out
+        self.news = [d for d in out if isinstance(d, UpdateWorkloadStatus)]
+        return [d for d in out if not isinstance(d, UpdateWorkloadStatus)]
+
+    def told(self) -> list[tuple[str, str, int, int | None]]:
+        """The last cycle's status news: (check state, message, requeue count, requeueAt) each."""
+        return [(str(c.state), c.message, d.requeue_count, d.requeue_at) for d in self.news for c in d.admission_checks]
 
     def rec(self, key: str = "ns/w") -> Any:
         return self.state.workloads[key]
@@ -120,6 +128,9 @@ def test_provisioned_request_admits_with_its_pod_set_updates() -> None:
     w.observe(5, 1, ("Accepted", "True", ""), ("Provisioned", "False", "ETA 30s"))
     assert w.cycle() == []
     assert w.rec().checks["prov"].message == "ETA 30s"
+    assert w.told() == [("Pending", "ETA 30s", 0, None)]  # status news: the Workload shows the ETA now
+    w.observe(6, 1, ("Accepted", "True", ""), ("Provisioned", "False", "ETA 30s"))
+    assert w.cycle() == [] and w.news == []  # the same report again: nothing new to tell
     w.observe(30, 1, ("Accepted", "True", ""), ("Provisioned", "True", "done"), details=(("RequestKey", "rk-1"),))
     (checked,) = w.cycle()
     assert isinstance(checked, AdmitChecked)
@@ -137,6 +148,12 @@ def test_failures_retry_with_60_then_120_seconds_and_the_third_attempt_is_admitt
     w.observe(10, 1, ("Failed", "True", "no capacity"))
     (evict,) = w.cycle()
     assert isinstance(evict, EvictWorkload)
+    # Told as Kueue's controllers write it: the check in Retry, then (after the eviction reset it to
+    # Pending) status.requeueState.requeueAt at the end of the 60 s back-off.
+    assert [d.id for d in w.decisions[-3:]] == [w.news[0].id, evict.id, w.news[1].id]
+    retry = "Retrying after failure: no capacity"
+    assert w.told() == [("Retry", retry, 0, None), ("Pending", "Reset to Pending after eviction. Previously: Retry",
+                                                    0, T0 + 70_000)]
     assert (evict.reason, evict.message) == (
         "AdmissionCheck", 'Evicted due to AdmissionCheck in Retry state: "prov" (Retrying after failure: no capacity)')
     check = w.rec().checks["prov"]
@@ -148,6 +165,7 @@ def test_failures_retry_with_60_then_120_seconds_and_the_third_attempt_is_admitt
     w.fold(ClockTicked(time=T0 + 70_000))
     (again,) = w.cycle()
     assert isinstance(again, AdmitWorkload)
+    assert [(d.requeue_at, d.id < again.id) for d in w.news] == [(None, True)]  # requeueAt cleared, then reserved
     assert [p.name for p in again.provisioning_requests or ()] == ["w-prov-2"]
     assert w.cond("Requeued") == ("True", "BackoffFinished")
     w.observe(75, 1, ("Failed", "True", "no capacity"))  # the old request again: changes nothing
@@ -174,6 +192,7 @@ def test_a_failure_past_the_limit_rejects_deactivates_and_releases_the_quota() -
     assert w.rec().checks["prov"].state == o.CheckState.REJECTED
     (evict,) = w.cycle()
     assert isinstance(evict, EvictWorkload)
+    assert w.told() == [("Rejected", "gone", 0, None)]  # told before the eviction
     assert (evict.reason, evict.message) == (
         "Deactivated", 'The workload is deactivated due to AdmissionCheck in Rejected state: "prov" (gone)')
     finish_eviction(w.state, w.rec())
@@ -301,3 +320,27 @@ def test_invalid_provisioning_request_configs_are_refused_naming_the_field(spec:
     with pytest.raises(ManifestError) as e:
         normalize(doc)
     assert field in str(e.value) and message in str(e.value)
+
+
+def test_one_check_ready_before_the_others_is_told_without_an_outcome() -> None:
+    """Two checks of another controller: the first Ready is status news (the Workload shows it),
+    not an admission; the same report again tells nothing; the second Ready admits."""
+    other = [o.AdmissionCheck(name=n, controller_name="example.com/other") for n in ("a", "b")]
+    cq = a_cluster_queue("cq").flavor("f", cpu="8").admission_checks("a", "b")
+    w = World(a_flavor("f"), *other, cq, a_local_queue("ns", "lq", "cq"),
+              a_workload("ns", "w").queue("lq").request(cpu="1").created(0))
+    (admit,) = w.cycle()
+    assert isinstance(admit, AdmitWorkload) and w.news == []  # the reservation writes them Pending itself
+
+    def report(name: str, at_s: int) -> None:
+        w.fold(AdmissionCheckUpdated(time=T0 + at_s * 1000, namespace="ns", name="w", check=o.AdmissionCheckState(
+            name=name, state=o.CheckState.READY, message="ok")))
+
+    report("a", 1)
+    assert w.cycle() == []
+    assert [(c.name, str(c.state)) for d in w.news for c in d.admission_checks] == [("a", "Ready"), ("b", "Pending")]
+    report("a", 2)
+    assert w.cycle() == [] and w.news == []
+    report("b", 3)
+    (checked,) = w.cycle()
+    assert isinstance(checked, AdmitChecked) and w.news == []  # AdmitChecked carries the states itself

@@ -4,8 +4,9 @@ The header's ``expect`` block takes the shared keys (``admitted``, ``pending``) 
 admission, ``conditions`` ({workload: {type: [status, reason or null]}}), ``checks`` ({workload:
 {check: {field: value}}} on ``status.admissionChecks``), ``active`` ({workload: bool}) and
 ``consumes`` ({workload: suffix of the ProvisioningRequest its pods consume, '' for none}); the
-extra header key ``provisioning`` lists ``--provisioning`` values. A Workload made from a Job is
-matched through its ownerReference, as the shared runner does.
+extra header key ``provisioning`` lists ``--provisioning`` values and ``until`` is ``--until``
+(simulated time runs: the autoscaler's answers, back-offs and the Jobs' runs play out). A Workload
+made from a Job is matched through its ownerReference, as the shared runner does.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import pytest
 import yaml
 
 from events.simautoscaler import parse_all
-from services.app.simulate import fold_files, run
+from services.app.simulate import fold_files, run, run_timed
 from services.core.provisioning import CONSUME_ANNOTATION
 from services.core.render import workload_list
+from services.simcluster.durations import parse_duration
 
 CASES = sorted((Path(__file__).parent.parent / "cases" / "checks").glob("*.yaml"))
 
@@ -83,11 +85,16 @@ def _check(expect: dict[str, Any], got: dict[str, dict[str, Any]]) -> None:
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
 def test_seed_004_case(path: Path) -> None:
     header, manifests = _split(path)
-    result = run(fold_files({str(path): manifests}), header.get("cycles"),
-                 behaviours=parse_all(header.get("provisioning") or []))
+    behaviours = parse_all(header.get("provisioning") or [])
+    state = fold_files({str(path): manifests})
+    if header.get("until") is not None:
+        result = run_timed(state, parse_duration(header["until"]), header.get("cycles"), behaviours=behaviours)
+    else:
+        result = run(state, header.get("cycles"), behaviours=behaviours)
     assert result.converged
     _check(header["expect"], _by_name(workload_list(result.state)["items"]))
 
 
 def test_the_cases_are_there() -> None:
-    assert len(CASES) >= 5
+    assert len(CASES) >= 7
+    assert sum(1 for p in CASES if "until" in _split(p)[0]) >= 2  # --provisioning with --until

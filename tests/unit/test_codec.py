@@ -36,6 +36,7 @@ from events.messages import (
     PodsReady,
     ProvisioningRequestCondition,
     ProvisioningRequestObserved,
+    UpdateWorkloadStatus,
     WorkloadActivation,
     WorkloadFinished,
 )
@@ -88,6 +89,9 @@ DECISIONS = [
                                                             count=2),)),)),
     AdmitChecked(id="c1-4", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM,
                  pod_set_updates=(o.PodSetUpdate(name="main", labels=(("a", "b"),)),)),
+    UpdateWorkloadStatus(id="c1-5", cycle=1, namespace="ns", name="w", cluster_queue="cq",
+                         admission_checks=(o.AdmissionCheckState(name="prov", message="ETA 1m"),), requeue_count=1,
+                         requeue_at=70_000),
     CycleCompleted(cycle=1, input_offset=10, time=9, decisions=5, admitted_heads=("ns/w",),
                    heads=(HeadOutcome(key="ns/y", cluster_queue="cq", parked=True, last_tried=((0, 0, -1),)),)),
 ]

@@ -17,7 +17,7 @@ from events.cluster import (
     EVICTED_ANNOTATION,
     ORIGINAL_POD_SCHEDULING_ANNOTATION,
 )
-from events.messages import AdmitWorkload, EvictWorkload
+from events.messages import AdmitChecked, AdmitWorkload, EvictWorkload
 from services.actuator.job_reconciler import JobError
 from services.actuator.kindplan import kind_admit_ops, kind_evict_ops, plan_kind, suspend_merge_patch
 from services.actuator.kubeapi import InvalidObject
@@ -171,3 +171,58 @@ def test_a_selector_conflict_is_an_invalid_object() -> None:
     body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["nodeSelector"] = {"pool": "ondemand"}
     with pytest.raises(InvalidObject, match="podSet w: nodeSelector pool"):
         kind_admit_ops(JS, body, admit(), {"w": [SPOT]})
+
+
+# --- an admission check's podSetUpdates, per podSet ----------------------------------------------
+
+TOL = o.Toleration(key="provisioned", operator="Exists", effect="NoSchedule")
+
+
+def checked(*updates: o.PodSetUpdate, cycle: int = 2) -> AdmitChecked:
+    return AdmitChecked(id=f"c{cycle}-0", cycle=cycle, time=1, namespace="ns", name="wl", cluster_queue="cq",
+                        admission=o.Admission(cluster_queue="cq", pod_set_assignments=()), pod_set_updates=updates)
+
+
+def _template(body: dict[str, Any], i: int) -> dict[str, Any]:
+    out: dict[str, Any] = body["spec"]["replicatedJobs"][i]["template"]["spec"]["template"]
+    return out
+
+
+@pytest.mark.parametrize(("updates", "want_driver", "want_workers"), [
+    pytest.param((), ({"pool": "spot"}, 1, {}, {}), ({"gpu": "a100"}, 0, {}, {}), id="no updates: the flavors only"),
+    pytest.param((o.PodSetUpdate(name="workers", node_selector=(("req", "rk-1"),), tolerations=(TOL,),
+                                 labels=(("team", "ml"),), annotations=(("consume", "wl-prov-1"),)),),
+                 ({"pool": "spot"}, 1, {}, {}), ({"gpu": "a100", "req": "rk-1"}, 1, {"team": "ml", "keep": "x"},
+                                                 {"consume": "wl-prov-1"}),
+                 id="one podSet's updates land on its template only"),
+    pytest.param((o.PodSetUpdate(name="driver", labels=(("extra", "1"),)),
+                  o.PodSetUpdate(name="workers", node_selector=(("req", "rk-2"),))),
+                 ({"pool": "spot"}, 1, {"extra": "1"}, {}), ({"gpu": "a100", "req": "rk-2"}, 0, {"keep": "x"}, {}),
+                 id="each podSet its own"),
+])
+def test_a_checks_pod_set_updates_go_to_their_pod_sets_and_an_eviction_takes_them_back(
+        updates: tuple[o.PodSetUpdate, ...], want_driver: tuple[Any, ...], want_workers: tuple[Any, ...]) -> None:
+    body = served(jobset(rj("driver"), rj("workers", replicas=2)))
+    body["spec"]["suspend"] = True
+    body["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["metadata"] = {"labels": {"keep": "x"}}
+    body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"] = {"labels": {"keep": "x"}}
+    running = apply(body, kind_admit_ops(JS, body, checked(*updates), {"driver": [SPOT], "workers": [GPU]}))
+    assert running["spec"]["suspend"] is False
+    for i, (selector, tolerations, labels, notes) in enumerate((want_driver, want_workers)):
+        t = _template(running, i)
+        assert t["spec"]["nodeSelector"] == selector
+        assert len(t["spec"]["tolerations"]) == tolerations
+        assert t["metadata"].get("labels", {}) == {"keep": "x", **labels}
+        assert t["metadata"].get("annotations", {}) == notes
+    held = apply(running, kind_evict_ops(JS, running, evict()))
+    for i in (0, 1):  # the templates as they were written (an emptied map may stay)
+        t = _template(held, i)
+        assert {k: v for k, v in t["metadata"].items() if v} == _template(body, i)["metadata"]
+        assert t["spec"] == {**_template(body, i)["spec"], "nodeSelector": {}, "tolerations": []}
+
+
+def test_a_pod_set_update_that_conflicts_with_its_flavor_is_an_invalid_object() -> None:
+    body = served(jobset(rj("driver"), rj("workers")))
+    with pytest.raises(InvalidObject, match=r"podSetUpdates\[workers\]\.nodeSelector\.gpu: conflict"):
+        kind_admit_ops(JS, body, checked(o.PodSetUpdate(name="workers", node_selector=(("gpu", "h100"),))),
+                       {"driver": [SPOT], "workers": [GPU]})

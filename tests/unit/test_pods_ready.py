@@ -17,6 +17,7 @@ from events.messages import (
     PendingReason,
     PodsNotReady,
     PodsReady,
+    UpdateWorkloadStatus,
 )
 from services.core import podsready
 from services.core.cycle import run_cycle
@@ -104,11 +105,13 @@ def test_a_gang_not_ready_after_the_timeout_is_evicted_and_backs_off_60_seconds(
     _at(state, 5 * MIN - 1)
     assert run_cycle(state).decisions == []
     _at(state, 5 * MIN)
-    [d] = run_cycle(state).decisions
+    [d, news] = run_cycle(state).decisions
     assert isinstance(d, EvictWorkload) and d.reason == EvictionReason.PODS_READY_TIMEOUT
     assert d.message == "Exceeded the PodsReady timeout ns/job"
     rec = state.workloads["ns/job"]
     assert (rec.requeue_count, rec.requeue_at) == (1, T0 + 6 * MIN)
+    # status.requeueState as it changes (status only: services.core.workload_status)
+    assert isinstance(news, UpdateWorkloadStatus) and (news.requeue_count, news.requeue_at) == (1, T0 + 6 * MIN)
     assert rec.past_execution_ms == 5 * MIN
     fold(state, EvictionCompleted(time=T0 + 5 * MIN, namespace="ns", name="job"))
     assert _cond(state, "ns/job", ConditionType.REQUEUED) == ("False", "PodsReadyTimeout")
@@ -116,7 +119,10 @@ def test_a_gang_not_ready_after_the_timeout_is_evicted_and_backs_off_60_seconds(
     assert podsready.next_deadline(state) == T0 + 6 * MIN
     assert run_cycle(state).admitted_heads == [], "backing off"
     _at(state, 6 * MIN)
-    assert run_cycle(state).admitted_heads == ["ns/job"]
+    result = run_cycle(state)
+    assert result.admitted_heads == ["ns/job"]
+    assert [(type(x).__name__, getattr(x, "requeue_at", 0)) for x in result.decisions] == [
+        ("UpdateWorkloadStatus", None), ("AdmitWorkload", 0)]  # requeueAt cleared, then admitted
     assert _cond(state, "ns/job", ConditionType.REQUEUED) == ("True", "BackoffFinished")
     assert rec.requeue_count == 1, "kept until the workload is deactivated or re-activated"
 
@@ -146,7 +152,8 @@ def test_past_the_back_off_limit_the_workload_is_deactivated() -> None:
     _at(state, 2 * MIN)
     assert run_cycle(state).admitted_heads == ["ns/job"]
     _at(state, 3 * MIN)
-    [d] = run_cycle(state).decisions
+    [d, news] = run_cycle(state).decisions
+    assert isinstance(news, UpdateWorkloadStatus) and (news.requeue_count, news.requeue_at) == (0, None)  # cleared
     assert isinstance(d, DeactivateWorkload)
     assert (d.reason, d.underlying_cause) == (EvictionReason.DEACTIVATED, "RequeuingLimitExceeded")
     assert d.message == "The workload is deactivated due to exceeding the maximum number of re-queuing retries"
@@ -175,7 +182,7 @@ def test_a_lost_readiness_is_evicted_after_the_recovery_timeout() -> None:
     fold(state, PodsNotReady(time=T0 + 31 * MIN, namespace="ns", name="job"))
     assert podsready.next_deadline(state) == T0 + 33 * MIN
     _at(state, 33 * MIN)
-    [d] = run_cycle(state).decisions
+    [d, _] = run_cycle(state).decisions  # and its requeueState (UpdateWorkloadStatus)
     assert isinstance(d, EvictWorkload) and d.reason == EvictionReason.PODS_READY_TIMEOUT
 
 
@@ -237,7 +244,7 @@ def test_the_execution_time_accumulates_across_requeues() -> None:
     assert state.workloads["ns/job"].past_execution_ms == MIN
     assert podsready.next_deadline(state) == T0 + 2 * MIN + 90_000, "150 s in all, 60 s already spent"
     _at(state, 2 * MIN + 90_000)
-    [d] = run_cycle(state).decisions
+    [d, _] = run_cycle(state).decisions  # and its requeueState cleared (UpdateWorkloadStatus)
     assert isinstance(d, DeactivateWorkload) and d.underlying_cause == "MaximumExecutionTimeExceeded"
 
 

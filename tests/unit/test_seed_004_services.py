@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from events.envelope import Topics
-from events.messages import AdmitChecked, AdmitWorkload, EvictWorkload
+from events.messages import AdmitChecked, AdmitWorkload, EvictWorkload, UpdateWorkloadStatus
 from events.simautoscaler import parse_all
 from services.app.driver import drive_until_idle
 from services.app.logview import explain, replay
@@ -80,6 +80,18 @@ def test_fail_twice_retries_after_60_and_120_seconds_then_admits(log: SqliteLog)
     # failure 5 s after each reservation; back-off 60 s, then 120 s, from the failure
     assert [r.time - reserves[0].time for r in reserves] == [0, 65_000, 65_000 + 125_000]  # type: ignore[attr-defined]
     assert len(_of(ds, AdmitChecked)) == 1
+    # Status news between reservation and admission, re-derived by replay --verify like the rest:
+    # the ETA while Pending, each Retry told before its eviction, the back-off's requeueAt set after
+    # it and cleared at its end.
+    news = _of(ds, UpdateWorkloadStatus)
+    states = [(str(c.state), c.message.split(":")[0], c.retry_count, d.requeue_at is not None)  # type: ignore[attr-defined]
+              for d in news for c in d.admission_checks]  # type: ignore[attr-defined]
+    reset = "Reset to Pending after eviction. Previously"
+    assert states == [("Pending", "Provisioning Request ETA", 0, False), ("Retry", "Retrying after failure", 0, False),
+                      ("Pending", reset, 1, True), ("Pending", reset, 1, False),
+                      ("Pending", "Provisioning Request ETA", 1, False), ("Retry", "Retrying after failure", 1, False),
+                      ("Pending", reset, 2, True), ("Pending", reset, 2, False),
+                      ("Pending", "Provisioning Request ETA", 2, False)]
     assert replay(log, T, verify=True).mismatches == []
     lines = explain(log, T, KEY)
     text = "\n".join(lines)
