@@ -406,7 +406,14 @@ class Resources(_Spec):
     transformations: list[ResourceTransformation] | None = None
 
 
+class MultiKueueSettings(_Loose):
+    """Configuration ``multiKueue``: kueuelog reads ``workerLostTimeout``; the rest is Kueue's own."""
+
+    worker_lost_timeout: str | None = None
+
+
 class ConfigurationCommon(_Loose):
+    multi_kueue: MultiKueueSettings | None = None
     admission_fair_sharing: AdmissionFairSharingConfig | None = None
     resources: Resources | None = None
     manage_jobs_without_queue_name: bool | None = None

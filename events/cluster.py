@@ -101,6 +101,13 @@ RECLAIM_WITHIN_ANNOTATION: Final = f"{KUEUELOG_PREFIX}reclaim-within"
 """On a ClusterQueue: ``NominalQuota`` = reclaim in the cohort tree only for a workload that fits in
 its own nominal quota (ACK's rule for an ElasticQuotaTree leaf, ``events/elasticquota.py``)."""
 SIM_READY_AFTER_ANNOTATION: Final = f"{KUEUELOG_PREFIX}sim-ready-after"
+# MultiKueue (services.core.placement): the AdmissionCheck controller Kueue names, the annotation
+# that marks an object of ``simulate``'s input as a worker cluster's, the MultiKueueConfig's
+# placement policy, and the node label the simulated workers' flavors carry.
+MULTIKUEUE_CONTROLLER: Final = f"{KUEUE_GROUP}/multikueue"
+CLUSTER_ANNOTATION: Final = f"{KUEUELOG_PREFIX}cluster"
+PLACEMENT_POLICY_ANNOTATION: Final = f"{KUEUELOG_PREFIX}placement-policy"
+SIM_WORKER_LABEL: Final = f"{KUEUELOG_PREFIX}worker"
 """On a Workload (or its Job) in a simulated cluster: how long after each start its pods become ready
 (a duration), or ``never``: a gang whose pods never all start."""
 

@@ -53,9 +53,13 @@ from events.messages import (
     DecisionRecord,
     EvictWorkload,
     MarkPending,
+    PlacementWaiting,
+    PlaceWorkload,
+    RemovePlacement,
 )
 from services.runtime.log import Log, Record, read_backwards
 
+_PLACEMENTS: Final = (PlaceWorkload, PlacementWaiting, RemovePlacement)  # MultiKueue (services.core.placement)
 GROUP: Final = "actuator"
 SOURCE: Final = "actuator"
 
@@ -288,8 +292,8 @@ class Actuator(Generic[P]):
         if isinstance(d, CycleCompleted):
             self.watermark.close(d)
             return True
-        if isinstance(d, MarkPending) and not pending_wanted:
-            self.stats.ignored += 1
+        if (isinstance(d, MarkPending) and not pending_wanted) or isinstance(d, _PLACEMENTS):
+            self.stats.ignored += 1  # placements: the scheduler's own record (worker actuation: not yet)
             return True
         if self.watermark.applied(d):
             self.stats.duplicates += 1

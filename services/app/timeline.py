@@ -23,6 +23,7 @@ from events.cluster import SIM_DURATION_ANNOTATION
 from events.messages import AdmitWorkload, ClockTicked, ClusterEvent, EvictWorkload, PodsReady, WorkloadFinished
 from services.core import podsready
 from services.core.cycle import run_cycle
+from services.core.placement import heartbeat
 from services.core.state import State, finish_eviction, fold
 from services.simcluster.durations import DurationError, parse_duration, ready_after_of
 
@@ -159,6 +160,7 @@ def run_until(state: State, until_ms: int, max_cycles: int, slots: int | None = 
         if nxt is None or nxt > end:
             break
         fold(state, ClockTicked(time=nxt))
+        heartbeat(state)  # simulated worker clusters (MultiKueue) are never silent
         for ev in cluster.due(nxt):
             fold(state, ev)
         c, d = _settle(state, cluster, max_cycles - cycles)

@@ -32,11 +32,11 @@ from services.core import records, state
 from services.core.records import WorkloadRecord, canonical_fields
 from services.core.state import State
 
-FORMAT: Final = 5
+FORMAT: Final = 6
 """The snapshot format: 1 was the hand-listed encoding (snapshots without a format field), 2 this one
 before ``WorkloadRecord.last_cycle``, 3 before deactivation (``State.deactivating``,
 ``WorkloadRecord.deactivated``, ...), 4 before admission checks (``WorkloadRecord.checks``, ...) —
-deactivation alone wrote 4 —, 5 this one."""
+deactivation alone wrote 4 —, 5 before MultiKueue (``State.multikueue``), 6 this one."""
 
 
 _encoder = msgspec.json.Encoder(order="sorted")
