@@ -29,6 +29,8 @@ from events.messages import (
     HeadOutcome,
     MarkPending,
     ObjectApplied,
+    PlaceWorkload,
+    RemovePlacement,
 )
 from events.objects import Workload
 from services.app import checkview
@@ -265,6 +267,8 @@ def decision_text(d: object) -> str:
 def _kind(d: object) -> str:
     if isinstance(d, AdmitWorkload | AdmitChecked):
         return "admitted"
+    if isinstance(d, PlaceWorkload | RemovePlacement):
+        return "placement"  # MultiKueue (services.core.placement)
     return "evicted" if isinstance(d, EvictWorkload) else "pending"
 
 
