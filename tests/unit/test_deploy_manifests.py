@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from events import manifests
+from events import manifests, multikueue_manifest
 from events import objects as o
 from events.cluster import POD_PRIORITY_CLASS_SOURCE, WORKLOAD_PRIORITY_CLASS_SOURCE
 from events.envelope import Topics
@@ -45,8 +45,10 @@ KUEUE_KINDS = {
     "WorkloadPriorityClass": ("workloadpriorityclasses", "Cluster"),
     "AdmissionCheck": ("admissionchecks", "Cluster"),
     "ProvisioningRequestConfig": ("provisioningrequestconfigs", "Cluster"),
+    "MultiKueueConfig": ("multikueueconfigs", "Cluster"),
+    "MultiKueueCluster": ("multikueueclusters", "Cluster"),
 }
-WITH_STATUS = {"ClusterQueue", "LocalQueue", "Workload", "Cohort", "AdmissionCheck"}
+WITH_STATUS = {"ClusterQueue", "LocalQueue", "Workload", "Cohort", "AdmissionCheck", "MultiKueueCluster"}
 # Served versions of each kind (Kueue's, plus v1alpha1 Cohort, which our parser accepts); v1beta2 stores.
 VERSIONS = {kind: ["v1alpha1", "v1beta1", "v1beta2"] if kind == "Cohort" else ["v1beta1", "v1beta2"]
             for kind in KUEUE_KINDS}
@@ -244,6 +246,7 @@ def test_schemas_are_structural_and_keep_no_unknown_fields(kind: str) -> None:
     ("ClusterQueue", "spec.flavorFungibility.preference", [str(v) for v in o.FungibilityPreference]),
     ("ClusterQueue", "spec.namespaceSelector.matchExpressions[].operator", ["In", "NotIn", "Exists", "DoesNotExist"]),
     ("ResourceFlavor", "spec.nodeTaints[].effect", ["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+    ("MultiKueueCluster", "spec.clusterSource.kubeConfig.locationType", list(multikueue_manifest.LOCATION_TYPES)),
     ("Workload", "spec.priorityClassSource",
      [WORKLOAD_PRIORITY_CLASS_SOURCE, POD_PRIORITY_CLASS_SOURCE, ""]),
 ])
@@ -260,6 +263,7 @@ def test_enums_are_the_parsers(kind: str, path: str, enum: list[str]) -> None:
     ("Workload", "spec.podSets", manifests.MAX_POD_SETS),
     ("ResourceFlavor", "spec.nodeTaints", manifests.MAX_FLAVOR_TAINTS),
     ("ResourceFlavor", "spec.tolerations", manifests.MAX_FLAVOR_TOLERATIONS),
+    ("MultiKueueConfig", "spec.clusters", multikueue_manifest.MAX_CLUSTERS),
 ])
 def test_list_limits_are_the_parsers(kind: str, path: str, limit: int) -> None:
     assert at(schema(kind), path)["maxItems"] == limit
