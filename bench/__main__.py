@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import engine, kafka, replay, services
+from bench import engine, kafka, multicluster, replay, services
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in replay.main():
         print(line, flush=True)
     for line in services.main():
+        print(line, flush=True)
+    for line in multicluster.main():
         print(line, flush=True)
     for line in kafka.main():
         print(line, flush=True)

@@ -244,6 +244,8 @@ class PlaceWorkload(Decision, frozen=True, tag="multikueue.place"):
     check: str
     admission: Admission
     message: str = ""
+    # Per podSet, the worker's flavors' node labels and tolerations, for the copy made there.
+    pod_set_updates: tuple[PodSetUpdate, ...] = ()
 
 
 class PlacementWaiting(Decision, frozen=True, tag="multikueue.waiting"):

@@ -330,7 +330,25 @@ def _place(state: State, out: Out, rec: WorkloadRecord) -> PlaceWorkload | Place
     _, _, cluster, adm = min(fits)
     return PlaceWorkload(id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace,
                          name=rec.obj.name, cluster_queue=_cq(rec), cluster=cluster, check=check, admission=adm,
-                         message=f'The workload was admitted on "{cluster}"')
+                         message=f'The workload was admitted on "{cluster}"',
+                         pod_set_updates=worker_scheduling(state.multikueue.workers[cluster], adm))
+
+
+def worker_scheduling(view: WorkerView, adm: o.Admission) -> tuple[o.PodSetUpdate, ...]:
+    """Each podSet's node selector and tolerations from the worker's flavors it was assigned
+    (what Kueue injects into an admitted job's pod template), flavors in name order."""
+    out = []
+    for psa in adm.pod_set_assignments:
+        selector: dict[str, str] = {}
+        tolerations: list[o.Toleration] = []
+        for name in sorted({f for _, f in psa.flavors}):
+            flavor = view.flavors.get(name)
+            if flavor is not None:
+                selector.update(flavor.node_labels)
+                tolerations.extend(t for t in flavor.tolerations if t not in tolerations)
+        out.append(o.PodSetUpdate(name=psa.name, node_selector=tuple(sorted(selector.items())),
+                                  tolerations=tuple(tolerations)))
+    return tuple(out)
 
 
 def _cq(rec: WorkloadRecord) -> str:

@@ -422,8 +422,8 @@ def test_config_map_holds_the_settings_and_no_credentials() -> None:
 
 # --- RBAC ------------------------------------------------------------------------------------
 
-KUEUE_READ = ["admissionchecks", "clusterqueues", "cohorts", "localqueues", "provisioningrequestconfigs",
-              "resourceflavors", "workloadpriorityclasses", "workloads"]
+KUEUE_READ = ["admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters", "multikueueconfigs",
+              "provisioningrequestconfigs", "resourceflavors", "workloadpriorityclasses", "workloads"]
 EXPECTED_RULES = {
     "watcher": {
         *(("kueue.x-k8s.io", r, v) for r in KUEUE_READ for v in ("get", "list", "watch")),

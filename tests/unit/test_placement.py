@@ -101,6 +101,8 @@ def test_a_placement_makes_the_check_ready_admits_on_the_manager_with_the_worker
     assert [(_job(state, f"{d.namespace}/{d.name}"), d.cluster, d.check) for d in place] == [
         ("job-a", "worker-1", mc.CHECK)]
     assert place[0].admission.pod_set_assignments[0].flavors == (("cpu", "worker-1-pool"),)
+    assert [(u.name, u.node_selector) for u in place[0].pod_set_updates] == [
+        ("main", (("kueuelog.io/worker", "worker-1"),))]
     rec = state.workloads[_key(state, "job-a")]
     check = rec.checks[mc.CHECK]
     assert (check.state, check.message) == (o.CheckState.READY, 'The workload was admitted on "worker-1"')
