@@ -108,6 +108,10 @@ MULTIKUEUE_CONTROLLER: Final = f"{KUEUE_GROUP}/multikueue"
 CLUSTER_ANNOTATION: Final = f"{KUEUELOG_PREFIX}cluster"
 PLACEMENT_POLICY_ANNOTATION: Final = f"{KUEUELOG_PREFIX}placement-policy"
 SIM_WORKER_LABEL: Final = f"{KUEUELOG_PREFIX}worker"
+# On a Job: the Workload that stands for it already exists, by this name (Kueue's prebuilt workload);
+# the copy of a placed Job on its worker carries the manager's Workload name in it.
+PREBUILT_WORKLOAD_LABEL: Final = f"{KUEUE_GROUP}/prebuilt-workload-name"
+MULTIKUEUE_ORIGIN_LABEL: Final = f"{KUEUE_GROUP}/multikueue-origin"  # on a worker's copy: made by MultiKueue
 """On a Workload (or its Job) in a simulated cluster: how long after each start its pods become ready
 (a duration), or ``never``: a gang whose pods never all start."""
 

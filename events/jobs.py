@@ -14,6 +14,7 @@ give the same Job (and stable across replays).
 from __future__ import annotations
 
 import hashlib
+import re
 
 from events import api
 from events import objects as o
@@ -22,6 +23,7 @@ from events.cluster import (
     MAX_EXEC_TIME_LABEL,
     MIN_PARALLELISM_ANNOTATION,
     POD_PRIORITY_CLASS_SOURCE,
+    PREBUILT_WORKLOAD_LABEL,
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
     WORKLOAD_PRIORITY_CLASS_SOURCE,
@@ -30,6 +32,7 @@ from events.jobkinds.naming import MAX_NAME, check_queue_name, workload_name
 from events.podspec import Where, pod_set_from_template
 
 __all__ = ["MAX_NAME", "job_to_workload", "workload_name_for_job"]
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def workload_name_for_job(job_name: str, job_uid: str) -> str:
@@ -89,7 +92,12 @@ def job_to_workload(
     elif spec.template.spec.priority_class_name:
         priority_ref = o.PriorityRef(source=POD_PRIORITY_CLASS_SOURCE, name=spec.template.spec.priority_class_name)
     uid = meta.uid or hashlib.sha1(f"{namespace}/{name}".encode(), usedforsecurity=False).hexdigest()[:32]
-    wl_name = workload_name_for_job(name, uid)
+    # A prebuilt Workload (Kueue's label): on a worker, the copy of a placed Job reports under the
+    # manager's Workload name (services.core.placement).
+    wl_name = labels.get(PREBUILT_WORKLOAD_LABEL) or workload_name_for_job(name, uid)
+    if not _SUBDOMAIN.fullmatch(wl_name) or len(wl_name) > MAX_NAME:
+        raise where.error(f"metadata.labels.{PREBUILT_WORKLOAD_LABEL}",
+                          f"must be a DNS subdomain of at most {MAX_NAME} characters (got {wl_name[:100]!r})")
     return o.Workload(
         namespace=namespace,
         name=wl_name,

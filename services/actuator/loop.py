@@ -94,6 +94,13 @@ class Tuning:
         return min(self.retry_base_seconds * 2.0 ** (attempts - 1), self.retry_max_seconds)
 
 
+class Placer(Protocol):
+    """Applies MultiKueue placement decisions to the worker clusters (``services.actuator.multikueue``);
+    raises :class:`ActuationError` when it cannot."""
+
+    async def apply(self, decision: PlaceWorkload | RemovePlacement) -> Sequence[Staged]: ...
+
+
 class ActuationPort(Protocol):
     """Where decisions take effect. ``start`` / ``stop`` either return the records that carry the
     actuation (committed atomically with the loop's position), or perform idempotent calls
@@ -209,9 +216,11 @@ class Actuator(Generic[P]):
     :mod:`services.actuator.runner`). ``retry_after`` says how long to wait after a step that
     hit a retriable failure."""
 
-    def __init__(self, log: Log, port: P, *, topics: Topics | None = None) -> None:
+    def __init__(self, log: Log, port: P, *, topics: Topics | None = None, placer: Placer | None = None) -> None:
+        """``placer``: applies MultiKueue placements to the worker clusters (a manager's actuator)."""
         self.log = log
         self.port = port
+        self.placer = placer
         self.topics = topics or Topics()
         self.tuning = port.tuning
         self.next_offset = 0
@@ -292,8 +301,11 @@ class Actuator(Generic[P]):
         if isinstance(d, CycleCompleted):
             self.watermark.close(d)
             return True
-        if (isinstance(d, MarkPending) and not pending_wanted) or isinstance(d, _PLACEMENTS):
-            self.stats.ignored += 1  # placements: the scheduler's own record (worker actuation: not yet)
+        if isinstance(d, MarkPending) and not pending_wanted:
+            self.stats.ignored += 1
+            return True
+        if isinstance(d, PlacementWaiting) or (isinstance(d, _PLACEMENTS) and self.placer is None):
+            self.stats.ignored += 1  # the scheduler's own record; or no worker clusters to reach from here
             return True
         if self.watermark.applied(d):
             self.stats.duplicates += 1
@@ -303,7 +315,12 @@ class Actuator(Generic[P]):
             self.watermark.note(d)
             return True
         try:
-            staged = await (self.port.start(d) if isinstance(d, AdmitWorkload | AdmitChecked) else self.port.stop(d))
+            if isinstance(d, PlaceWorkload | RemovePlacement):
+                assert self.placer is not None
+                staged = await self.placer.apply(d)  # MultiKueue: the copy on the worker (services.actuator.multikueue)
+            else:
+                staged = await (self.port.start(d) if isinstance(d, AdmitWorkload | AdmitChecked)
+                                else self.port.stop(d))
         except ActuationError as e:
             return self._failed(d, e, appends)
         self._attempts.pop(d.id, None)
@@ -312,13 +329,14 @@ class Actuator(Generic[P]):
         self._report(appends, DecisionApplied(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
                                               cluster=self.port.cluster), d.id)
         self.watermark.note(d)
-        if isinstance(d, AdmitWorkload | AdmitChecked):
+        if isinstance(d, AdmitWorkload | AdmitChecked | PlaceWorkload):
             self.stats.started += 1
         else:
             self.stats.stopped += 1
         return True
 
-    def _failed(self, d: AdmitWorkload | AdmitChecked | EvictWorkload, e: ActuationError,
+    def _failed(self, d: AdmitWorkload | AdmitChecked | EvictWorkload | PlaceWorkload | RemovePlacement,
+                e: ActuationError,
                 appends: dict[str, list[tuple[str, bytes]]]) -> bool:
         """Retry later (False: stop the batch here) or report the failure and move on."""
         workload = f"{d.namespace}/{d.name}"

@@ -443,6 +443,10 @@ EXPECTED_RULES = {
         # patches its pending-reason annotation.
         *(("kueue.x-k8s.io", "workloads", v) for v in ("get", "create", "patch")),
         ("kueue.x-k8s.io", "workloads/status", "patch"),
+        # MultiKueue (services/actuator/multikueue.py): a worker's MultiKueueCluster; a worker Job's
+        # status copied to the manager's Job.
+        ("kueue.x-k8s.io", "multikueueclusters", "get"),
+        ("batch", "jobs/status", "patch"),
         *(("kueue.x-k8s.io", r, "get") for r in ("resourceflavors", "clusterqueues", "localqueues")),
         *(("kueue.x-k8s.io", r, "patch") for r in ("clusterqueues/status", "localqueues/status")),
         # jobs.py resolves a Workload's priority as Kueue's prepareWorkload does.
