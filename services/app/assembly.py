@@ -162,6 +162,7 @@ class WatcherSettings(ServiceSettings):
     kube: KubeSettings
     t9k: bool = False  # also watch T9k Queues (events.t9k)
     job_kinds: tuple[str, ...] = ()  # also watch these workload kinds (events.jobkinds), e.g. JobSet
+    heartbeat_s: float = 0  # a tick under this cluster's name while its API server answers (MultiKueue workers)
     name: ClassVar[ServiceName] = "watcher"
     writer: ClassVar[str | None] = None
     leads: ClassVar[str | None] = None
@@ -296,6 +297,19 @@ def _job_kinds(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[st
         raise SettingsError(f"{where}: {e}") from None
 
 
+def _heartbeat(args: argparse.Namespace, environ: Mapping[str, str]) -> float:
+    flag = getattr(args, "heartbeat", None)
+    text, where = (flag, "--heartbeat") if flag is not None else (environ.get("KUEUELOG_HEARTBEAT", "0"),
+                                                                  "KUEUELOG_HEARTBEAT")
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise SettingsError(f"{where}: expected a number of seconds, got {text!r}") from None
+    if not 0 <= seconds <= 3600:  # NaN fails this too
+        raise SettingsError(f"{where}: must be between 0 (off) and 3600 seconds, got {text!r}")
+    return seconds
+
+
 def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> RunSettings:
     """The settings of ``kueuelog run SERVICE`` from its flags and the environment."""
     o = run_options(args, environ)
@@ -312,7 +326,8 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
             return SchedulerSettings(log=log, http=o.http, cluster=o.cluster, seed=seed)
         case "watcher":
             return WatcherSettings(log=log, http=o.http, cluster=o.cluster, kube=kube,
-                                   t9k=bool(getattr(args, "t9k", False)), job_kinds=_job_kinds(args, environ))
+                                   t9k=bool(getattr(args, "t9k", False)), job_kinds=_job_kinds(args, environ),
+                                   heartbeat_s=_heartbeat(args, environ))
         case "actuator":
             return ActuatorSettings(log=log, http=o.http, cluster=o.cluster, kube=kube if o.kube else None,
                                     policy=o.policy, qps=float(args.qps), burst=int(args.burst),
@@ -551,7 +566,8 @@ async def _watcher(settings: WatcherSettings, context: _Context, cfg: client.Con
     assert cfg is not None  # the watcher always has a Kubernetes configuration
     async with api_client(cfg) as api:
         watcher = WatcherService(context.log, api, cluster=settings.cluster, topics=settings.log.topics,
-                                 status=context.status, t9k=settings.t9k, job_kinds=settings.job_kinds)
+                                 status=context.status, t9k=settings.t9k, job_kinds=settings.job_kinds,
+                                 heartbeat_s=settings.heartbeat_s)
         context.registry.register(watcher.collector())
         await watcher.run(context.stop)
 

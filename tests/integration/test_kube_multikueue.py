@@ -21,11 +21,13 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events import objects as o
 from events.cluster import MULTIKUEUE_CONTROLLER, PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
-from events.codec import decode_envelope
-from events.envelope import Topics
+from events.codec import decode_envelope, encode
+from events.envelope import Envelope, Topics, event_key
 from events.messages import ObjectApplied, PlaceWorkload, RemovePlacement
 from events.objects import MultiKueueCluster
+from services.runtime.clock import wall_clock_ms
 from services.runtime.log import Log
 from services.runtime.sqlite import SqliteLog
 from services.watcher.service import WatcherService
@@ -77,41 +79,44 @@ def _queue(flavor: str, cpu: str, checks: list[str]) -> dict[str, Any]:
     return {"spec": spec}
 
 
-async def _manager_objects(api: client.ApiClient, worker_kubeconfig: Path) -> None:
+async def _manager_objects(api: client.ApiClient, workers: dict[str, Path], tag: str = "") -> None:
+    """The manager's MultiKueue objects (names suffixed with ``tag``: each test its own) and queue."""
     co = client.CustomObjectsApi(api)
     await _namespace(api, NS)
-    await _create(co, "multikueueconfigs", "MultiKueueConfig", "mk-config", {"spec": {"clusters": [WORKER]}})
-    await _create(co, "multikueueclusters", "MultiKueueCluster", WORKER, {"spec": {"clusterSource": {
-        "kubeConfig": {"locationType": "Path", "location": str(worker_kubeconfig)}}}})
-    await _create(co, "admissionchecks", "AdmissionCheck", "mk-check", {"spec": {
+    await _create(co, "multikueueconfigs", "MultiKueueConfig", f"mk-config{tag}", {"spec": {"clusters": list(workers)}})
+    for name, kubeconfig in workers.items():
+        await _create(co, "multikueueclusters", "MultiKueueCluster", name, {"spec": {"clusterSource": {
+            "kubeConfig": {"locationType": "Path", "location": str(kubeconfig)}}}})
+    await _create(co, "admissionchecks", "AdmissionCheck", f"mk-check{tag}", {"spec": {
         "controllerName": MULTIKUEUE_CONTROLLER,
-        "parameters": {"apiGroup": KUEUE_GROUP, "kind": "MultiKueueConfig", "name": "mk-config"}}})
+        "parameters": {"apiGroup": KUEUE_GROUP, "kind": "MultiKueueConfig", "name": f"mk-config{tag}"}}})
     await _create(co, "resourceflavors", "ResourceFlavor", "mk-manager", {"spec": {}})
-    await _create(co, "clusterqueues", "ClusterQueue", "mk-cq", _queue("mk-manager", "10", ["mk-check"]))
-    await _create(co, "localqueues", "LocalQueue", "mk-lq", {"spec": {"clusterQueue": "mk-cq"}}, NS)
+    await _create(co, "clusterqueues", "ClusterQueue", f"mk-cq{tag}", _queue("mk-manager", "10", [f"mk-check{tag}"]))
+    await _create(co, "localqueues", "LocalQueue", f"mk-lq{tag}", {"spec": {"clusterQueue": f"mk-cq{tag}"}}, NS)
 
 
-async def _worker_objects(api: client.ApiClient) -> None:
+async def _worker_objects(api: client.ApiClient, pool: str = "worker-a", tag: str = "") -> None:
     co = client.CustomObjectsApi(api)
     await apply_crds(api)
     await _namespace(api, NS)
-    await _create(co, "resourceflavors", "ResourceFlavor", "mk-worker-pool",
-                  {"spec": {"nodeLabels": {"kueuelog.io/pool": "worker-a"}}})
-    await _create(co, "clusterqueues", "ClusterQueue", "mk-cq", _queue("mk-worker-pool", "4", []))
-    await _create(co, "localqueues", "LocalQueue", "mk-lq", {"spec": {"clusterQueue": "mk-cq"}}, NS)
+    await _create(co, "resourceflavors", "ResourceFlavor", f"mk-{pool}-pool",
+                  {"spec": {"nodeLabels": {"kueuelog.io/pool": pool}}})
+    await _create(co, "clusterqueues", "ClusterQueue", f"mk-cq{tag}", _queue(f"mk-{pool}-pool", "4", []))
+    await _create(co, "localqueues", "LocalQueue", f"mk-lq{tag}", {"spec": {"clusterQueue": f"mk-cq{tag}"}}, NS)
 
 
-def _cluster_known(log: Log, topics: Topics) -> bool:
-    """The manager's watcher published the worker's MultiKueueCluster: from now on the scheduler
-    folds events under that cluster name into the worker's view (start the worker's watcher then)."""
+def _cluster_known(log: Log, topics: Topics, *names: str) -> bool:
+    """The manager's watcher published these MultiKueueClusters: from now on the scheduler folds
+    events under those cluster names into the workers' views (start the workers' watchers then)."""
+    seen: set[str] = set()
     offset = 0
     while batch := log.read(topics.cluster_events, offset, 5000):
         for rec in batch:
             ev = decode_envelope(rec.value).event
             if isinstance(ev, ObjectApplied) and isinstance(ev.object, MultiKueueCluster):
-                return True
+                seen.add(ev.object.name)
         offset = batch[-1].offset + 1
-    return False
+    return seen >= set(names)
 
 
 async def test_a_job_placed_on_the_worker_runs_there_its_status_flows_back_and_it_is_cleaned_up(
@@ -120,7 +125,7 @@ async def test_a_job_placed_on_the_worker_runs_there_its_status_flows_back_and_i
 ) -> None:
     log = SqliteLog(tmp_path / "log")
     topics = Topics()
-    await _manager_objects(kube_api_client, kube_worker_plane.kubeconfig_path)
+    await _manager_objects(kube_api_client, {WORKER: kube_worker_plane.kubeconfig_path})
     manager_batch = client.BatchV1Api(kube_api_client)
     async with open_api_client(kube_worker_plane) as worker_api:
         await _worker_objects(worker_api)
@@ -128,7 +133,7 @@ async def test_a_job_placed_on_the_worker_runs_there_its_status_flows_back_and_i
         try:
             async with kueuelog(kube_control_plane, log, cluster="manager", topics=topics) as running:
                 async def known() -> bool:
-                    return _cluster_known(log, topics)
+                    return _cluster_known(log, topics, WORKER)
 
                 await eventually(running, known, what="the MultiKueueCluster in the log")
                 stop = asyncio.Event()
@@ -148,30 +153,40 @@ async def test_a_job_placed_on_the_worker_runs_there_its_status_flows_back_and_i
             log.close()
 
 
-async def _placed_run_and_finish(running: Any, manager_batch: client.BatchV1Api,
-                                 worker_batch: client.BatchV1Api) -> None:
+async def _submit(manager_batch: client.BatchV1Api, name: str, queue: str) -> str:
+    """A Job on the manager, as with Kueue's MultiKueue (managedBy); returns its Workload's name."""
+    from events import jobs
+
     created = await manager_batch.create_namespaced_job(NS, {
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "train", "labels": {QUEUE_NAME_LABEL: "mk-lq"}},
+        "metadata": {"name": name, "labels": {QUEUE_NAME_LABEL: queue}},
         "spec": {"suspend": True, "parallelism": 1, "completions": 1, "backoffLimit": 0,
                  "managedBy": MULTIKUEUE_CONTROLLER,
                  "template": {"spec": {"restartPolicy": "Never", "containers": [
                      {"name": "main", "image": "busybox:1.36", "command": ["true"],
                       "resources": {"requests": {"cpu": "1"}}}]}}}})
-    from events import jobs
+    return jobs.workload_name_for_job(name, created.metadata.uid)
 
-    wl_name = jobs.workload_name_for_job("train", created.metadata.uid)
-    co = client.CustomObjectsApi(manager_batch.api_client)
 
+def _remote(worker_batch: client.BatchV1Api, name: str) -> Any:
     async def remote() -> dict[str, Any] | None:
         try:
             job = await client.CustomObjectsApi(worker_batch.api_client).get_namespaced_custom_object(
-                "batch", "v1", NS, "jobs", "train")
+                "batch", "v1", NS, "jobs", name)
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
         return dict(job)
+
+    return remote
+
+
+async def _placed_run_and_finish(running: Any, manager_batch: client.BatchV1Api,
+                                 worker_batch: client.BatchV1Api) -> None:
+    wl_name = await _submit(manager_batch, "train", "mk-lq")
+    co = client.CustomObjectsApi(manager_batch.api_client)
+    remote = _remote(worker_batch, "train")
 
     copy = await eventually(running, remote, what="the Job's copy on the worker")
     pod = copy["spec"]["template"]["spec"]
@@ -214,3 +229,54 @@ async def _placed_run_and_finish(running: Any, manager_batch: client.BatchV1Api,
 
     job = await eventually(running, flowed_back, what="the worker's completion on the manager's Job and Workload")
     assert job["status"]["succeeded"] == 1
+
+
+async def test_a_lost_worker_s_workload_is_placed_on_the_other_exactly_once(
+    deployed: None, kube_control_plane: LocalControlPlane, kube_worker_plane: LocalControlPlane,  # noqa: F811
+    kube_api_client: client.ApiClient, tmp_path: Path,
+) -> None:
+    """Two workers with heartbeats; a workerLostTimeout of 5 s (the Configuration, in the log).
+    The workload goes to worker-c (first in spec.clusters); worker-c's API server is stopped: its
+    heartbeat stops, and once 5 s of log time pass the workload is requeued on the manager and
+    placed on worker-d, exactly once."""
+    log = SqliteLog(tmp_path / "log")
+    topics = Topics()
+    lost = LocalControlPlane()
+    lost.start(tmp_path / "worker-c")
+    config = Envelope(id="seed:configuration", source="test", event=ObjectApplied(
+        time=wall_clock_ms(), object=o.Configuration(multikueue_worker_lost_timeout_ms=5_000)))
+    log.append(topics.cluster_events, [(event_key(config), encode(config))])
+    workers = {"worker-c": lost.kubeconfig_path, "worker-d": kube_worker_plane.kubeconfig_path}
+    await _manager_objects(kube_api_client, workers, tag="-lost")
+    manager_batch = client.BatchV1Api(kube_api_client)
+    stop = asyncio.Event()
+    try:
+        async with open_api_client(lost) as c_api, open_api_client(kube_worker_plane) as d_api:
+            await _worker_objects(c_api, "worker-c", tag="-lost")
+            await _worker_objects(d_api, "worker-d", tag="-lost")
+            async with kueuelog(kube_control_plane, log, cluster="manager", topics=topics) as running:
+                async def known() -> bool:
+                    return _cluster_known(log, topics, *workers)
+
+                await eventually(running, known, what="both MultiKueueClusters in the log")
+                watchers = [asyncio.create_task(WatcherService(log, api, cluster=name, topics=topics,
+                                                               backoff=(0.1, 1.0), heartbeat_s=1.0).run(stop))
+                            for name, api in (("worker-c", c_api), ("worker-d", d_api))]
+                try:
+                    await _submit(manager_batch, "move", "mk-lq-lost")
+                    await eventually(running, _remote(client.BatchV1Api(c_api), "move"),
+                                     what="the Job's copy on worker-c")
+                    lost.stop()  # worker-c's API server is gone: its heartbeat stops
+                    copy = await eventually(running, _remote(client.BatchV1Api(d_api), "move"),
+                                            what="the Job's copy on worker-d after worker-c was lost")
+                    assert copy["spec"]["template"]["spec"]["nodeSelector"] == {"kueuelog.io/pool": "worker-d"}
+                finally:
+                    stop.set()
+                    await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), timeout=60)
+        ds = [d for d in decisions(log, topics) if d.name.startswith("job-move-")]
+        assert [d.cluster for d in ds if isinstance(d, PlaceWorkload)] == ["worker-c", "worker-d"]
+        assert [(d.cluster, str(d.reason)) for d in ds if isinstance(d, RemovePlacement)] == [
+            ("worker-c", "WorkerLost")]
+    finally:
+        lost.stop()
+        log.close()
