@@ -263,6 +263,7 @@ class PlacementEnd(StrEnum):
     EVICTED_ON_MANAGER = "EvictedOnManager"
     WORKER_LOST = "WorkerLost"  # silent past workerLostTimeout, or its MultiKueueCluster not Active
     CLUSTER_REMOVED = "ClusterRemoved"  # its MultiKueueCluster was deleted
+    STALE_COPY = "StaleCopy"  # a worker reports a copy of a workload not placed there (back after being lost)
 
 
 class RemovePlacement(Decision, frozen=True, tag="multikueue.remove"):

@@ -21,6 +21,10 @@ class WorkerView(msgspec.Struct, kw_only=True):
     local_queues: dict[str, o.LocalQueue] = {}  # namespace/name
     namespaces: dict[str, o.Namespace] = {}
     last_seen: int = 0
+    # Copies of manager workloads its watcher reported there (by workload key), and those whose
+    # removal was decided since (asked again when the worker comes back after being lost).
+    copies: dict[str, None] = {}
+    gc_requested: dict[str, None] = {}
 
 
 class Placement(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,7 +25,8 @@ decides where a workload goes, so there is nothing to race:
    15 minutes by default), or its MultiKueueCluster deleted or not Active. A lost worker's
    workloads get their check set to Retry ("Admitting remote lost"), so they are evicted and
    requeued on the manager and placed elsewhere; a late report from the lost worker is about a
-   workload no longer placed there and changes nothing.
+   workload no longer placed there and changes nothing; a copy it still reports of such a
+   workload is removed (``StaleCopy``) once it is reachable again.
 
 Pure: time is ``state.now``; every iteration is over sorted keys.
 """
@@ -104,8 +105,16 @@ def route(state: State, cluster: str, event: ClusterEvent) -> State:
     state.now = max(state.now, event.time)
     state.seq += 1
     view = state.multikueue.workers[cluster]
+    if state.now - view.last_seen > state.config.multikueue_worker_lost_timeout_ms:
+        view.gc_requested.clear()  # back after being lost: what it still runs elsewhere's is removed again
     view.last_seen = state.now  # it spoke when its event reached the log, whatever the event's own time
-    if isinstance(event, ObjectApplied):
+    if isinstance(event, ObjectApplied) and isinstance(event.object, o.Workload):
+        view.copies[f"{event.object.namespace}/{event.object.name}"] = None
+    elif isinstance(event, ObjectDeleted) and event.kind == "Workload":
+        key = f"{event.namespace}/{event.name}"
+        view.copies.pop(key, None)
+        view.gc_requested.pop(key, None)
+    elif isinstance(event, ObjectApplied):
         table = _WORKER_KINDS.get(type(event.object))
         if table is not None:
             obj = event.object
@@ -267,6 +276,10 @@ def run(state: State, out: Out) -> int:
         if removal is not None:
             apply(state, removal)
             out.out.append(removal)
+    for cluster in sorted(state.multikueue.workers):
+        for stale in _stale_copies(state, out, cluster):
+            apply(state, stale)
+            out.out.append(stale)
     waiting = sorted((rec.reserved_at or 0, key) for key, rec in state.workloads.items()
                      if key not in state.multikueue.placements and _waits(rec))
     for _, key in waiting:
@@ -280,6 +293,24 @@ def run(state: State, out: Out) -> int:
 def _waits(rec: WorkloadRecord) -> bool:
     return (rec.admission is not None and not rec.evicting and not rec.finished and bool(rec.checks)
             and any(c.state == o.CheckState.PENDING for c in rec.checks.values()))
+
+
+def _stale_copies(state: State, out: Out, cluster: str) -> list[RemovePlacement]:
+    """Copies a reachable worker reports of manager workloads not placed there, not yet asked to go
+    (a worker back after being lost still runs what was placed elsewhere meanwhile)."""
+    view = state.multikueue.workers[cluster]
+    if not view.copies or worker_lost(state, cluster):
+        return []
+    found: list[RemovePlacement] = []
+    for key in sorted(view.copies):
+        placed = state.multikueue.placements.get(key)
+        if key in view.gc_requested or key not in state.workloads or (placed is not None and placed.cluster == cluster):
+            continue
+        ns, _, name = key.partition("/")
+        found.append(RemovePlacement(id=f"c{out.cycle}-{len(out.out) + len(found)}", cycle=out.cycle, time=out.time,
+                                     namespace=ns, name=name, cluster=cluster, check="",
+                                     reason=PlacementEnd.STALE_COPY))
+    return found
 
 
 def _removal(state: State, out: Out, key: str) -> RemovePlacement | None:
@@ -387,6 +418,11 @@ def _apply_waiting(state: State, d: PlacementWaiting) -> None:
 
 def _apply_remove(state: State, d: RemovePlacement) -> None:
     key = f"{d.namespace}/{d.name}"
+    view = state.multikueue.workers.get(d.cluster)
+    if view is not None:
+        view.gc_requested[key] = None  # its copy there goes (the worker's actuator deletes it)
+    if d.reason == PlacementEnd.STALE_COPY:
+        return  # a copy, not the placement: where it is placed now stays as it is
     state.multikueue.placements.pop(key, None)
     _release_on_worker(state, d.cluster, key)
     rec = state.workloads.get(key)

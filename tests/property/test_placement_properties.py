@@ -58,7 +58,7 @@ class Running:
             if isinstance(d, PlaceWorkload):
                 assert key not in self.on, f"{key} placed on {d.cluster} while running on {self.on[key]}"
                 self.on[key] = d.cluster
-            elif isinstance(d, RemovePlacement):
+            elif isinstance(d, RemovePlacement) and d.reason != "StaleCopy":
                 assert self.on.pop(key) == d.cluster
 
 

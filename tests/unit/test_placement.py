@@ -15,6 +15,7 @@ from events.messages import (
     AnyDecision,
     ClockTicked,
     ObjectApplied,
+    ObjectDeleted,
     PlacementWaiting,
     PlaceWorkload,
     RemovePlacement,
@@ -155,6 +156,28 @@ def test_a_lost_worker_requeues_its_workloads_elsewhere_and_its_late_report_resu
     assert state.anomaly_count == anomalies + 1
     assert _placed(state) == {"job-a": "worker-2"}
     assert state.multikueue.cluster_names == {a: "worker-2"}
+
+
+def test_a_copy_a_lost_worker_still_reports_when_it_is_back_is_removed_once() -> None:
+    state = _world(worker_cpu="2")
+    _submit(state, "job-a", "2")
+    _settle(state)
+    a = _key(state, "job-a")
+    copy = state.workloads[a].obj
+    route(state, "worker-1", ObjectApplied(time=T0 + MINUTE, object=copy))  # its watcher sees the copy
+    assert _settle(state) == []  # placed there: nothing to remove
+    route(state, "worker-2", ClockTicked(time=T0 + 17 * MINUTE))
+    _settle(state)
+    assert _placed(state) == {"job-a": "worker-2"}
+    route(state, "worker-1", ClockTicked(time=T0 + 18 * MINUTE))  # back, still running its copy
+    decisions = _settle(state)
+    stale = [(d.cluster, d.reason) for d in decisions if isinstance(d, RemovePlacement)]
+    assert stale == [("worker-1", "StaleCopy")]
+    assert _placed(state) == {"job-a": "worker-2"}
+    assert _settle(state) == []  # asked once
+    route(state, "worker-1", ObjectDeleted(time=T0 + 19 * MINUTE, kind="Workload", namespace=copy.namespace,
+                                           name=copy.name))
+    assert state.multikueue.workers["worker-1"].copies == {}
 
 
 def test_a_worker_whose_multikueue_cluster_is_inactive_is_no_candidate() -> None:
