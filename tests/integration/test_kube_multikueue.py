@@ -273,7 +273,8 @@ async def test_a_lost_worker_s_workload_is_placed_on_the_other_exactly_once(
                 finally:
                     stop.set()
                     await asyncio.wait_for(asyncio.gather(*watchers, return_exceptions=True), timeout=60)
-        ds = [d for d in decisions(log, topics) if d.name.startswith("job-move-")]
+        ds = [d for d in decisions(log, topics)
+              if isinstance(d, PlaceWorkload | RemovePlacement) and d.name.startswith("job-move-")]
         assert [d.cluster for d in ds if isinstance(d, PlaceWorkload)] == ["worker-c", "worker-d"]
         assert [(d.cluster, str(d.reason)) for d in ds if isinstance(d, RemovePlacement)] == [
             ("worker-c", "WorkerLost")]
