@@ -25,7 +25,7 @@ from events import objects as o
 from events.cluster import MULTIKUEUE_CONTROLLER, PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
 from events.codec import decode_envelope, encode
 from events.envelope import Envelope, Topics, event_key
-from events.messages import ObjectApplied, PlaceWorkload, RemovePlacement
+from events.messages import ClockTicked, ObjectApplied, PlaceWorkload, RemovePlacement
 from events.objects import MultiKueueCluster
 from services.runtime.clock import wall_clock_ms
 from services.runtime.log import Log
@@ -48,6 +48,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 V = "v1beta2"
 WORKER = "worker-a"
 NS = "mk-team"
+LOST_MS = 20_000
 
 
 async def _create(co: client.CustomObjectsApi, plural: str, kind: str, name: str, body: dict[str, Any],
@@ -103,6 +104,19 @@ async def _worker_objects(api: client.ApiClient, pool: str = "worker-a", tag: st
                   {"spec": {"nodeLabels": {"kueuelog.io/pool": pool}}})
     await _create(co, "clusterqueues", "ClusterQueue", f"mk-cq{tag}", _queue(f"mk-{pool}-pool", "4", []))
     await _create(co, "localqueues", "LocalQueue", f"mk-lq{tag}", {"spec": {"clusterQueue": f"mk-cq{tag}"}}, NS)
+
+
+def _ticked(log: Log, topics: Topics, *names: str) -> bool:
+    """Each of these clusters has a heartbeat in the log."""
+    seen: set[str] = set()
+    offset = 0
+    while batch := log.read(topics.cluster_events, offset, 5000):
+        for rec in batch:
+            env = decode_envelope(rec.value)
+            if isinstance(env.event, ClockTicked):
+                seen.add(env.cluster)
+        offset = batch[-1].offset + 1
+    return seen >= set(names)
 
 
 def _cluster_known(log: Log, topics: Topics, *names: str) -> bool:
@@ -235,16 +249,17 @@ async def test_a_lost_worker_s_workload_is_placed_on_the_other_exactly_once(
     deployed: None, kube_control_plane: LocalControlPlane, kube_worker_plane: LocalControlPlane,  # noqa: F811
     kube_api_client: client.ApiClient, tmp_path: Path,
 ) -> None:
-    """Two workers with heartbeats; a workerLostTimeout of 5 s (the Configuration, in the log).
-    The workload goes to worker-c (first in spec.clusters); worker-c's API server is stopped: its
-    heartbeat stops, and once 5 s of log time pass the workload is requeued on the manager and
-    placed on worker-d, exactly once."""
+    """Two workers with heartbeats every second; a workerLostTimeout of 20 s (the Configuration, in
+    the log: twenty missed heartbeats, so a loaded machine's slow beat is not a loss). The workload
+    goes to worker-c (first in spec.clusters); worker-c's API server is stopped: its heartbeat
+    stops, and once 20 s of log time pass the workload is requeued on the manager and placed on
+    worker-d, exactly once."""
     log = SqliteLog(tmp_path / "log")
     topics = Topics()
     lost = LocalControlPlane()
     lost.start(tmp_path / "worker-c")
     config = Envelope(id="seed:configuration", source="test", event=ObjectApplied(
-        time=wall_clock_ms(), object=o.Configuration(multikueue_worker_lost_timeout_ms=5_000)))
+        time=wall_clock_ms(), object=o.Configuration(multikueue_worker_lost_timeout_ms=LOST_MS)))
     log.append(topics.cluster_events, [(event_key(config), encode(config))])
     workers = {"worker-c": lost.kubeconfig_path, "worker-d": kube_worker_plane.kubeconfig_path}
     await _manager_objects(kube_api_client, workers, tag="-lost")
@@ -263,6 +278,10 @@ async def test_a_lost_worker_s_workload_is_placed_on_the_other_exactly_once(
                                                                backoff=(0.1, 1.0), heartbeat_s=1.0).run(stop))
                             for name, api in (("worker-c", c_api), ("worker-d", d_api))]
                 try:
+                    async def beating() -> bool:
+                        return _ticked(log, topics, *workers)
+
+                    await eventually(running, beating, what="both workers' heartbeats in the log")
                     await _submit(manager_batch, "move", "mk-lq-lost")
                     await eventually(running, _remote(client.BatchV1Api(c_api), "move"),
                                      what="the Job's copy on worker-c")
