@@ -32,7 +32,9 @@ async def run_heartbeat(log: Log, api: client.ApiClient, stop: asyncio.Event, *,
     version = client.VersionApi(api)
     while not stop.is_set():
         try:
-            await version.get_code(_request_timeout=max(1.0, interval_s))
+            # A slow answer is still an answer (a loaded API server, one busy with new CRDs): only
+            # no answer at all, for workerLostTimeout, makes the worker lost.
+            await version.get_code(_request_timeout=max(10.0, 2 * interval_s))
             ticker.tick()
         except (ApiException, aiohttp.ClientError, OSError, TimeoutError):
             pass  # not reachable: no heartbeat (that silence is the signal)
