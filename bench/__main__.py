@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from bench import engine, kafka, replay, services, shards
+from bench import engine, kafka, multicluster, replay, services, shards
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in replay.main():
         print(line, flush=True)
     for line in services.main():
+        print(line, flush=True)
+    for line in multicluster.main():
         print(line, flush=True)
     for line in kafka.main():
         print(line, flush=True)

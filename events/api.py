@@ -407,7 +407,14 @@ class Resources(_Spec):
     device_class_mappings: list[Any] | None = None  # DRA: events/dra.py
 
 
+class MultiKueueSettings(_Loose):
+    """Configuration ``multiKueue``: kueuelog reads ``workerLostTimeout``; the rest is Kueue's own."""
+
+    worker_lost_timeout: str | None = None
+
+
 class ConfigurationCommon(_Loose):
+    multi_kueue: MultiKueueSettings | None = None
     admission_fair_sharing: AdmissionFairSharingConfig | None = None
     resources: Resources | None = None
     manage_jobs_without_queue_name: bool | None = None

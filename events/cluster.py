@@ -109,7 +109,6 @@ POD_GROUP_SERVING_ANNOTATION: Final = f"{KUEUE_GROUP}/pod-group-serving"
 ROLE_HASH_ANNOTATION: Final = f"{KUEUE_GROUP}/role-hash"
 RETRIABLE_IN_GROUP_ANNOTATION: Final = f"{KUEUE_GROUP}/retriable-in-group"
 IS_GROUP_WORKLOAD_ANNOTATION: Final = f"{KUEUE_GROUP}/is-group-workload"
-PREBUILT_WORKLOAD_NAME_LABEL: Final = f"{KUEUE_GROUP}/prebuilt-workload-name"
 POD_SUSPENDING_PARENT_ANNOTATION: Final = f"{KUEUE_GROUP}/pod-suspending-parent"
 MANAGED_LABEL: Final = f"{KUEUE_GROUP}/managed"
 ELASTIC_QUOTA_TREE_LABEL: Final = f"{KUEUELOG_PREFIX}elastic-quota-tree"
@@ -119,6 +118,16 @@ RECLAIM_WITHIN_ANNOTATION: Final = f"{KUEUELOG_PREFIX}reclaim-within"
 """On a ClusterQueue: ``NominalQuota`` = reclaim in the cohort tree only for a workload that fits in
 its own nominal quota (ACK's rule for an ElasticQuotaTree leaf, ``events/elasticquota.py``)."""
 SIM_READY_AFTER_ANNOTATION: Final = f"{KUEUELOG_PREFIX}sim-ready-after"
+# MultiKueue (services.core.placement): the AdmissionCheck controller Kueue names, the annotation
+# that marks an object of ``simulate``'s input as a worker cluster's, the MultiKueueConfig's
+# placement policy, and the node label the simulated workers' flavors carry.
+MULTIKUEUE_CONTROLLER: Final = f"{KUEUE_GROUP}/multikueue"
+CLUSTER_ANNOTATION: Final = f"{KUEUELOG_PREFIX}cluster"
+PLACEMENT_POLICY_ANNOTATION: Final = f"{KUEUELOG_PREFIX}placement-policy"
+SIM_WORKER_LABEL: Final = f"{KUEUELOG_PREFIX}worker"
+# (PREBUILT_WORKLOAD_LABEL, above: the copy of a placed Job on its worker carries the manager's
+# Workload name in it.)
+MULTIKUEUE_ORIGIN_LABEL: Final = f"{KUEUE_GROUP}/multikueue-origin"  # on a worker's copy: made by MultiKueue
 """On a Workload (or its Job) in a simulated cluster: how long after each start its pods become ready
 (a duration), or ``never``: a gang whose pods never all start."""
 

@@ -120,7 +120,20 @@ def read_configuration(where: Where, version: str, rest: dict[str, Any]) -> o.Co
     if common.resources is not None and common.resources.device_class_mappings:
         out = msgspec.structs.replace(out, device_class_mappings=dra.device_class_mappings(
             where, common.resources.device_class_mappings))
+    out = _multikueue(where, common.multi_kueue, out)
     return _feature_gates(where, common.feature_gates or {}, out)
+
+
+def _multikueue(where: Where, mk: api.MultiKueueSettings | None, out: o.Configuration) -> o.Configuration:
+    if mk is None or mk.worker_lost_timeout is None:
+        return out
+    try:
+        ms = v.duration_ns(mk.worker_lost_timeout) // 1_000_000
+    except v.Invalid as e:
+        raise where.error("multiKueue.workerLostTimeout", f"{e.message} (expected e.g. 15m, 900s)") from None
+    if ms <= 0:
+        raise where.error("multiKueue.workerLostTimeout", f"must be positive (got {mk.worker_lost_timeout!r})")
+    return msgspec.structs.replace(out, multikueue_worker_lost_timeout_ms=ms)
 
 
 def _transformations(where: Where, given: list[api.ResourceTransformation]) -> tuple[o.ResourceTransformation, ...]:

@@ -14,6 +14,7 @@ give the same Job (and stable across replays).
 from __future__ import annotations
 
 import hashlib
+import re
 
 from events import api
 from events import objects as o
@@ -31,6 +32,7 @@ from events.jobkinds.naming import MAX_NAME, check_queue_name, workload_name
 from events.podspec import Where, pod_set_from_template
 
 __all__ = ["MAX_NAME", "job_to_workload", "workload_name_for_job"]
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def workload_name_for_job(job_name: str, job_uid: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Final, NoReturn, TypeVar
 import msgspec
 import yaml
 
-from events import api, checks_manifest, dra, jobkinds, t9k
+from events import api, checks_manifest, dra, jobkinds, multikueue_manifest, t9k
 from events import objects as o
 from events import validation as v
 from events.afs_manifest import admission_scope, consumed_resources
@@ -290,7 +290,7 @@ class _Ctx:
 SUPPORTED_KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (tuple(f"{KUEUE_GROUP}/{v}" for v in KUEUE_VERSIONS),
      ("AdmissionCheck", "ClusterQueue", "Cohort", "LocalQueue", "ProvisioningRequestConfig", "ResourceFlavor",
-      "Workload", "WorkloadPriorityClass")),
+      "Workload", "WorkloadPriorityClass", "MultiKueueConfig", "MultiKueueCluster")),
     ((f"{KUEUE_GROUP}/v1alpha1",), ("Cohort",)),
     (tuple(f"{KUEUE_CONFIG_GROUP}/{v}" for v in KUEUE_VERSIONS), ("Configuration",)),
     (("v1",), ("Namespace", "ConfigMap")),
@@ -961,6 +961,21 @@ def normalize(doc: Document) -> o.AnyObject | None:
         raise ctx_display.error(e.field, e.message) from None
 
 
+def _check_kinds(ctx: _Ctx, kind: str, body: Mapping[str, Any], meta: api.ObjectMeta) -> o.AnyObject:
+    """AdmissionCheck and the kinds its controllers read (ProvisioningRequestConfig, MultiKueue's)."""
+    if kind == "AdmissionCheck":
+        ac_spec = _spec(ctx, body, api.AdmissionCheckSpec)
+        if ac_spec.controller_name == multikueue_manifest.MULTIKUEUE_CONTROLLER:
+            p = ac_spec.parameters or api.AdmissionCheckParametersReference()
+            multikueue_manifest.check_parameters(ctx, p.kind, p.api_group, p.name)
+        return checks_manifest.admission_check(ctx, ac_spec, body)
+    if kind == "MultiKueueConfig":
+        return multikueue_manifest.multikueue_config(ctx, body, meta.annotations or {})
+    if kind == "MultiKueueCluster":
+        return multikueue_manifest.multikueue_cluster(ctx, body)
+    return checks_manifest.provisioning_config(ctx, _spec(ctx, body, api.ProvisioningRequestConfigSpec))
+
+
 def _dispatch(
     ctx: _Ctx, kind: str, group: str, version: str, body: Mapping[str, Any], meta: api.ObjectMeta, namespace: str
 ) -> o.AnyObject | None:
@@ -981,9 +996,7 @@ def _dispatch(
             value = _int_field(ctx, body, "value", required=True)
             assert value is not None
             return o.WorkloadPriorityClass(name=ctx.name, value=value)
-        if kind == "AdmissionCheck":
-            return checks_manifest.admission_check(ctx, _spec(ctx, body, api.AdmissionCheckSpec), body)
-        return checks_manifest.provisioning_config(ctx, _spec(ctx, body, api.ProvisioningRequestConfigSpec))
+        return _check_kinds(ctx, kind, body, meta)
     if api_version == "v1" and kind == "Namespace":
         labels = dict(meta.labels or {})
         labels["kubernetes.io/metadata.name"] = ctx.name  # the API server sets it on every namespace

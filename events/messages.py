@@ -247,6 +247,48 @@ class UpdateWorkloadStatus(Decision, frozen=True, tag="workload-status"):
     requeue_at: int | None = None  # status.requeueState.requeueAt (ms); None: not set
 
 
+class PlaceWorkload(Decision, frozen=True, tag="multikueue.place"):
+    """MultiKueue: a workload holding quota on the manager is placed on one worker cluster, whose
+    own ClusterQueue admits it with ``admission`` (the worker's flavors). The check becomes Ready,
+    ``status.clusterName`` is ``cluster``; that cluster's actuator runs it there."""
+
+    cluster: str
+    check: str
+    admission: Admission
+    message: str = ""
+    # Per podSet, the worker's flavors' node labels and tolerations, for the copy made there.
+    pod_set_updates: tuple[PodSetUpdate, ...] = ()
+
+
+class PlacementWaiting(Decision, frozen=True, tag="multikueue.waiting"):
+    """MultiKueue: no worker can admit the workload now; ``message`` says why, per cluster (the
+    check stays Pending with this message)."""
+
+    check: str
+    message: str
+
+
+class PlacementEnd(StrEnum):
+    """Why a MultiKueue placement ends (a closed set)."""
+
+    WORKLOAD_FINISHED = "WorkloadFinished"
+    EVICTED_ON_MANAGER = "EvictedOnManager"
+    WORKER_LOST = "WorkerLost"  # silent past workerLostTimeout, or its MultiKueueCluster not Active
+    CLUSTER_REMOVED = "ClusterRemoved"  # its MultiKueueCluster was deleted
+    STALE_COPY = "StaleCopy"  # a worker reports a copy of a workload not placed there (back after being lost)
+
+
+class RemovePlacement(Decision, frozen=True, tag="multikueue.remove"):
+    """MultiKueue: the workload's copy on ``cluster`` goes (its actuator deletes what it created):
+    finished, evicted on the manager, or the worker was lost (then the check is Retry and the
+    workload is requeued on the manager, to be placed elsewhere)."""
+
+    cluster: str
+    check: str
+    reason: PlacementEnd
+    message: str = ""
+
+
 class HeadOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """What became of one head of a cycle that was not admitted: back in its queue or parked,
     whether it keeps the head as a preemptor, and where its flavor search resumes."""
@@ -271,6 +313,7 @@ class CycleCompleted(msgspec.Struct, frozen=True, kw_only=True, tag="cycle", tag
     heads: tuple[HeadOutcome, ...] = ()
 
 
-AnyDecision = AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | UpdateWorkloadStatus
+AnyDecision = (AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | UpdateWorkloadStatus
+               | PlaceWorkload | PlacementWaiting | RemovePlacement)
 DecisionRecord = (AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | UpdateWorkloadStatus
-                  | CycleCompleted)
+                  | PlaceWorkload | PlacementWaiting | RemovePlacement | CycleCompleted)

@@ -221,6 +221,31 @@ class AdmissionCheck(_Kind, frozen=True, tag="AdmissionCheck"):
     active: bool | None = None  # status.conditions Active as written; None: not stated (derived)
 
 
+class PlacementPolicy(StrEnum):
+    """How a MultiKueueConfig's clusters are tried (kueuelog's choice; Kueue has one order)."""
+
+    ORDERED = "Ordered"  # spec.clusters order: the first worker that can admit now (Kueue's preference order)
+    MOST_FREE_QUOTA = "MostFreeQuota"  # the worker whose queue has the most unused quota left after it
+
+
+class MultiKueueConfig(_Kind, frozen=True, tag="MultiKueueConfig"):
+    """Kueue's MultiKueueConfig: the worker clusters an AdmissionCheck may place on, preferred first."""
+
+    name: str
+    clusters: tuple[str, ...] = ()
+    policy: PlacementPolicy = PlacementPolicy.ORDERED  # annotation kueuelog.io/placement-policy
+
+
+class MultiKueueCluster(_Kind, frozen=True, tag="MultiKueueCluster"):
+    """Kueue's MultiKueueCluster: how the manager reaches one worker (a kubeconfig in a Secret or at
+    a path). Its name is the cluster name the worker's watcher and actuator publish under."""
+
+    name: str
+    location_type: str = "Secret"  # Secret | Path
+    location: str = ""
+    active: bool | None = None  # status.conditions Active as written; None: not stated
+
+
 class ProvisioningRequestConfig(_Kind, frozen=True, tag="ProvisioningRequestConfig"):
     name: str
     provisioning_class_name: str = ""
@@ -325,6 +350,8 @@ class Configuration(_Kind, frozen=True, tag="Configuration"):
     afs_usage_half_life_ms: int = 0
     afs_usage_sampling_interval_ms: int = 300_000
     afs_resource_weights: tuple[tuple[str, float], ...] = ()
+    # multiKueue.workerLostTimeout (Kueue's default 15m): a worker silent that long is lost.
+    multikueue_worker_lost_timeout_ms: int = 900_000
 
 
 class NodeSelectorTerm(_Obj, frozen=True):
@@ -446,6 +473,8 @@ AnyObject = (
     | Namespace
     | AdmissionCheck
     | ProvisioningRequestConfig
+    | MultiKueueConfig
+    | MultiKueueCluster
     | Configuration
     | Workload
     | ResourceShapes

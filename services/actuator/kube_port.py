@@ -178,7 +178,8 @@ class KubePort:
         """The ClusterQueue / LocalQueue counts from every decision before the committed position."""
         self.counts = QueueCounts()
         for d in history:
-            self.counts.fold(d)
+            if isinstance(d, AdmitWorkload | AdmitChecked | EvictWorkload | MarkPending):
+                self.counts.fold(d)
 
     async def before_batch(self) -> None:
         await self._do_later()

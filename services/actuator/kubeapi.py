@@ -247,15 +247,17 @@ class KubeCalls:
             raise
         return True
 
-    async def delete(self, ref: Ref) -> None:
-        """Delete a namespaced object; one that is gone already is fine."""
+    async def delete(self, ref: Ref, *, propagation: str = "") -> None:
+        """Delete a namespaced object; one that is gone already is fine. ``propagation``: the
+        propagationPolicy (``Background`` for a Job, whose API default orphans its pods)."""
         if ref.group:
             fn: Callable[..., Awaitable[Any]] = self._co.delete_namespaced_custom_object
             args: tuple[Any, ...] = (ref.group, ref.version, ref.namespace, ref.plural, ref.name)
         else:
             fn, args = self._core.delete_namespaced_pod_template, (ref.name, ref.namespace)
+        extra = {"propagation_policy": propagation} if propagation else {}
         try:
-            await self._plain(f"delete {ref.kind}", str(ref), fn, args)
+            await self._plain(f"delete {ref.kind}", str(ref), fn, args, **extra)
         except KubeApiError as e:
             if e.status != 404:
                 raise

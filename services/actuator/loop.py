@@ -53,10 +53,14 @@ from events.messages import (
     DecisionRecord,
     EvictWorkload,
     MarkPending,
+    PlacementWaiting,
+    PlaceWorkload,
+    RemovePlacement,
     UpdateWorkloadStatus,
 )
 from services.runtime.log import Log, Record, read_backwards
 
+_PLACEMENTS: Final = (PlaceWorkload, PlacementWaiting, RemovePlacement)  # MultiKueue (services.core.placement)
 GROUP: Final = "actuator"
 SOURCE: Final = "actuator"
 
@@ -89,6 +93,13 @@ class Tuning:
     def backoff(self, attempts: int) -> float:
         """The wait after the ``attempts``-th failure (counting from 1)."""
         return min(self.retry_base_seconds * 2.0 ** (attempts - 1), self.retry_max_seconds)
+
+
+class Placer(Protocol):
+    """Applies MultiKueue placement decisions to the worker clusters (``services.actuator.multikueue``);
+    raises :class:`ActuationError` when it cannot."""
+
+    async def apply(self, decision: PlaceWorkload | RemovePlacement) -> Sequence[Staged]: ...
 
 
 class ActuationPort(Protocol):
@@ -213,9 +224,11 @@ class Actuator(Generic[P]):
     :mod:`services.actuator.runner`). ``retry_after`` says how long to wait after a step that
     hit a retriable failure."""
 
-    def __init__(self, log: Log, port: P, *, topics: Topics | None = None) -> None:
+    def __init__(self, log: Log, port: P, *, topics: Topics | None = None, placer: Placer | None = None) -> None:
+        """``placer``: applies MultiKueue placements to the worker clusters (a manager's actuator)."""
         self.log = log
         self.port = port
+        self.placer = placer
         self.topics = topics or Topics()
         self.tuning = port.tuning
         self.next_offset = 0
@@ -299,6 +312,9 @@ class Actuator(Generic[P]):
         if isinstance(d, MarkPending) and not pending_wanted:
             self.stats.ignored += 1
             return True
+        if isinstance(d, PlacementWaiting) or (isinstance(d, _PLACEMENTS) and self.placer is None):
+            self.stats.ignored += 1  # the scheduler's own record; or no worker clusters to reach from here
+            return True
         if self.watermark.applied(d):
             self.stats.duplicates += 1
             return True
@@ -309,7 +325,12 @@ class Actuator(Generic[P]):
         if isinstance(d, UpdateWorkloadStatus):
             return await self._write_status(d)
         try:
-            staged = await (self.port.start(d) if isinstance(d, AdmitWorkload | AdmitChecked) else self.port.stop(d))
+            if isinstance(d, PlaceWorkload | RemovePlacement):
+                assert self.placer is not None
+                staged = await self.placer.apply(d)  # MultiKueue: the copy on the worker (services.actuator.multikueue)
+            else:
+                staged = await (self.port.start(d) if isinstance(d, AdmitWorkload | AdmitChecked)
+                                else self.port.stop(d))
         except ActuationError as e:
             return self._failed(d, e, appends)
         self._attempts.pop(d.id, None)
@@ -318,7 +339,7 @@ class Actuator(Generic[P]):
         self._report(appends, DecisionApplied(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
                                               cluster=self.port.cluster), d.id)
         self.watermark.note(d)
-        if isinstance(d, AdmitWorkload | AdmitChecked):
+        if isinstance(d, AdmitWorkload | AdmitChecked | PlaceWorkload):
             self.stats.started += 1
         else:
             self.stats.stopped += 1
@@ -345,7 +366,8 @@ class Actuator(Generic[P]):
         self.watermark.note(d)
         return True
 
-    def _failed(self, d: AdmitWorkload | AdmitChecked | EvictWorkload, e: ActuationError,
+    def _failed(self, d: AdmitWorkload | AdmitChecked | EvictWorkload | PlaceWorkload | RemovePlacement,
+                e: ActuationError,
                 appends: dict[str, list[tuple[str, bytes]]]) -> bool:
         """Retry later (False: stop the batch here) or report the failure and move on."""
         workload = f"{d.namespace}/{d.name}"

@@ -22,6 +22,7 @@ from services.actuator.job_reconciler import JobReconciler, Policy
 from services.actuator.kind_reconciler import KindReconciler
 from services.actuator.kube_port import KUBE_TUNING, KubePort
 from services.actuator.loop import Actuator, Tuning
+from services.actuator.multikueue import WorkerPlacer
 from services.actuator.podgroups import PodGroupReconciler
 from services.actuator.pods import PodReconciler
 from services.actuator.runner import run_loop
@@ -40,15 +41,19 @@ class ActuatorService:
                  policy: Policy = "suspend", qps: float = 20, burst: int = 40, status: ServiceStatus | None = None,
                  role: str = "actuator", poll_seconds: float = POLL_SECONDS,
                  reconciler_api: client.ApiClient | None = None, tuning: Tuning = KUBE_TUNING,
-                 elastic_quota_tree: bool = False, t9k: bool = False, job_kinds: Sequence[str] = ()) -> None:
+                 elastic_quota_tree: bool = False, t9k: bool = False, job_kinds: Sequence[str] = (),
+                 multikueue_namespace: str = "kueuelog-system") -> None:
         """``role`` is the leadership the caller acquired (checked on every step); ``reconciler_api``
         another client for the reconciler (default: the actuator's, which then shares its connections);
         ``job_kinds``: the workload kinds besides Job to reconcile too (``events.jobkinds``; their CRDs
-        must exist), one :class:`KindReconciler` each."""
+        must exist), one :class:`KindReconciler` each. ``multikueue_namespace``: where the Secrets
+        named by MultiKueueClusters are (services.actuator.multikueue)."""
         self.role, self.poll_seconds = role, poll_seconds
         self.status = status or ServiceStatus("actuator", leading=True)
         self.port = KubePort(api, cluster=cluster, qps=qps, burst=burst, tuning=tuning, t9k=t9k)
-        self.actuator = Actuator(log, self.port, topics=topics)
+        # MultiKueue: placed Jobs are copied to their workers (nothing happens without placements).
+        self.placer = WorkerPlacer(api, origin=cluster, namespace=multikueue_namespace, qps=qps, burst=burst)
+        self.actuator = Actuator(log, self.port, topics=topics, placer=self.placer)
         self.reconciler = JobReconciler(reconciler_api or api, cluster=cluster, policy=policy, t9k=t9k)
         # ACK's ElasticQuotaTree kept as Kueue objects (deploy/frontends/ack), when asked for.
         self.trees = TreeReconciler(reconciler_api or api) if elastic_quota_tree else None
@@ -78,6 +83,8 @@ class ActuatorService:
             if len(eg.exceptions) == 1:
                 raise eg.exceptions[0] from None  # say which failed, not "unhandled errors in a TaskGroup"
             raise
+        finally:
+            await self.placer.close()
 
     def collector(self) -> StatsCollector:
         sources = {"": lambda: (self.actuator.stats, self.port.stats), "job_reconciler_": lambda: self.reconciler.stats}

@@ -176,6 +176,7 @@ class WatcherSettings(ServiceSettings):
     t9k: bool = False  # also watch T9k Queues (events.t9k)
     job_kinds: tuple[str, ...] = ()  # also watch these workload kinds (events.jobkinds), e.g. JobSet
     shard_map: ShardMap | None = None  # publish to every shard, each event where it belongs
+    heartbeat_s: float = 0  # a tick under this cluster's name while its API server answers (MultiKueue workers)
     name: ClassVar[ServiceName] = "watcher"
     writer: ClassVar[str | None] = None
     leads: ClassVar[str | None] = None
@@ -324,6 +325,19 @@ def _shard_map(args: argparse.Namespace) -> ShardMap | None:
         raise BadSetting(f"--shard-map: {e}") from None
 
 
+def _heartbeat(args: argparse.Namespace, environ: Mapping[str, str]) -> float:
+    flag = getattr(args, "heartbeat", None)
+    text, where = (flag, "--heartbeat") if flag is not None else (environ.get("KUEUELOG_HEARTBEAT", "0"),
+                                                                  "KUEUELOG_HEARTBEAT")
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise SettingsError(f"{where}: expected a number of seconds, got {text!r}") from None
+    if not 0 <= seconds <= 3600:  # NaN fails this too
+        raise SettingsError(f"{where}: must be between 0 (off) and 3600 seconds, got {text!r}")
+    return seconds
+
+
 def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> RunSettings:
     """The settings of ``kueuelog run SERVICE`` from its flags and the environment."""
     o = run_options(args, environ)
@@ -341,7 +355,7 @@ def run_settings(args: argparse.Namespace, environ: Mapping[str, str] = os.envir
         case "watcher":
             return WatcherSettings(log=log, http=o.http, cluster=o.cluster, kube=kube,
                                    t9k=bool(getattr(args, "t9k", False)), job_kinds=_job_kinds(args, environ),
-                                   shard_map=_shard_map(args))
+                                   shard_map=_shard_map(args), heartbeat_s=_heartbeat(args, environ))
         case "actuator":
             return ActuatorSettings(log=log, http=o.http, cluster=o.cluster, kube=kube if o.kube else None,
                                     policy=o.policy, qps=float(args.qps), burst=int(args.burst),
@@ -586,7 +600,8 @@ async def _watcher(settings: WatcherSettings, context: _Context, cfg: client.Con
     log = publishing_log(settings, context.log)
     async with api_client(cfg) as api:
         watcher = WatcherService(log, api, cluster=settings.cluster, topics=settings.log.topics,
-                                 status=context.status, t9k=settings.t9k, job_kinds=settings.job_kinds)
+                                 status=context.status, t9k=settings.t9k, job_kinds=settings.job_kinds,
+                                 heartbeat_s=settings.heartbeat_s)
         context.registry.register(watcher.collector())
         try:
             await watcher.run(context.stop)

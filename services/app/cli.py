@@ -515,6 +515,10 @@ def _add_kube_options(run: argparse.ArgumentParser) -> None:
                       help="watcher: also watch T9k Scheduler's Queues (scheduler.tensorstack.dev; the CRD must "
                            "exist); actuator --kube: the job reconciler also takes Jobs on a T9k Queue "
                            "(default: KUEUELOG_T9K, else off)")
+    kube.add_argument("--heartbeat", default=None, metavar="SECONDS",
+                      help="watcher: append a tick under --cluster's name every SECONDS while its API server "
+                           "answers: a MultiKueue worker's liveness (workerLostTimeout) (default: "
+                           "KUEUELOG_HEARTBEAT, else 0: off)")
     kube.add_argument("--job-policy", choices=("suspend", "reject"), default=None,
                       help="a queued Job created running: suspend it until admitted, or reject it (label "
                            "kueuelog.io/rejected; it runs outside quota) (default: KUEUELOG_JOB_POLICY, else suspend)")

@@ -29,6 +29,8 @@ from events.messages import (
     HeadOutcome,
     MarkPending,
     ObjectApplied,
+    PlaceWorkload,
+    RemovePlacement,
     UpdateWorkloadStatus,
 )
 from events.objects import Workload
@@ -266,6 +268,8 @@ def decision_text(d: object) -> str:
 def _kind(d: object) -> str:
     if isinstance(d, AdmitWorkload | AdmitChecked):
         return "admitted"
+    if isinstance(d, PlaceWorkload | RemovePlacement):
+        return "placement"  # MultiKueue (services.core.placement)
     return "evicted" if isinstance(d, EvictWorkload) else "pending"
 
 

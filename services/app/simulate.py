@@ -25,11 +25,10 @@ from events.messages import (
     AnyDecision,
     ClockTicked,
     EvictWorkload,
-    ObjectApplied,
     ProvisioningRequestObserved,
 )
 from events.simautoscaler import Behaviour, answers
-from services.app import t9k_input
+from services.app import multicluster_input, t9k_input
 from services.app.convert import expand
 from services.core import admissionfair
 from services.core.cycle import run_cycle
@@ -73,11 +72,10 @@ def fold_files_screened(files: dict[str, str]) -> tuple[State, list[t9k_input.Re
 
 
 def _fold_screened(documents: Sequence[tuple[Document, o.AnyObject]]) -> tuple[State, list[t9k_input.Refusal]]:
+    clusters = multicluster_input.clusters_of(documents)  # worker clusters' objects (MultiKueue)
     objects, refused = t9k_input.prepare([obj for _, obj in documents])
     state = State()
-    for obj in objects:
-        time = obj.creation_time or 0 if isinstance(obj, o.Workload) else 0
-        fold(state, ObjectApplied(time=time, object=obj))
+    multicluster_input.fold_objects(state, objects, clusters)
     return state, refused
 
 

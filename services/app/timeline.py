@@ -37,6 +37,7 @@ from events.messages import (
 )
 from services.core import podsready
 from services.core.cycle import run_cycle
+from services.core.placement import heartbeat
 from services.core.state import State, finish_eviction, fold
 from services.simcluster.durations import DurationError, parse_duration, ready_after_of
 
@@ -206,6 +207,7 @@ def run_until(state: State, until_ms: int, max_cycles: int, slots: int | None = 
         if nxt is None or nxt > end:
             break
         fold(state, ClockTicked(time=nxt))
+        heartbeat(state)  # simulated worker clusters (MultiKueue) are never silent
         for ev in cluster.due(nxt):
             fold(state, ev)
         scaler.fold_due(state, nxt)

@@ -17,7 +17,15 @@ from typing import Any
 from events.cluster import ConditionType
 from events.conditions import is_true
 from events.manifests import format_time
-from events.messages import AdmitWorkload, EvictWorkload, MarkPending, UpdateWorkloadStatus
+from events.messages import (
+    AdmitWorkload,
+    EvictWorkload,
+    MarkPending,
+    PlacementWaiting,
+    PlaceWorkload,
+    RemovePlacement,
+    UpdateWorkloadStatus,
+)
 from events.quantity import format_amount
 from services.core import admissionfair, workload_status
 from services.core.quota import FR, Node
@@ -280,4 +288,19 @@ def decision_text(d: object) -> str:
         return f"pending ({d.reason}): {d.message}"
     if isinstance(d, UpdateWorkloadStatus):
         return workload_status.text(d)
+    if isinstance(d, PlaceWorkload | PlacementWaiting | RemovePlacement):
+        return placement_text(d)
     return str(d)
+
+
+def placement_text(d: PlaceWorkload | PlacementWaiting | RemovePlacement) -> str:
+    """A MultiKueue placement decision in words (``services.core.placement``)."""
+    if isinstance(d, PlaceWorkload):
+        flavors = "; ".join(f"{psa.name}: " + ", ".join(f"{r}={f}" for r, f in psa.flavors) + f" x{psa.count}"
+                            for psa in d.admission.pod_set_assignments)
+        return (f"placed on worker cluster {d.cluster} (its ClusterQueue {d.admission.cluster_queue}: {flavors}); "
+                f"check {d.check} Ready")
+    if isinstance(d, PlacementWaiting):
+        return f"waiting for a worker cluster (check {d.check} Pending): {d.message}"
+    why = f": {d.message}" if d.message else ""
+    return f"removed from worker cluster {d.cluster} ({d.reason}){why}"

@@ -21,7 +21,7 @@ from events.messages import (
     EvictWorkload,
     MarkPending,
 )
-from services.core import effects, podsready
+from services.core import effects, placement, podsready
 from services.core.cycle import release_and_settle, restart_held
 from services.core.state import State
 
@@ -46,6 +46,9 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
         if queue is not None:
             queue.remove(rec)
     for d in decisions:
+        if isinstance(d, placement.PLACEMENT_DECISIONS):
+            placement.apply(state, d)
+            continue
         rec = state.workloads.get(f"{d.namespace}/{d.name}")
         if rec is None:
             raise ApplyError(f"cycle {record.cycle}: decision {d.id} is about unknown {d.namespace}/{d.name}")

@@ -26,6 +26,7 @@ from events import conditions as cond
 from events import objects as o
 from events.cluster import KUEUE_GROUP, PROVISIONING_CONTROLLER, ConditionType, EvictionReason
 from events.messages import AdmissionCheckUpdated, ProvisioningRequestObserved
+from events.multikueue_manifest import MULTIKUEUE_CONTROLLER
 from services.core import provisioning
 from services.core.state import State, WorkloadRecord, note_anomaly
 
@@ -49,6 +50,8 @@ def check_is_active(state: State, name: str) -> bool:
         return ac.active
     if ac.controller_name == PROVISIONING_CONTROLLER:
         return provisioning_config(state, name) is not None
+    if ac.controller_name == MULTIKUEUE_CONTROLLER:  # Kueue: active once its MultiKueueConfig exists
+        return ac.parameters_name in state.multikueue.configs
     return True
 
 

@@ -42,7 +42,16 @@ from events.messages import (
     MarkPending,
     PendingReason,
 )
-from services.core import admissionfair, checks, deactivation, effects, fairsharing, podsready, workload_status
+from services.core import (
+    admissionfair,
+    checks,
+    deactivation,
+    effects,
+    fairsharing,
+    placement,
+    podsready,
+    workload_status,
+)
 from services.core.derived import Memo
 from services.core.dra import dra_error
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
@@ -526,12 +535,13 @@ class CycleResult:
     parked: int  # heads moved to the inadmissible list
     admitted_heads: list[str]
     heads: list[HeadOutcome]
+    placed: int = 0  # MultiKueue placement decisions (services.core.placement)
 
     @property
     def changed(self) -> bool:
-        """Whether another cycle could decide differently: something was admitted, evicted or
-        parked, or a head will resume its flavor search further down the list."""
-        return bool(self.admitted or self.evicted or self.parked) or any(
+        """Whether another cycle could decide differently: something was admitted, evicted, parked
+        or placed, or a head will resume its flavor search further down the list."""
+        return bool(self.admitted or self.evicted or self.parked or self.placed) or any(
             h.last_tried is not None and any(i != -1 for _, _, i in h.last_tried) for h in self.heads
         )
 
@@ -576,9 +586,10 @@ def run_cycle(state: State) -> CycleResult:
     finally:
         overlay.undo()
     heads = [_requeue(state, out, e) for e in entries if e.status != EntryStatus.ASSUMED]
+    placed = placement.run(state, out)  # MultiKueue: where workloads holding quota here run
     evicted = sum(1 for d in out.out if isinstance(d, EvictWorkload))
     return CycleResult(decisions=out.out, admitted=admitted, evicted=evicted, parked=sum(h.parked for h in heads),
-                       admitted_heads=out.admitted_heads, heads=heads)
+                       admitted_heads=out.admitted_heads, heads=heads, placed=placed)
 
 
 def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempted: dict[str, WorkloadRecord]) -> None:

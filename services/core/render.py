@@ -120,6 +120,8 @@ def _workload_v1beta1(state: State, rec: WorkloadRecord) -> dict[str, Any]:
     _timing(rec, spec, status)
     if rec.checks:
         status["admissionChecks"] = [check_state_json(rec.checks[n]) for n in sorted(rec.checks)]
+    if rec.key in state.multikueue.cluster_names:  # MultiKueue (services.core.placement)
+        status["clusterName"] = state.multikueue.cluster_names[rec.key]
     return {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": meta, "spec": spec,
             "status": status}
 
@@ -192,6 +194,8 @@ def summary_row(state: State, rec: WorkloadRecord) -> tuple[str, str, str, str, 
             fl = ",".join(f"{r}={f}" for r, f in psa.flavors)
             parts.append(f"{psa.name}[{psa.count}]:{fl}")
         flavors = " ".join(parts)
+    if rec.key in state.multikueue.cluster_names:
+        flavors += f" on {state.multikueue.cluster_names[rec.key]}"
     reason = ""
     if state_ == "Pending":
         qr = rec.conditions.get(ConditionType.QUOTA_RESERVED)

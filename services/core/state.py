@@ -57,6 +57,7 @@ from events.messages import (
 from services.core import admissionfair
 from services.core.admissionfair import LocalQueueUsage
 from services.core.derived import Cache, ClusterQueueQueue, Index
+from services.core.mkstate import MultiKueueState
 from services.core.quota import Node, NodeKey
 from services.core.reasons import queue_problem_reason
 from services.core.records import DERIVED, WorkloadRecord, admission_usage
@@ -98,9 +99,11 @@ class State:
     timed: bool = False
     checks_changed: dict[str, None] = field(default_factory=dict)  # admission checks to settle in the next cycle
     afs: dict[str, LocalQueueUsage] = field(default_factory=dict)  # admission fair sharing's ledger by LocalQueue
+    multikueue: MultiKueueState = field(default_factory=MultiKueueState)  # services.core.placement
     # --- not canonical ---
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
+    workers: dict[str, State] = field(default_factory=dict, metadata=DERIVED)  # placement's fit per worker
 
     def cq_node(self, name: str) -> Node:
         return self.index.cluster_queue_nodes[name]
@@ -291,6 +294,10 @@ def _apply(state: State, obj: o.AnyObject) -> None:
         state.provisioning_configs[obj.name] = obj
     elif isinstance(obj, o.Configuration):
         state.config = obj
+    elif isinstance(obj, o.MultiKueueConfig | o.MultiKueueCluster):
+        from services.core.placement import fold_object  # it builds on this module
+
+        fold_object(state, obj)
     state.mark_dirty()
 
 
@@ -558,6 +565,11 @@ def _delete(state: State, ev: ObjectDeleted) -> None:
         "AdmissionCheck": state.admission_checks,
         "ProvisioningRequestConfig": state.provisioning_configs,
     }
+    if ev.kind in ("MultiKueueConfig", "MultiKueueCluster"):
+        from services.core.placement import delete_object  # it builds on this module
+
+        delete_object(state, ev.kind, ev.name)
+        return
     table = tables.get(ev.kind)
     key = f"{ev.namespace}/{ev.name}" if ev.kind == "LocalQueue" else ev.name
     if table is None or table.pop(key, None) is None:

@@ -39,9 +39,10 @@ from events.messages import (
 from events.validation import event_problem
 from services.core.apply import apply_cycle
 from services.core.cycle import run_cycle
+from services.core.placement import route
 from services.core.snapshot import FORMAT as SNAPSHOT_FORMAT
 from services.core.snapshot import decode_state, encode_state
-from services.core.state import State, fold
+from services.core.state import State
 from services.runtime.log import Log, Record, read_backwards
 
 GROUP = "scheduler"
@@ -141,7 +142,7 @@ class Scheduler:
         problem = event_problem(env.event, self.state.cohorts)
         if problem is not None:
             return self._dead_letter(offset, value, key, problem)
-        fold(self.state, env.event)
+        route(self.state, env.cluster, env.event)  # a worker cluster's events fold into its view
         self.stats.events += 1
         if not isinstance(env.event, NO_SCHEDULING_EFFECT) and (
                 self.state.config.wait_for_pods_ready or not isinstance(env.event, READINESS)):

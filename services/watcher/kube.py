@@ -93,6 +93,8 @@ DEFAULT_KINDS: Final[tuple[WatchedKind, ...]] = (
     _kueue("WorkloadPriorityClass", "workloadpriorityclasses"),
     _kueue("AdmissionCheck", "admissionchecks"),
     _kueue("ProvisioningRequestConfig", "provisioningrequestconfigs"),
+    _kueue("MultiKueueConfig", "multikueueconfigs"),
+    _kueue("MultiKueueCluster", "multikueueclusters"),
     _kueue("Workload", "workloads"),
     WatchedKind(dra.KIND, dra.GROUP, "v1", "resourceclaimtemplates"),  # before the Jobs that claim them
     WatchedKind("Job", "batch", "v1", "jobs"),

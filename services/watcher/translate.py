@@ -82,6 +82,8 @@ API_VERSIONS: Final[Mapping[str, str]] = {
     "WorkloadPriorityClass": _KUEUE_API_VERSION,
     "AdmissionCheck": _KUEUE_API_VERSION,
     "ProvisioningRequestConfig": _KUEUE_API_VERSION,
+    "MultiKueueConfig": _KUEUE_API_VERSION,
+    "MultiKueueCluster": _KUEUE_API_VERSION,
     "Namespace": "v1",
     "PriorityClass": "scheduling.k8s.io/v1",
     "Workload": _KUEUE_API_VERSION,

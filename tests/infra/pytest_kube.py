@@ -8,6 +8,7 @@ Fixtures:
   connection and watch. If it cannot be built or started, every test that needs it
   *errors* with the reason and the log tails: a missing cluster is a broken environment,
   never a skip.
+* ``kube_worker_plane`` (session): a second one, for tests of several clusters (MultiKueue).
 * ``kube_api_client`` (function): a ``kubernetes_asyncio.client.ApiClient`` for that
   cluster, closed after the test. It lives on the test's own event loop (function scope,
   the project default); a test that runs on another loop opens its own with
@@ -103,6 +104,26 @@ def kube_control_plane(
         # caches a session fixture's failure, so it is not retried per test.
         logs = plane.log_tails(20) if plane is not None else ""
         pytest.fail(f"local control plane did not start: {exc}\n{logs}", pytrace=False)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_worker_plane(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, kube_control_plane: LocalControlPlane,
+) -> Iterator[LocalControlPlane]:
+    """A second control plane (its own etcd and kube-apiserver, on other ports and directories,
+    the same cached binaries): a MultiKueue worker cluster beside ``kube_control_plane``, the
+    manager. Started after the first (they share two cores); stopped at the end of the session."""
+    run_dir = tmp_path_factory.mktemp("kube-worker")
+    plane = LocalControlPlane(log=_terminal_logger(request.config))
+    try:
+        plane.ensure_built()
+        plane.start(run_dir)
+    except _SETUP_ERRORS as exc:
+        pytest.fail(f"the second local control plane did not start: {exc}\n{plane.log_tails(20)}", pytrace=False)
     try:
         yield plane
     finally:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from events import manifests
+from events import manifests, multikueue_manifest
 from events import objects as o
 from events.cluster import POD_PRIORITY_CLASS_SOURCE, WORKLOAD_PRIORITY_CLASS_SOURCE
 from events.envelope import Topics
@@ -46,8 +46,10 @@ KUEUE_KINDS = {
     "WorkloadPriorityClass": ("workloadpriorityclasses", "Cluster"),
     "AdmissionCheck": ("admissionchecks", "Cluster"),
     "ProvisioningRequestConfig": ("provisioningrequestconfigs", "Cluster"),
+    "MultiKueueConfig": ("multikueueconfigs", "Cluster"),
+    "MultiKueueCluster": ("multikueueclusters", "Cluster"),
 }
-WITH_STATUS = {"ClusterQueue", "LocalQueue", "Workload", "Cohort", "AdmissionCheck"}
+WITH_STATUS = {"ClusterQueue", "LocalQueue", "Workload", "Cohort", "AdmissionCheck", "MultiKueueCluster"}
 # Served versions of each kind (Kueue's, plus v1alpha1 Cohort, which our parser accepts); v1beta2 stores.
 VERSIONS = {kind: ["v1alpha1", "v1beta1", "v1beta2"] if kind == "Cohort" else ["v1beta1", "v1beta2"]
             for kind in KUEUE_KINDS}
@@ -245,6 +247,7 @@ def test_schemas_are_structural_and_keep_no_unknown_fields(kind: str) -> None:
     ("ClusterQueue", "spec.flavorFungibility.preference", [str(v) for v in o.FungibilityPreference]),
     ("ClusterQueue", "spec.namespaceSelector.matchExpressions[].operator", ["In", "NotIn", "Exists", "DoesNotExist"]),
     ("ResourceFlavor", "spec.nodeTaints[].effect", ["NoSchedule", "PreferNoSchedule", "NoExecute"]),
+    ("MultiKueueCluster", "spec.clusterSource.kubeConfig.locationType", list(multikueue_manifest.LOCATION_TYPES)),
     ("Workload", "spec.priorityClassSource",
      [WORKLOAD_PRIORITY_CLASS_SOURCE, POD_PRIORITY_CLASS_SOURCE, ""]),
 ])
@@ -261,6 +264,7 @@ def test_enums_are_the_parsers(kind: str, path: str, enum: list[str]) -> None:
     ("Workload", "spec.podSets", manifests.MAX_POD_SETS),
     ("ResourceFlavor", "spec.nodeTaints", manifests.MAX_FLAVOR_TAINTS),
     ("ResourceFlavor", "spec.tolerations", manifests.MAX_FLAVOR_TOLERATIONS),
+    ("MultiKueueConfig", "spec.clusters", multikueue_manifest.MAX_CLUSTERS),
 ])
 def test_list_limits_are_the_parsers(kind: str, path: str, limit: int) -> None:
     assert at(schema(kind), path)["maxItems"] == limit
@@ -419,8 +423,8 @@ def test_config_map_holds_the_settings_and_no_credentials() -> None:
 
 # --- RBAC ------------------------------------------------------------------------------------
 
-KUEUE_READ = ["admissionchecks", "clusterqueues", "cohorts", "localqueues", "provisioningrequestconfigs",
-              "resourceflavors", "workloadpriorityclasses", "workloads"]
+KUEUE_READ = ["admissionchecks", "clusterqueues", "cohorts", "localqueues", "multikueueclusters", "multikueueconfigs",
+              "provisioningrequestconfigs", "resourceflavors", "workloadpriorityclasses", "workloads"]
 EXPECTED_RULES = {
     "watcher": {
         *(("kueue.x-k8s.io", r, v) for r in KUEUE_READ for v in ("get", "list", "watch")),
@@ -442,6 +446,10 @@ EXPECTED_RULES = {
         # patches its pending-reason annotation.
         *(("kueue.x-k8s.io", "workloads", v) for v in ("get", "create", "patch")),
         ("kueue.x-k8s.io", "workloads/status", "patch"),
+        # MultiKueue (services/actuator/multikueue.py): a worker's MultiKueueCluster; a worker Job's
+        # status copied to the manager's Job.
+        ("kueue.x-k8s.io", "multikueueclusters", "get"),
+        ("batch", "jobs/status", "patch"),
         *(("kueue.x-k8s.io", r, "get") for r in ("resourceflavors", "clusterqueues", "localqueues")),
         *(("kueue.x-k8s.io", r, "patch") for r in ("clusterqueues/status", "localqueues/status")),
         # jobs.py resolves a Workload's priority as Kueue's prepareWorkload does.

@@ -915,7 +915,8 @@ def test_unsupported_kind_lists_the_kinds_kueuelog_takes():
     err = refuse({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}})
     assert err.message.endswith(
         "; kueuelog takes kueue.x-k8s.io/v1beta1 and v1beta2 AdmissionCheck, ClusterQueue, Cohort, LocalQueue, "
-        "ProvisioningRequestConfig, ResourceFlavor, Workload, WorkloadPriorityClass; kueue.x-k8s.io/v1alpha1 Cohort; "
+        "ProvisioningRequestConfig, ResourceFlavor, Workload, WorkloadPriorityClass, MultiKueueConfig, "
+        "MultiKueueCluster; kueue.x-k8s.io/v1alpha1 Cohort; "
         "config.kueue.x-k8s.io/v1beta1 and v1beta2 Configuration; v1 Namespace, ConfigMap; scheduling.k8s.io/v1 "
         "PriorityClass; batch/v1 Job; resource.k8s.io/v1 and v1beta2 and v1beta1 ResourceClaimTemplate; "
         "scheduler.tensorstack.dev/v1beta1 Queue; jobset.x-k8s.io/v1alpha2 JobSet; "

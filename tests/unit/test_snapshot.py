@@ -101,6 +101,9 @@ def history() -> list[ClusterEvent | str]:
     """Cluster events, and ``"cycle"`` where the scheduler runs one. It ends with a preemptor
     waiting for its victim, a parked workload and a drained one held: no cycle after the last events."""
     events: list[ClusterEvent | str] = [_event(item, i) for i, item in enumerate(_objects(), start=1)]
+    # MultiKueue: a config and a worker cluster (services.core.placement keeps them in state.multikueue).
+    events.append(ObjectApplied(time=T0, object=o.MultiKueueConfig(name="mk", clusters=("w1",))))
+    events.append(ObjectApplied(time=T0, object=o.MultiKueueCluster(name="w1", location="w1-kubeconfig")))
     events += ["cycle"] * 4  # low-1, low-2, drained and done admitted; too-big and unclassed tried
     # Admission checks: retry fails its provisioning (Retry), reject is rejected, waits waits.
     failed = ProvisioningRequestCondition(type="Failed", status="True", message="no capacity")
@@ -161,7 +164,7 @@ def test_the_history_sets_every_canonical_field() -> None:
 
 
 # What is not canonical, said once more here: marking another field derived must be a conscious change.
-NOT_CANONICAL = {State: {"index", "cache"}, WorkloadRecord: {"usage", "queued_in", "key"}}
+NOT_CANONICAL = {State: {"index", "cache", "workers"}, WorkloadRecord: {"usage", "queued_in", "key"}}
 
 
 @pytest.mark.parametrize("cls", [State, WorkloadRecord], ids=lambda c: c.__name__)

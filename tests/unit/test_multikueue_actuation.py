@@ -1,0 +1,80 @@
+"""MultiKueue at the edges: the watcher takes the MultiKueue kinds and a worker's copy of a Job under
+the manager's Workload name; the actuator's copy of a placed Job (services.actuator.multikueue)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from events import objects as o
+from events.cluster import MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
+from events.messages import ObjectApplied, PlaceWorkload
+from services.actuator.multikueue import job_owner, remote_job
+from services.watcher.translate import translate
+
+ADM = o.Admission(cluster_queue="cq", pod_set_assignments=(
+    o.PodSetAssignment(name="main", flavors=(("cpu", "pool"),), resource_usage=(("cpu", 1000),), count=1),))
+PLACE = PlaceWorkload(id="c3-0", cycle=3, namespace="ns", name="job-train-abcde", cluster="w1", check="mk",
+                      admission=ADM, pod_set_updates=(o.PodSetUpdate(
+                          name="main", node_selector=(("pool", "w1"),),
+                          tolerations=(o.Toleration(key="gpu", operator="Exists", effect="NoSchedule"),)),))
+
+
+def _job(**extra: Any) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": "ns", "uid": "u-1", "resourceVersion": "7",
+                         "labels": {QUEUE_NAME_LABEL: "lq", **extra.pop("labels", {})},
+                         "annotations": {"kueuelog.io/decision-id": "c4-0", "team": "a"}},
+            "spec": {"suspend": True, "parallelism": 1, "managedBy": "kueue.x-k8s.io/multikueue",
+                     "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "u-1"}},
+                     "template": {"metadata": {"labels": {"batch.kubernetes.io/controller-uid": "u-1", "app": "x"}},
+                                  "spec": {"nodeSelector": {"team": "a"}, "containers": [
+                                      {"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}},
+            **extra}
+
+
+def test_the_copy_runs_unsuspended_with_the_workers_scheduling_under_the_managers_workload_name() -> None:
+    copy = remote_job(_job(status={"active": 1}), PLACE, origin="manager")
+    assert copy["metadata"] == {
+        "name": "train", "namespace": "ns",
+        "labels": {QUEUE_NAME_LABEL: "lq", PREBUILT_WORKLOAD_LABEL: "job-train-abcde",
+                   MULTIKUEUE_ORIGIN_LABEL: "manager"},
+        "annotations": {"team": "a"}}
+    spec = copy["spec"]
+    assert spec["suspend"] is False
+    assert "managedBy" not in spec and "selector" not in spec and "status" not in copy
+    assert spec["template"]["metadata"] == {"labels": {"app": "x"}}
+    assert spec["template"]["spec"]["nodeSelector"] == {"team": "a", "pool": "w1"}
+    assert spec["template"]["spec"]["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_the_workers_watcher_reports_the_copy_under_the_managers_workload_name() -> None:
+    copy = remote_job(_job(), PLACE, origin="manager")
+    copy["metadata"] |= {"uid": "u-remote", "resourceVersion": "3"}
+    out = translate("Job", "ADDED", copy, cluster="w1", time_ms=5)
+    applied = [e.event for e in out.envelopes if isinstance(e.event, ObjectApplied)]
+    assert [(a.object.namespace, a.object.name) for a in applied
+            if isinstance(a.object, o.Workload)] == [("ns", "job-train-abcde")]
+
+
+def test_a_prebuilt_workload_name_that_is_no_name_is_refused_naming_the_label() -> None:
+    out = translate("Job", "ADDED", _job(labels={PREBUILT_WORKLOAD_LABEL: "Not_A_Name"}), cluster="w1", time_ms=5)
+    assert out.errors and f"metadata.labels.{PREBUILT_WORKLOAD_LABEL}: must be a DNS subdomain" in out.errors[0]
+
+
+def test_the_watcher_translates_the_multikueue_kinds() -> None:
+    body = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "MultiKueueCluster",
+            "metadata": {"name": "w1", "resourceVersion": "9"},
+            "spec": {"clusterSource": {"kubeConfig": {"location": "w1-kubeconfig"}}},
+            "status": {"conditions": [{"type": "Active", "status": "False", "reason": "x", "message": ""}]}}
+    out = translate("MultiKueueCluster", "ADDED", body, cluster="manager", time_ms=5)
+    assert not out.errors
+    (env,) = out.envelopes
+    assert isinstance(env.event, ObjectApplied)
+    assert env.event.object == o.MultiKueueCluster(name="w1", location="w1-kubeconfig", active=False)
+
+
+def test_the_job_behind_a_workload_is_its_batch_v1_owner() -> None:
+    wl = {"metadata": {"ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train"}]}}
+    assert job_owner(wl) == "train"
+    assert job_owner({"metadata": {"ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                                        "kind": "JobSet", "name": "js"}]}}) == ""
