@@ -58,7 +58,7 @@ def test_the_workers_watcher_reports_the_copy_under_the_managers_workload_name()
 
 def test_a_prebuilt_workload_name_that_is_no_name_is_refused_naming_the_label() -> None:
     out = translate("Job", "ADDED", _job(labels={PREBUILT_WORKLOAD_LABEL: "Not_A_Name"}), cluster="w1", time_ms=5)
-    assert out.errors and f"metadata.labels.{PREBUILT_WORKLOAD_LABEL}: must be a DNS subdomain" in out.errors[0]
+    assert out.errors and f"metadata.labels.{PREBUILT_WORKLOAD_LABEL}: invalid value" in out.errors[0]
 
 
 def test_the_watcher_translates_the_multikueue_kinds() -> None:
