@@ -30,6 +30,9 @@ excludeResourcePrefixes``
 ``featureGates``              FlavorFungibilityPreserveScanProgress, the same
                               UnadmittedWorkloadsObservability,
                               DisableWaitForPodsReady
+``headsPerClusterQueue``      kueuelog's own (Kueue has no such     the same
+                              field): heads per ClusterQueue per
+                              cycle, 1 (Kueue) to 1000
 ============================  =====================================  ======================================
 
 A block that is off (v1beta1 ``enable: false``) is dropped the way Kueue's conversion drops it,
@@ -68,6 +71,7 @@ _FEATURE_GATES = {
     "UnadmittedWorkloadsObservability": "unadmitted_workloads_observability",
 }
 _DISABLE_WAIT_FOR_PODS_READY = "DisableWaitForPodsReady"
+MAX_HEADS_PER_CLUSTER_QUEUE = 1000
 
 
 class Where(Protocol):
@@ -108,7 +112,16 @@ def read_configuration(where: Where, version: str, rest: dict[str, Any]) -> o.Co
             where, common.resources.transformations))
     if common.resources is not None and common.resources.exclude_resource_prefixes:
         out = msgspec.structs.replace(out, exclude_resource_prefixes=tuple(common.resources.exclude_resource_prefixes))
+    if common.heads_per_cluster_queue is not None:
+        out = msgspec.structs.replace(out, heads_per_cluster_queue=_heads(where, common.heads_per_cluster_queue))
     return _feature_gates(where, common.feature_gates or {}, out)
+
+
+def _heads(where: Where, value: int) -> int:
+    if not 1 <= value <= MAX_HEADS_PER_CLUSTER_QUEUE:
+        raise where.error("headsPerClusterQueue", f"must be between 1 (Kueue's one head per ClusterQueue per "
+                          f"cycle) and {MAX_HEADS_PER_CLUSTER_QUEUE}, got {value}")
+    return value
 
 
 def _transformations(where: Where, given: list[api.ResourceTransformation]) -> tuple[o.ResourceTransformation, ...]:

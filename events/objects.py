@@ -308,6 +308,9 @@ class Configuration(_Kind, frozen=True, tag="Configuration"):
     # Kueue's beta feature gate UnadmittedWorkloadsObservability (on by default since 0.19): a
     # pending workload's QuotaReserved reason is granular (services/core/reasons.py).
     unadmitted_workloads_observability: bool = True
+    # kueuelog's own knob (not Kueue's): how many heads of each BestEffortFIFO ClusterQueue a cycle
+    # nominates (services/core/heads.py). 1 is Kueue's scheduler exactly.
+    heads_per_cluster_queue: int = 1
 
 
 class NodeSelectorTerm(_Obj, frozen=True):

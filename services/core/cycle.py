@@ -45,6 +45,7 @@ from events.messages import (
 from services.core import checks, deactivation, effects, fairsharing, podsready
 from services.core.derived import Memo
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
+from services.core.heads import heads_to_take, take_heads
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
 from services.core.quota import FR, Node
 from services.core.reasons import quota_reserved_reason
@@ -536,8 +537,9 @@ def run_cycle(state: State) -> CycleResult:
         queue = state.index.queues[cq_name]
         if cq_name in state.index.inactive or not queue.active:
             continue
-        _, key = queue.active.pop(0)
-        entries.append(Entry(rec=state.workloads[key], cq=state.cluster_queues[cq_name]))
+        cq = state.cluster_queues[cq_name]
+        taken = take_heads(queue, heads_to_take(state.config, cq))
+        entries.extend(Entry(rec=state.workloads[key], cq=cq) for key in taken)
     for e in entries:
         _nominate(state, e)
     if state.config.fair_sharing:

@@ -1,0 +1,89 @@
+"""Properties of the scale work (issue 23) over arbitrary histories (hypothesis), reusing the
+worlds and histories of ``test_engine_properties``:
+
+- the quota tree's ``over`` index (the children over their subtree quota, which preemption
+  searches visit instead of every ClusterQueue of a cohort) always equals a recomputation from
+  the usage, after every step;
+- with ``headsPerClusterQueue`` N > 1 every invariant of the engine still holds, and applying a
+  recorded cycle (replay) gives exactly the state running it gave;
+- ``headsPerClusterQueue: 1`` decides byte for byte what a Configuration without it decides.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from events import objects as o
+from events.codec import encode
+from services.core.cycle import run_cycle
+from services.core.quota import Node
+from services.core.snapshot import encode_state
+from services.core.state import finish_eviction
+from tests.property.test_engine_properties import SETTINGS, Run, _play, actions, worlds
+
+
+def _over_by_scan(node: Node) -> dict[object, list[str]]:
+    """The reference: every child compared on every (flavor, resource) it uses."""
+    out: dict[object, list[str]] = {}
+    for child in node.children:
+        for fr, used in child.usage.items():
+            if used > child.subtree.get(fr, 0):
+                out.setdefault(fr, []).append(child.name)
+    return {fr: sorted(names) for fr, names in sorted(out.items())}
+
+
+def _over_indexed(node: Node) -> dict[object, list[str]]:
+    return {fr: sorted(c.name for c in kids) for fr, kids in sorted(node.over.items()) if kids}
+
+
+class OverRun(Run):
+    def check(self) -> None:
+        super().check()
+        for node in self.state.index.nodes.values():
+            assert _over_indexed(node) == _over_by_scan(node), f"{node}: over index out of date"
+            for frs in ({fr} for fr in node.over):
+                assert [c.name for c in node.children_over(frs)] == [
+                    c.name for c in node.children if any(c.usage.get(fr, 0) > c.subtree.get(fr, 0) for fr in frs)]
+
+
+def _with_heads(world: list[o.AnyObject], heads: int | None) -> list[o.AnyObject]:
+    cfg = o.Configuration(wait_for_pods_ready=False) if heads is None else o.Configuration(
+        wait_for_pods_ready=False, heads_per_cluster_queue=heads)
+    return [cfg, *world]
+
+
+class Recording(Run):
+    def __init__(self, world: list[o.AnyObject]) -> None:
+        self.cycles: list[bytes] = []
+        super().__init__(world)
+
+    def cycle(self) -> None:
+        s = self.state
+        for key in sorted(k for k, r in s.workloads.items() if r.evicting):
+            finish_eviction(s, s.workloads[key])
+        result = run_cycle(s)
+        self.cycles.append(encode((result.decisions, result.heads)))
+
+
+@SETTINGS
+@given(worlds(), actions)
+def test_the_over_index_matches_a_scan_of_the_children(world: list[o.AnyObject], history: list[object]) -> None:
+    _play(OverRun(world), history)
+
+
+@SETTINGS
+@given(worlds(), actions, st.integers(2, 4))
+def test_several_heads_per_cluster_queue_keep_every_invariant_and_replay_exactly(
+        world: list[o.AnyObject], history: list[object], heads: int) -> None:
+    _play(OverRun(_with_heads(world, heads)), history)  # Run.cycle checks apply == run after each cycle
+
+
+@SETTINGS
+@given(worlds(), actions)
+def test_one_head_per_cluster_queue_is_the_default(world: list[o.AnyObject], history: list[object]) -> None:
+    explicit = _play(Recording(_with_heads(world, 1)), history)
+    default = _play(Recording(_with_heads(world, None)), history)
+    assert explicit.cycles == default.cycles
+    assert encode_state(explicit.state).replace(b'"heads_per_cluster_queue":1', b"") == encode_state(
+        default.state).replace(b'"heads_per_cluster_queue":1', b"")
