@@ -668,6 +668,7 @@ class BaselineResult:
     shape: str = "baseline"
     decision_ms: list[float] = field(default_factory=list)  # event appended -> a cycle that folded it written
     scheduler_rss_mib: float = 0.0  # procs mode: the scheduler process's peak RSS
+    heads_per_cq: int = 1  # headsPerClusterQueue
 
     def lines(self) -> list[str]:
         waits = ", ".join(f"{k} {self.wait_by_class.get(k, float('nan')):.1f} s" for k in ("large", "medium", "small"))
@@ -693,7 +694,9 @@ class BaselineResult:
             where += ", a standby scheduler waiting"
         d = self.decision_ms
         return [
-            f"{self.shape} through Kafka in real time ({where}): {self.workloads:,} workloads, "
+            f"{self.shape}{'' if self.heads_per_cq == 1 else f' with {self.heads_per_cq} heads per ClusterQueue'} "
+            f"through Kafka "
+            f"in real time ({where}): {self.workloads:,} workloads, "
             f"{self.queues} ClusterQueues, arrivals over {self.arrivals_span:.0f} s; {self.events:,} cluster events, "
             f"{self.cycles:,} cycles, {self.admissions:,} admissions{'' if self.done else ' (STOPPED BEFORE DONE)'}",
             f"  wall {self.wall:.1f} s (Kueue {k['wall']:.0f} s; target <= {targets['wall']:.0f} s: {ok_wall}), "
@@ -727,6 +730,9 @@ def baseline_objects(sizes: Sizes, start_ms: int) -> tuple[list[tuple[Document, 
         scenario = baseline(timed=True, preemption=True, cohorts=sizes.baseline_cohorts,
                             queues_per_cohort=sizes.baseline_queues)
     objects: list[tuple[Document, o.AnyObject]] = []
+    if sizes.heads_per_cycle != 1:
+        config = o.Configuration(heads_per_cluster_queue=sizes.heads_per_cycle)
+        objects.append((Document("config.yaml", 1, None), config))
     for i, obj in enumerate(scenario.objects):
         if isinstance(obj, o.Workload):
             key = f"{obj.namespace}/{obj.name}"
@@ -1077,7 +1083,7 @@ def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, 
         scheduler_cpu=run.scheduler_cpu, service_cpu=run.service_cpu, heads=heads, running=running,
         applied_ms=applied_ms, started_ms=started_ms, sim_ms=sim_ms, leader_changes=run.leader_changes,
         heartbeat_gap_ms=run.heartbeat_gap_ms, shape=sizes.shape, decision_ms=decision_ms,
-        scheduler_rss_mib=run.scheduler_rss_mib)
+        scheduler_rss_mib=run.scheduler_rss_mib, heads_per_cq=sizes.heads_per_cycle)
 
 
 def _decision_latencies(events: Sequence[tuple[int, int, bytes]], covered: Sequence[tuple[int, int]]) -> list[float]:
@@ -1111,13 +1117,14 @@ BENCHES = ("latency", "throughput", "baseline", "large-scale", "failover")
 
 
 def main(*, quick: bool | None = None, only: Sequence[str] = BENCHES, profile: Path | None = None,
-         baseline_seconds: float | None = None, baseline_modes: Sequence[str] = ("procs",)) -> Iterator[str]:
+         baseline_seconds: float | None = None, baseline_modes: Sequence[str] = ("procs",),
+         heads: int = 1) -> Iterator[str]:
     """Run the Kafka benchmarks on a broker of their own; yields report lines as they come.
     ``baseline_seconds`` keeps only the baseline's arrivals of its first that many seconds;
     ``baseline_modes`` says how its services run (see :data:`BASELINE_MODES`)."""
     if quick is None:
         quick = os.environ.get("KUEUELOG_BENCH_QUICK", "") not in ("", "0")
-    sizes = QUICK if quick else FULL
+    sizes = replace(QUICK if quick else FULL, heads_per_cycle=heads)
     if baseline_seconds is not None:
         sizes = replace(sizes, baseline_until_ms=int(baseline_seconds * 1000))
     # The services' info lines (leadership, ...) would interleave with the figures.
@@ -1138,7 +1145,7 @@ def main(*, quick: bool | None = None, only: Sequence[str] = BENCHES, profile: P
             for mode in baseline_modes:
                 yield from measure_baseline(broker, sizes, profile, Path(tmp), mode).lines()
         if "large-scale" in only:
-            large = LARGE_SCALE_QUICK if quick else LARGE_SCALE
+            large = replace(LARGE_SCALE_QUICK if quick else LARGE_SCALE, heads_per_cycle=heads)
             yield from measure_baseline(broker, large, profile, Path(tmp), "procs").lines()
         if "failover" in only:
             from bench.failover import measure_failover
@@ -1159,6 +1166,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="procs: scheduler, actuator and simulated cluster each a `kueuelog run` process (as "
                         "deployed; default); split: only the scheduler as its own process, actuator and simulated "
                         "cluster in the bench; all: run_all in one process; every: one after the other")
+    p.add_argument("--heads", type=int, default=1, metavar="N",
+                   help="headsPerClusterQueue for the baseline and large-scale runs (default 1: Kueue's cycle)")
     args = p.parse_args(argv)
     unknown = set(args.only.split(",")) - set(BENCHES)
     if unknown:
@@ -1170,7 +1179,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     modes = BASELINE_MODES if args.baseline_mode == "every" else (args.baseline_mode,)
     for line in main(quick=args.quick, only=args.only.split(","), profile=args.profile,
-                     baseline_seconds=args.baseline_seconds, baseline_modes=modes):
+                     baseline_seconds=args.baseline_seconds, baseline_modes=modes, heads=args.heads):
         print(line, flush=True)
     return 0
 

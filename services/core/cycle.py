@@ -309,10 +309,14 @@ def _order_key(e: Entry) -> tuple[int, int, int, int, str]:
 
 
 def _fits_with_removals(state: State, node: Node, usage: dict[FR, int], removed: list[WorkloadRecord]) -> bool:
+    # What ``node`` may use depends only on usage in its own cohort tree, of the resources asked
+    # for: victims elsewhere (other trees, other resources) are left where they are.
+    root = node.root()
     sim = Simulation(state)
     try:
         for w in removed:
-            if w.admission is not None:
+            if (w.admission is not None and not usage.keys().isdisjoint(w.usage)
+                    and state.cq_node(w.admission.cluster_queue).root() is root):
                 sim.remove(w)
         return all(v <= max(0, node.available(fr)) for fr, v in usage.items())
     finally:

@@ -115,33 +115,30 @@ class Node:
         node: Node | None = self
         while node is not None and value:
             local = node.local_available(fr)
-            node.usage[fr] = node.usage.get(fr, 0) + value
-            node._note_over(fr)
+            used = node.usage[fr] = node.usage.get(fr, 0) + value
+            parent = node.parent
+            if parent is not None and used > node.subtree.get(fr, 0):  # usage only grows here
+                over = parent.over.get(fr)
+                if over is None:
+                    over = parent.over[fr] = {}
+                over[node] = None
             value = max(0, value - local)
-            node = node.parent
+            node = parent
 
     def remove_usage(self, fr: FR, value: int) -> None:
         node: Node | None = self
         while node is not None and value:
             stored_in_parent = node.usage.get(fr, 0) - node.guaranteed(fr)
-            node.usage[fr] = node.usage.get(fr, 0) - value
-            node._note_over(fr)
+            used = node.usage[fr] = node.usage.get(fr, 0) - value
+            parent = node.parent
+            if parent is not None and used <= node.subtree.get(fr, 0):  # usage only shrinks here
+                over = parent.over.get(fr)
+                if over:
+                    over.pop(node, None)
             if stored_in_parent <= 0:
                 return
             value = min(value, stored_in_parent)
             node = node.parent
-
-    def _note_over(self, fr: FR) -> None:
-        """Keep this node's entry in its parent's ``over`` for ``fr`` current."""
-        parent = self.parent
-        if parent is None:
-            return
-        if self.usage.get(fr, 0) > self.subtree.get(fr, 0):
-            parent.over.setdefault(fr, {})[self] = None
-        else:
-            over = parent.over.get(fr)
-            if over is not None:
-                over.pop(self, None)
 
     def children_over(self, frs: Iterable[FR]) -> list[Node]:
         """The children using more than their subtree quota of any of ``frs``, in children order."""
