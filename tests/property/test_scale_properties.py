@@ -6,20 +6,28 @@ worlds and histories of ``test_engine_properties``:
   the usage, after every step;
 - with ``headsPerClusterQueue`` N > 1 every invariant of the engine still holds, and applying a
   recorded cycle (replay) gives exactly the state running it gave;
-- ``headsPerClusterQueue: 1`` decides byte for byte what a Configuration without it decides.
+- ``headsPerClusterQueue: 1`` decides byte for byte what a Configuration without it decides;
+- the fast paths (preemption candidates from the ``over`` index; the fit check after earlier
+  preemptions removing only the victims of the head's tree and resources) decide byte for byte
+  what the straightforward paths (every child scanned; every victim removed) decide.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from events import objects as o
 from events.codec import encode
+from services.core import cycle as cycle_module
 from services.core.cycle import run_cycle
-from services.core.quota import Node
+from services.core.preemption import Simulation
+from services.core.quota import FR, Node
 from services.core.snapshot import encode_state
-from services.core.state import finish_eviction
+from services.core.state import State, WorkloadRecord, finish_eviction
 from tests.property.test_engine_properties import SETTINGS, Run, _play, actions, worlds
 
 
@@ -87,3 +95,42 @@ def test_one_head_per_cluster_queue_is_the_default(world: list[o.AnyObject], his
     assert explicit.cycles == default.cycles
     assert encode_state(explicit.state).replace(b'"heads_per_cluster_queue":1', b"") == encode_state(
         default.state).replace(b'"heads_per_cluster_queue":1', b"")
+
+
+def _children_over_by_scan(node: Node, frs: Iterable[FR]) -> list[Node]:
+    wanted = list(frs)
+    return [c for c in node.children if any(c.usage.get(fr, 0) > c.subtree.get(fr, 0) for fr in wanted)]
+
+
+def _fits_removing_every_victim(state: State, node: Node, usage: dict[FR, int], removed: list[WorkloadRecord]) -> bool:
+    sim = Simulation(state)
+    try:
+        for w in removed:
+            if w.admission is not None:
+                sim.remove(w)
+        return all(v <= max(0, node.available(fr)) for fr, v in usage.items())
+    finally:
+        sim.restore_all()
+
+
+@contextlib.contextmanager
+def _straightforward() -> Iterator[None]:
+    fits, over = cycle_module._fits_with_removals, Node.children_over
+    cycle_module._fits_with_removals = _fits_removing_every_victim  # type: ignore[assignment]
+    Node.children_over = _children_over_by_scan  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        cycle_module._fits_with_removals = fits  # type: ignore[assignment]
+        Node.children_over = over  # type: ignore[method-assign]
+
+
+@SETTINGS
+@given(worlds(), actions, st.sampled_from([1, 1, 3]))
+def test_the_fast_paths_decide_as_the_straightforward_ones(world: list[o.AnyObject], history: list[object],
+                                                           heads: int) -> None:
+    fast = _play(Recording(_with_heads(world, heads)), history)
+    with _straightforward():
+        reference = _play(Recording(_with_heads(world, heads)), history)
+    assert reference.cycles == fast.cycles
+    assert encode_state(reference.state) == encode_state(fast.state)
