@@ -1,6 +1,7 @@
-"""Kueue's baseline scenario through the services, as a timed arrival stream in simulated time.
+"""Kueue's baseline and large-scale scenarios through the services, as timed arrival streams in
+simulated time.
 
-The 15,000 workloads of the baseline shape arrive at the generator's intervals
+The 15,000 workloads of the baseline shape (50,000 of the large-scale one) arrive at the generator's intervals
 (small every 100 ms, medium every 500 ms, large every 1,200 ms per ClusterQueue)
 onto an embedded log; the scheduler, the actuator and the simulated cluster
 run them (small 200 ms, medium 500 ms, large 1,000 ms) in simulated time. From
@@ -10,11 +11,12 @@ class and the ClusterQueues' usage of their nominal quota.
 
 from __future__ import annotations
 
+import resource
 import tempfile
 import time
 from collections import defaultdict
 
-from bench.scenarios import baseline
+from bench.scenarios import Scenario, baseline, large_scale
 from events import objects as o
 from events.cluster import SIM_DURATION_ANNOTATION as DURATION_ANNOTATION
 from events.codec import decode_decision, decode_envelope
@@ -25,11 +27,16 @@ from services.app.driver import drive_until_idle
 from services.runtime.sqlite import SqliteLog
 from services.simcluster.arrivals import ArrivalStream, arrival_schedule
 
-NOMINAL_MILLI_CPU = 30 * 20_000
+NOMINAL_MILLI_CPU_PER_QUEUE = 20_000
 
 
 def main() -> list[str]:
-    scenario = baseline(timed=True)
+    return [*run("baseline", baseline(timed=True)), *run("large-scale", large_scale())]
+
+
+def run(name: str, scenario: Scenario) -> list[str]:
+    """``scenario`` through scheduler, actuator and simulated cluster on an embedded log."""
+    queues = sum(1 for obj in scenario.objects if isinstance(obj, o.ClusterQueue))
     objects: list[tuple[Document, o.AnyObject]] = []
     for i, obj in enumerate(scenario.objects):
         if isinstance(obj, o.Workload):
@@ -45,6 +52,7 @@ def main() -> list[str]:
         wall, cpu = time.perf_counter(), time.process_time()
         result = drive_until_idle(log, topics=topics, arrivals=arrivals)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         waits: dict[str, list[int]] = defaultdict(list)
         running_since: dict[str, int] = {}
         admissions = 0
@@ -84,14 +92,15 @@ def main() -> list[str]:
         log.close()
     start = min(created.values())
     makespan = last - start
-    usage = used_ms / (NOMINAL_MILLI_CPU * makespan) * 100 if makespan else 0.0
+    usage = used_ms / (NOMINAL_MILLI_CPU_PER_QUEUE * queues * makespan) * 100 if makespan else 0.0
     avg = ", ".join(f"{k} {sum(v) / len(v) / 1000:.1f} s" for k, v in sorted(waits.items()))
     return [
-        f"baseline through the services (embedded log, simulated time): {len(created):,} workloads, "
+        f"{name} through the services (embedded log, simulated time): {len(created):,} workloads, "
         f"{events:,} cluster events, {result.scheduler.state.cycles:,} cycles, {admissions:,} admissions",
         f"  simulated makespan {makespan / 1000:.1f} s; average time to admission: {avg}; "
         f"usage of nominal quota {usage:.1f}%",
-        f"  ran in {wall:.0f} s wall, {cpu:.0f} s CPU ({len(created) / wall:,.0f} workloads/s through the loop)",
+        f"  ran in {wall:.0f} s wall, {cpu:.0f} s CPU ({len(created) / wall:,.0f} workloads/s through the loop); "
+        f"peak RSS {rss:.0f} MiB",
     ]
 
 

@@ -419,6 +419,7 @@ class ConfigurationCommon(_Loose):
     resources: Resources | None = None
     manage_jobs_without_queue_name: bool | None = None
     feature_gates: dict[str, bool] | None = None
+    heads_per_cluster_queue: int | None = None  # kueuelog's own field (not Kueue's): see events.configuration
 
 
 class ConfigurationBody(ConfigurationCommon):

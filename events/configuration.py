@@ -35,6 +35,9 @@ deviceClassMappings``         DRA claims (events/dra.py)
                               UnadmittedWorkloadsObservability,
                               DisableWaitForPodsReady,
                               AdmissionFairSharing
+``headsPerClusterQueue``      kueuelog's own (Kueue has no such     the same
+                              field): heads per ClusterQueue per
+                              cycle, 1 (Kueue) to 1000
 ============================  =====================================  ======================================
 
 A block that is off (v1beta1 ``enable: false``) is dropped the way Kueue's conversion drops it,
@@ -75,6 +78,7 @@ _FEATURE_GATES = {
 }
 _DISABLE_WAIT_FOR_PODS_READY = "DisableWaitForPodsReady"
 _ADMISSION_FAIR_SHARING = "AdmissionFairSharing"
+MAX_HEADS_PER_CLUSTER_QUEUE = 1000
 
 
 class Where(Protocol):
@@ -121,6 +125,8 @@ def read_configuration(where: Where, version: str, rest: dict[str, Any]) -> o.Co
         out = msgspec.structs.replace(out, device_class_mappings=dra.device_class_mappings(
             where, common.resources.device_class_mappings))
     out = _multikueue(where, common.multi_kueue, out)
+    if common.heads_per_cluster_queue is not None:
+        out = msgspec.structs.replace(out, heads_per_cluster_queue=_heads(where, common.heads_per_cluster_queue))
     return _feature_gates(where, common.feature_gates or {}, out)
 
 
@@ -134,6 +140,13 @@ def _multikueue(where: Where, mk: api.MultiKueueSettings | None, out: o.Configur
     if ms <= 0:
         raise where.error("multiKueue.workerLostTimeout", f"must be positive (got {mk.worker_lost_timeout!r})")
     return msgspec.structs.replace(out, multikueue_worker_lost_timeout_ms=ms)
+
+
+def _heads(where: Where, value: int) -> int:
+    if not 1 <= value <= MAX_HEADS_PER_CLUSTER_QUEUE:
+        raise where.error("headsPerClusterQueue", f"must be between 1 (Kueue's one head per ClusterQueue per "
+                          f"cycle) and {MAX_HEADS_PER_CLUSTER_QUEUE}, got {value}")
+    return value
 
 
 def _transformations(where: Where, given: list[api.ResourceTransformation]) -> tuple[o.ResourceTransformation, ...]:

@@ -352,6 +352,9 @@ class Configuration(_Kind, frozen=True, tag="Configuration"):
     afs_resource_weights: tuple[tuple[str, float], ...] = ()
     # multiKueue.workerLostTimeout (Kueue's default 15m): a worker silent that long is lost.
     multikueue_worker_lost_timeout_ms: int = 900_000
+    # kueuelog's own knob (not Kueue's): how many heads of each BestEffortFIFO ClusterQueue a cycle
+    # nominates (services/core/heads.py). 1 is Kueue's scheduler exactly.
+    heads_per_cluster_queue: int = 1
 
 
 class NodeSelectorTerm(_Obj, frozen=True):

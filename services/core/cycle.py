@@ -55,6 +55,7 @@ from services.core import (
 from services.core.derived import Memo
 from services.core.dra import dra_error
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
+from services.core.heads import heads_to_take, take_heads
 from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
 from services.core.quota import FR, Node
 from services.core.reasons import quota_reserved_reason
@@ -322,10 +323,14 @@ def _order_key(e: Entry) -> tuple[int, int, int, int, str]:
 
 
 def _fits_with_removals(state: State, node: Node, usage: dict[FR, int], removed: list[WorkloadRecord]) -> bool:
+    # What ``node`` may use depends only on usage in its own cohort tree, of the resources asked
+    # for: victims elsewhere (other trees, other resources) are left where they are.
+    root = node.root()
     sim = Simulation(state)
     try:
         for w in removed:
-            if w.admission is not None:
+            if (w.admission is not None and not usage.keys().isdisjoint(w.usage)
+                    and state.cq_node(w.admission.cluster_queue).root() is root):
                 sim.remove(w)
         return all(v <= max(0, node.available(fr)) for fr, v in usage.items())
     finally:
@@ -567,8 +572,13 @@ def run_cycle(state: State) -> CycleResult:
         queue = state.index.queues[cq_name]
         if cq_name in state.index.inactive or not queue.active:
             continue
-        key = admissionfair.pop_head(state, cq_name, queue)
-        entries.append(Entry(rec=state.workloads[key], cq=state.cluster_queues[cq_name]))
+        cq = state.cluster_queues[cq_name]
+        n = heads_to_take(state.config, cq)
+        if n == 1 or admissionfair.uses_afs(state, cq_name):  # one head: Kueue's cycle (fair: its LocalQueue's turn)
+            taken = [admissionfair.pop_head(state, cq_name, queue)]
+        else:
+            taken = take_heads(queue, n)
+        entries.extend(Entry(rec=state.workloads[key], cq=cq) for key in taken)
     for e in entries:
         _nominate(state, e)
     if state.config.fair_sharing:

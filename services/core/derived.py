@@ -85,7 +85,8 @@ class Index:
     """The derived indices. ``dirty``: they no longer match the canonical state (configuration
     changed, or nothing was built yet) and ``index.rebuild`` must run before they are read."""
 
-    __slots__ = ("admitted", "cluster_queue_nodes", "dirty", "inactive", "nodes", "queues", "tree_members")
+    __slots__ = ("admitted", "cluster_queue_nodes", "dirty", "inactive", "nodes", "queues", "tree_members",
+                 "tree_queues")
 
     def __init__(self) -> None:
         self.dirty = True
@@ -94,6 +95,8 @@ class Index:
         self.queues: dict[str, ClusterQueueQueue] = {}
         self.admitted: dict[str, dict[str, None]] = {}  # cq -> workloads holding its quota
         self.tree_members: dict[NodeKey, list[str]] = {}  # root -> ClusterQueues under it (filled lazily)
+        # root -> (len(queues) when filled, the queues of the ClusterQueues under it), filled lazily
+        self.tree_queues: dict[NodeKey, tuple[int, list[ClusterQueueQueue]]] = {}
         self.inactive: dict[str, tuple[str, str]] = {}  # cq -> (reason, message)
 
 

@@ -199,8 +199,10 @@ class Preemptor:
 
     def _collect(self, node: Node, skip: Node | None, frs: frozenset[FR], advantage: bool,
                  lca: Node, out: list[_Candidate]) -> None:
-        for child in node.children:
-            if child is skip or _within_nominal(child, frs):
+        # Only children over their nominal quota of one of ``frs`` can be taken from (the others
+        # are within nominal): the tree keeps them, so idle ClusterQueues are not visited.
+        for child in node.children_over(frs):
+            if child is skip:
                 continue
             if child.is_cluster_queue:
                 if child.name == self.cq.name:
@@ -327,7 +329,7 @@ class Preemptor:
                 node.add_usage(fr, v)
             if self._fits(usage, allow_borrowing):
                 del keep[i]
-                sim.removed.remove(c.rec)
+                _remove_identical(sim.removed, c.rec)
             else:
                 for fr, v in sorted(c.rec.usage.items()):
                     node.remove_usage(fr, v)
@@ -351,6 +353,16 @@ class Preemptor:
             for t in targets
         )
         return (PreemptionVerdict.PREEMPT if same else PreemptionVerdict.RECLAIM), borrow
+
+
+def _remove_identical(records: list[WorkloadRecord], rec: WorkloadRecord) -> None:
+    """Remove ``rec`` itself (the last occurrence: the most recent removal) from ``records``; by identity,
+    not by comparing every field of records, as ``list.remove`` would."""
+    for i in range(len(records) - 1, -1, -1):
+        if records[i] is rec:
+            del records[i]
+            return
+    raise ValueError(f"{rec.key} was not removed in this simulation")
 
 
 def preemption_message(preemptor: WorkloadRecord, reason: PreemptionReason) -> str:

@@ -8,7 +8,11 @@ every (flavor, resource) a node keeps
 - ``subtree``: the quota it can offer upwards — its nominal for a ClusterQueue,
   its own nominal plus what each child lends for a Cohort,
 - ``usage``: for a ClusterQueue what its admitted workloads use, for a Cohort
-  the part of its children's usage that exceeds what they keep for themselves.
+  the part of its children's usage that exceeds what they keep for themselves,
+- ``over``: the children using more of a (flavor, resource) than their ``subtree``
+  quota, kept current by every change of usage (``add_usage``, ``remove_usage``,
+  ``recompute_subtree``), so that a preemption search visits only the children it can
+  take from rather than every ClusterQueue of a cohort.
 
 The formulas are those of Kueue's ``pkg/cache/scheduler/resource_node.go``
 (``guaranteedQuota``, ``available``, ``potentialAvailable``, ``addUsage``,
@@ -52,7 +56,8 @@ def cohort_key(name: str) -> NodeKey:
 
 
 class Node:
-    __slots__ = ("children", "height", "is_cluster_queue", "key", "name", "parent", "quotas", "subtree", "usage")
+    __slots__ = ("children", "height", "is_cluster_queue", "key", "name", "over", "parent", "quotas", "subtree",
+                 "usage")
 
     def __init__(self, name: str, *, is_cluster_queue: bool) -> None:
         self.name = name
@@ -63,6 +68,7 @@ class Node:
         self.quotas: dict[FR, Quota] = {}
         self.subtree: dict[FR, int] = {}
         self.usage: dict[FR, int] = {}
+        self.over: dict[FR, dict[Node, None]] = {}  # children using more than their subtree quota
         self.height = 0
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
@@ -109,19 +115,41 @@ class Node:
         node: Node | None = self
         while node is not None and value:
             local = node.local_available(fr)
-            node.usage[fr] = node.usage.get(fr, 0) + value
+            used = node.usage[fr] = node.usage.get(fr, 0) + value
+            parent = node.parent
+            if parent is not None and used > node.subtree.get(fr, 0):  # usage only grows here
+                over = parent.over.get(fr)
+                if over is None:
+                    over = parent.over[fr] = {}
+                over[node] = None
             value = max(0, value - local)
-            node = node.parent
+            node = parent
 
     def remove_usage(self, fr: FR, value: int) -> None:
         node: Node | None = self
         while node is not None and value:
             stored_in_parent = node.usage.get(fr, 0) - node.guaranteed(fr)
-            node.usage[fr] = node.usage.get(fr, 0) - value
+            used = node.usage[fr] = node.usage.get(fr, 0) - value
+            parent = node.parent
+            if parent is not None and used <= node.subtree.get(fr, 0):  # usage only shrinks here
+                over = parent.over.get(fr)
+                if over:
+                    over.pop(node, None)
             if stored_in_parent <= 0:
                 return
             value = min(value, stored_in_parent)
             node = node.parent
+
+    def children_over(self, frs: Iterable[FR]) -> list[Node]:
+        """The children using more than their subtree quota of any of ``frs``, in children order."""
+        found: dict[Node, None] = {}
+        for fr in frs:
+            over = self.over.get(fr)
+            if over:
+                found.update(over)
+        if not found:
+            return []
+        return sorted(found, key=_child_order)
 
     # --- helpers for the scheduler ------------------------------------------------------
 
@@ -162,6 +190,10 @@ class Node:
             node = node.parent
 
 
+def _child_order(node: Node) -> tuple[bool, str]:
+    return node.is_cluster_queue, node.name
+
+
 def recompute_subtree(root: Node) -> None:
     """Bottom-up SubtreeQuota, cohort usage and height, as Kueue's ``updateCohortTreeResources``.
 
@@ -181,10 +213,12 @@ def _recompute_node(node: Node) -> None:
     if node.is_cluster_queue:
         node.subtree = {fr: q.nominal for fr, q in node.quotas.items()}
         node.height = 0
+        node.over = {}
         return
     node.height = max([min(len(node.children), 1)] + [c.height + 1 for c in node.children if not c.is_cluster_queue])
     subtree = {fr: q.nominal for fr, q in node.quotas.items()}
     usage: dict[FR, int] = {}
+    over_nominal: dict[FR, dict[Node, None]] = {}
     for child in node.children:
         for fr, v in child.subtree.items():
             subtree[fr] = subtree.get(fr, 0) + v - child.guaranteed(fr)
@@ -192,5 +226,8 @@ def _recompute_node(node: Node) -> None:
             over = max(0, u - child.guaranteed(fr))
             if over:
                 usage[fr] = usage.get(fr, 0) + over
+            if u > child.subtree.get(fr, 0):
+                over_nominal.setdefault(fr, {})[child] = None
     node.subtree = subtree
     node.usage = usage
+    node.over = over_nominal

@@ -469,13 +469,16 @@ def requeue_inadmissible(state: State, cq_name: str) -> None:
     if state.index.dirty or cq_name not in state.cluster_queues:
         return
     root = state.cq_node(cq_name).root()
-    members = state.index.tree_members
-    names = members.get(root.key)
-    if names is None:
-        names = members[root.key] = _cluster_queues_under(root)
-    for name in names:
-        queue = state.index.queues.get(name)
-        if queue is not None:
+    index = state.index
+    known = index.tree_queues.get(root.key)
+    if known is None or known[0] != len(index.queues):  # queues are only ever added between rebuilds
+        names = index.tree_members.get(root.key)
+        if names is None:
+            names = index.tree_members[root.key] = _cluster_queues_under(root)
+        known = index.tree_queues[root.key] = (len(index.queues), [q for n in names
+                                                                   if (q := index.queues.get(n)) is not None])
+    for queue in known[1]:
+        if queue.inadmissible:  # most of a large cohort's queues have nothing parked
             queue.unpark_all(state.workloads)
 
 
