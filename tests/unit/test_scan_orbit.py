@@ -11,12 +11,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from events.codec import decode_decision
 from events.envelope import Topics
+from events.manifests import parse_time
 from events.messages import AdmitWorkload, AnyDecision, CycleCompleted
-from services.app.driver import drive_until_idle
+from services.actuator.loop import Actuator
+from services.actuator.sim_port import SimClusterPort
+from services.app.driver import Loop, NotIdle, drive, drive_until_idle
 from services.runtime.sqlite import SqliteLog
+from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream
+from services.simcluster.cluster import SimCluster, SimConfig
 
 T = Topics()
 
@@ -125,4 +132,30 @@ def test_a_circling_flavor_scan_lets_time_move_on_and_every_workload_finishes(tm
     pytorch = next(t for name, t in admitted.items() if name.startswith("pytorchjob-"))
     # Kueue's decision: the PyTorchJob waits for gpu-a100 to be freed by the pinned Job, 300s in.
     assert pytorch - pinned >= 300_000
+    log.close()
+
+
+class _Spinning(Scheduler):
+    """A scheduler that, when it has nothing to do, still reports cycles run that decided nothing."""
+
+    def step(self) -> int:
+        done = super().step()
+        if done == 0:
+            self.last_events, self.last_decisions = 0, []
+            return 1
+        return done
+
+
+def test_a_scheduler_step_that_decides_nothing_lets_simulated_time_move_on(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "log", durable=False)
+    config = SimConfig()
+    loop = Loop(_Spinning(log, topics=T), Actuator(log, SimClusterPort(T, config.cluster), topics=T),
+                SimCluster.simulated(log, config, T),
+                ArrivalStream.from_files(log, {"queues.yaml": QUEUES, "jobs.yaml": JOBS}, topics=T))
+    with pytest.raises(NotIdle):  # it never says it is done, so the run never finishes
+        drive(loop, max_rounds=500)
+    records = loop.scheduler.state.workloads
+    # ... yet time went on: both arrived, ran and finished, the PyTorchJob after the pinned Job.
+    assert len(records) == 2 and all(r.finished for r in records.values())
+    assert loop.scheduler.state.now >= parse_time("2025-01-01T09:08:00Z")
     log.close()
