@@ -1,7 +1,8 @@
 """Several services in one process, and the one loop that steps them.
 
 :class:`Loop` is the round robin of scheduler, actuator and simulated cluster in
-simulated time: step the three; when none did anything, let the earliest time
+simulated time: step the three; when none did anything (a scheduler step whose cycles decided
+nothing counts as nothing), let the earliest time
 source act (:func:`advance_time`); when nothing advances either, the run is
 finished (or some other consumer of the log is behind). :func:`drive` runs it
 in the calling thread, deterministic, with a hook between rounds (the demo
@@ -92,12 +93,21 @@ class Loop:
         """One turn of each; then, if none did anything, time moves on. Returns what happened and
         the scheduler's part (events folded, or cycles run)."""
         by_scheduler = self.scheduler.step()
-        did = by_scheduler + step_actuator(self.actuator) + self.simcluster.step()
-        if did:
+        did = step_actuator(self.actuator) + self.simcluster.step()
+        if did or self._scheduler_moved(by_scheduler):
             return Round.BUSY, by_scheduler
         if self._deadline_first() or advance_time(self.simcluster, self.arrivals):
-            return Round.ADVANCED, 0
+            return Round.ADVANCED, by_scheduler
+        if by_scheduler:
+            return Round.BUSY, by_scheduler  # its cycles go on, and nothing else is left to happen
         return (Round.FINISHED if finished(self.simcluster, self.arrivals) else Round.STALLED), 0
+
+    def _scheduler_moved(self, by_scheduler: int) -> bool:
+        """Whether the scheduler's step was progress the clock must wait for: it read events, or its
+        cycles decided something. A step that only ran cycles deciding nothing (continuing a step
+        cut short) lets simulated time move on, as Kueue's scheduler backs off in real time while
+        the cluster goes on: however its cycles turn, time does not stand still."""
+        return by_scheduler > 0 and (self.scheduler.last_events > 0 or bool(self.scheduler.last_decisions))
 
     def _deadline_first(self) -> bool:
         """Simulated time, system idle: if the scheduler's next deadline (waitForPodsReady, back-off,

@@ -40,6 +40,7 @@ from events.objects import Workload
 from services.app.follow import Follower
 from services.app.logview import replay
 from services.core.cycle import run_cycle
+from services.core.orbit import ScanOrbit
 from services.core.state import State, finish_eviction, fold
 from services.runtime.log import Log
 from services.runtime.manifestfiles import read_manifests
@@ -215,6 +216,7 @@ class _Sim:
             self.cycles(usage)
 
     def cycles(self, usage: Usage) -> None:
+        orbit = ScanOrbit()  # a step folds events first: nothing seen before it counts
         for _ in range(MAX_CYCLES_PER_STEP):
             result = run_cycle(self.state)
             for d in result.decisions:
@@ -231,7 +233,7 @@ class _Sim:
                 rec = self.state.workloads.get(key)
                 if rec is not None and rec.evicting:
                     finish_eviction(self.state, rec)
-            if not result.changed and not evicted:
+            if not orbit.progressed(result) and not evicted:
                 break
         usage.sample(self.state)
 

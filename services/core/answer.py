@@ -225,9 +225,9 @@ def _sentences(a: Answer) -> list[str]:
     elif a.status == "evicting":
         out = [f"{a.workload} is being evicted from ClusterQueue {a.cluster_queue}{_since(a)}: {a.message}."]
     elif a.status in ("admitted", "quota-reserved"):
-        what = "admitted to" if a.status == "admitted" else "holds quota in (not yet admitted:"
-        close = "" if a.status == "admitted" else " admission checks pending)"
-        out = [f"{a.workload} is {what} ClusterQueue {a.cluster_queue}{close}{_since(a)}, on {a.flavors}."]
+        what = "is admitted to" if a.status == "admitted" else "holds quota in"
+        note = "" if a.status == "admitted" else " (not yet admitted: admission checks pending)"
+        out = [f"{a.workload} {what} ClusterQueue {a.cluster_queue}{note}{_since(a)}, on {a.flavors}."]
     else:
         out = _pending_sentences(a)
     if a.evicted is not None and a.status != "evicting":

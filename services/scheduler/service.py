@@ -39,6 +39,7 @@ from events.messages import (
 from events.validation import event_problem
 from services.core.apply import apply_cycle
 from services.core.cycle import run_cycle
+from services.core.orbit import ScanOrbit
 from services.core.placement import route
 from services.core.snapshot import FORMAT as SNAPSHOT_FORMAT
 from services.core.snapshot import decode_state, encode_state
@@ -124,6 +125,7 @@ class Scheduler:
     _needs_cycle: bool = True  # until a cycle has been quiet (also after a restart: one cycle to be sure)
     _cut_short: bool = False  # the last step stopped its cycles at the head budget: go on without new events
     _ran: tuple[list[AnyDecision], list[CycleCompleted]] = field(default_factory=lambda: ([], []))
+    _orbit: ScanOrbit = field(default_factory=ScanOrbit)  # flavor scans going round in a circle
 
     # --- folding -----------------------------------------------------------------------
 
@@ -147,6 +149,7 @@ class Scheduler:
         if not isinstance(env.event, NO_SCHEDULING_EFFECT) and (
                 self.state.config.wait_for_pods_ready or not isinstance(env.event, READINESS)):
             self._needs_cycle = True
+            self._orbit.reset()
         return None
 
     def _dead_letter(self, offset: int, value: bytes, key: str, reason: str) -> tuple[str, bytes]:
@@ -183,7 +186,7 @@ class Scheduler:
                                 heads=tuple(result.heads))
         self.stats.cycles += 1
         self.stats.decisions += len(result.decisions)
-        return result.decisions, record, result.changed
+        return result.decisions, record, self._orbit.progressed(result)
 
     def cycles_until_quiet(self) -> list[tuple[str, bytes]]:
         """Cycles until one changes nothing, or until ``max_heads_per_step`` heads were nominated

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from events.messages import WorkloadFinished
-from services.core.answer import Eviction, answer, borrowing, pending_order, shortfalls
+from services.core.answer import Answer, Eviction, answer, borrowing, pending_order, shortfalls
 from services.core.state import fold
 from tests.builders import Builder, a_cluster_queue, a_flavor, a_local_queue, a_namespace, a_workload, simulate
 
@@ -155,3 +155,10 @@ def test_one_phrase_per_borrower_and_flavor() -> None:
     got = answer(out.state, "ns/wait")
     assert "To be admitted it needs 1 more cpu and 1Gi more memory in f; a is borrowing 2 cpu and 2Gi memory " \
            "in f." in got.paragraph(), got.paragraph()
+
+
+def test_a_workload_holding_quota_before_its_checks_pass_reads_as_a_sentence() -> None:
+    a = Answer(workload="ns/wl", status="quota-reserved", since=0, cluster_queue="team-a-cq",
+               flavors="main[1]:cpu=on-demand")
+    assert a.paragraph() == ("ns/wl holds quota in ClusterQueue team-a-cq (not yet admitted: admission checks "
+                             "pending) since 1970-01-01T00:00:00Z, on main[1]:cpu=on-demand.")
