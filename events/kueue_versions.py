@@ -18,6 +18,8 @@ The renames (v1beta1 <-> v1beta2):
 - Workload ``spec.priorityClassName`` + ``spec.priorityClassSource`` <-> ``spec.priorityClassRef``;
   ``status.accumulatedPastExexcutionTimeSeconds`` (sic) <-> ``accumulatedPastExecutionTimeSeconds``.
 - LocalQueue ``status.flavorUsage`` <-> ``status.flavorsUsage``.
+- MultiKueueCluster ``spec.kubeConfig`` / ``spec.clusterProfileRef`` (v1beta1) <->
+  ``spec.clusterSource.kubeConfig`` / ``.clusterProfileRef``.
 
 Two spellings that disagree (the CRDs' rules refuse that on write) are left as they are, so the
 parser refuses the object naming the field. Pure: no I/O, the input is not modified.
@@ -127,7 +129,21 @@ def _local_queue(body: Json, version: str) -> None:
             _rename(status, "flavorUsage", "flavorsUsage")
 
 
+def _multikueue_cluster(body: Json, version: str) -> None:
+    spec = body.get("spec")
+    if not isinstance(spec, dict):
+        return
+    if version == "v1beta1":
+        source = spec.get("clusterSource")
+        if isinstance(source, dict) and not any(k in spec for k in source):
+            del spec["clusterSource"]
+            spec.update(source)
+    elif any(k in spec for k in ("kubeConfig", "clusterProfileRef")) and "clusterSource" not in spec:
+        spec["clusterSource"] = {k: spec.pop(k) for k in ("kubeConfig", "clusterProfileRef") if k in spec}
+
+
 _BY_KIND: Final[Mapping[str, Callable[[Json, str], None]]] = {
+    "MultiKueueCluster": _multikueue_cluster,
     "ClusterQueue": _cluster_queue,
     "Cohort": _cohort,
     "Workload": _workload,

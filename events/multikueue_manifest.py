@@ -48,7 +48,9 @@ class ClusterSource(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown
 
 
 class MultiKueueClusterSpec(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
-    cluster_source: ClusterSource | None = None
+    cluster_source: ClusterSource | None = None  # v1beta2
+    kube_config: KubeConfig | None = None  # v1beta1 spells the source at spec itself
+    cluster_profile_ref: ClusterProfileReference | None = None  # v1beta1
 
 
 class MultiKueueConfigSpec(msgspec.Struct, kw_only=True, rename="camel", forbid_unknown_fields=True):
@@ -90,23 +92,29 @@ def multikueue_config(where: Where, body: Mapping[str, Any], annotations: Mappin
 
 def multikueue_cluster(where: Where, body: Mapping[str, Any]) -> o.MultiKueueCluster:
     spec: MultiKueueClusterSpec = _spec(where, body, MultiKueueClusterSpec)
-    source = spec.cluster_source or ClusterSource()
+    v1beta1 = str(body.get("apiVersion", "")).endswith("/v1beta1")
+    if v1beta1:  # Kueue's v1beta1: spec.kubeConfig / spec.clusterProfileRef
+        if spec.cluster_source is not None:
+            raise where.error("spec.clusterSource", "not a v1beta1 field (v1beta1 spells spec.kubeConfig)")
+        source, at = ClusterSource(kube_config=spec.kube_config, cluster_profile_ref=spec.cluster_profile_ref), "spec"
+    else:
+        for field, value in (("kubeConfig", spec.kube_config), ("clusterProfileRef", spec.cluster_profile_ref)):
+            if value is not None:
+                raise where.error(f"spec.{field}", f"not a v1beta2 field (v1beta2 spells spec.clusterSource.{field})")
+        source, at = spec.cluster_source or ClusterSource(), "spec.clusterSource"
     if source.kube_config is None and source.cluster_profile_ref is None:
-        raise where.error("spec.clusterSource", "exactly one of kubeConfig, clusterProfileRef is required")
+        raise where.error(at, "exactly one of kubeConfig, clusterProfileRef is required")
     if source.kube_config is not None and source.cluster_profile_ref is not None:
-        raise where.error("spec.clusterSource", "exactly one of kubeConfig, clusterProfileRef may be given")
+        raise where.error(at, "exactly one of kubeConfig, clusterProfileRef may be given")
     if source.kube_config is None:
-        raise where.error("spec.clusterSource.clusterProfileRef",
-                          "ClusterProfiles are not supported by kueuelog; give a kubeConfig")
+        raise where.error(f"{at}.clusterProfileRef", "ClusterProfiles are not supported by kueuelog; give a kubeConfig")
     kc = source.kube_config
     location = kc.location or ""
     if not 1 <= len(location) <= MAX_NAME:
-        raise where.error("spec.clusterSource.kubeConfig.location",
-                          f"must be 1 to {MAX_NAME} characters (got {len(location)})")
+        raise where.error(f"{at}.kubeConfig.location", f"must be 1 to {MAX_NAME} characters (got {len(location)})")
     location_type = kc.location_type or "Secret"
     if location_type not in LOCATION_TYPES:
-        raise where.error("spec.clusterSource.kubeConfig.locationType",
-                          f"must be Secret or Path (got {location_type!r})")
+        raise where.error(f"{at}.kubeConfig.locationType", f"must be Secret or Path (got {location_type!r})")
     return o.MultiKueueCluster(name=where.name, location_type=location_type, location=location,
                                active=_active(body))
 

@@ -121,6 +121,28 @@ async def create_or_replace(api: client.ApiClient, obj: dict[str, Any]) -> None:
     await (replace(name, namespace, body) if namespaced else replace(name, body))
 
 
+@contextlib.asynccontextmanager
+async def rbac_applied(api: client.ApiClient, path: Path) -> AsyncIterator[None]:
+    """The ClusterRoles and ClusterRoleBindings of ``path`` in force for the block, then deleted: the
+    control plane is shared by the whole run, and a role left behind would widen what a later test
+    proves its service account cannot do (tests/integration/test_kube_rbac.py)."""
+    objs = [o for o in read_yaml(path) if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    for obj in objs:
+        await create_or_replace(api, obj)
+    try:
+        yield
+    finally:
+        rbac = client.RbacAuthorizationV1Api(api)
+        for obj in reversed(objs):
+            delete = (rbac.delete_cluster_role if obj["kind"] == "ClusterRole"
+                      else rbac.delete_cluster_role_binding)
+            try:
+                await delete(obj["metadata"]["name"])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+
 def served_versions(crd: dict[str, Any]) -> list[str]:
     return [v["name"] for v in crd["spec"]["versions"] if v["served"]]
 

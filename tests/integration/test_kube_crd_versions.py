@@ -121,7 +121,7 @@ async def test_every_example_applies_and_reads_back_whole_at_every_version(
     crds = {crd["spec"]["names"]["kind"]: crd for crd in await apply_crds(kube_api_client)}
     objects = Objects(kube_api_client)
     docs = corpus()
-    assert len(docs) == 39
+    assert len(docs) == 44  # with the MultiKueue files 12 and 13
     created: list[dict[str, Any]] = []
     try:
         for doc in docs:
@@ -236,7 +236,7 @@ async def test_every_case_of_kueues_site_examples_applies_and_reads_back_meaning
     they are written in, read back at every served version; its Jobs as the API server stores them.
     Case by case (the cases reuse names), each cleaned up before the next."""
     crds = {crd["spec"]["names"]["kind"]: crd for crd in await apply_crds(kube_api_client)}
-    assert len(SITE_CASES) == 19
+    assert len(SITE_CASES) == 20
     applied = 0
     created: list[dict[str, Any]] = []
     try:

@@ -19,7 +19,7 @@ from events import jobkinds
 from services.runtime.sqlite import SqliteLog
 from tests.infra.kube import LocalControlPlane
 from tests.integration.jobkind_crds import ensure_job_kind_crds
-from tests.integration.kube_deploy import create_or_replace, read_yaml
+from tests.integration.kube_deploy import rbac_applied
 from tests.integration.test_kube_e2e import (
     MERGE,
     SPOT_TOLERATION,
@@ -44,8 +44,8 @@ async def test_pytorchjob_admitted_finishes_and_frees_quota_for_a_jobset(
     tmp_path: Path,
 ) -> None:
     api = kube_api_client
-    for obj in read_yaml(RBAC):
-        await create_or_replace(api, obj)
+    rbac = contextlib.AsyncExitStack()  # the shipped roles, removed again at the end
+    await rbac.enter_async_context(rbac_applied(api, RBAC))
     await ensure_job_kind_crds(api, *KINDS)
     c = Cluster(api)
     await c.create(cpu="4")
@@ -107,3 +107,4 @@ async def test_pytorchjob_admitted_finishes_and_frees_quota_for_a_jobset(
         for rj in js["spec"]["replicatedJobs"]:
             assert rj["template"]["spec"]["template"]["spec"]["nodeSelector"] == {"kueuelog.io/pool": "spot"}
     await c.delete(api)
+    await rbac.aclose()

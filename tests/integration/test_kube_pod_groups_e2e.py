@@ -22,7 +22,7 @@ from events.cluster import ADMISSION_GATE, QUEUE_NAME_LABEL
 from events.jobkinds import pods as p
 from services.runtime.sqlite import SqliteLog
 from tests.infra.kube import LocalControlPlane
-from tests.integration.kube_deploy import create_or_replace, read_yaml
+from tests.integration.kube_deploy import rbac_applied
 from tests.integration.test_kube_e2e import (
     SPOT_TOLERATION,
     Cluster,
@@ -47,8 +47,8 @@ async def test_a_pod_group_finishes_and_frees_quota_for_the_next(
     tmp_path: Path,
 ) -> None:
     api = kube_api_client
-    for obj in read_yaml(RBAC):
-        await create_or_replace(api, obj)
+    rbac = contextlib.AsyncExitStack()  # the shipped roles, removed again at the end
+    await rbac.enter_async_context(rbac_applied(api, RBAC))
     c = Cluster(api)
     await c.create(cpu="4")
     core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -108,3 +108,4 @@ async def test_a_pod_group_finishes_and_frees_quota_for_the_next(
         with contextlib.suppress(client.exceptions.ApiException):
             await core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         await c.delete(api)
+        await rbac.aclose()

@@ -82,6 +82,7 @@ def extra_jobs() -> str:
 
 
 EXAMPLE_JOBS = 45  # the first Jobs of examples/20-jobs.yaml: enough traffic, seconds per run
+EXAMPLE_KINDS = 3  # examples/30-workload-kinds.yaml: a JobSet, a PyTorchJob and a RayJob
 
 
 def manifest_files() -> dict[str, str]:
@@ -120,7 +121,7 @@ def dump(log: SqliteLog) -> dict[str, list[bytes]]:
 
 def assert_every_workload_finished_once(log: SqliteLog, scheduler: Scheduler) -> None:
     workloads = scheduler.state.workloads
-    assert len(workloads) == EXAMPLE_JOBS + 5  # example Jobs + 5 of ours
+    assert len(workloads) == EXAMPLE_JOBS + EXAMPLE_KINDS + 5  # example Jobs and kinds + 5 of ours
     assert [k for k, rec in workloads.items() if not rec.finished] == []
     finishes = sorted(f"{e.event.namespace}/{e.event.name}" for e in envelopes(log)
                       if isinstance(e.event, WorkloadFinished))

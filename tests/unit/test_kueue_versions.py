@@ -115,7 +115,8 @@ def test_the_corpus_is_what_our_parser_accepts() -> None:
     loaded = load(files)
     kinds = {doc.body["kind"] for doc, _ in loaded}
     assert kinds == {"ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "Workload", "WorkloadPriorityClass",
-                     "AdmissionCheck", "ProvisioningRequestConfig", "Configuration"}
+                     "AdmissionCheck", "ProvisioningRequestConfig", "Configuration", "MultiKueueConfig",
+                     "MultiKueueCluster"}
     versions = {doc.body["apiVersion"] for doc, _ in loaded}
     assert {f"{G}/v1alpha1", f"{G}/v1beta1", f"{G}/v1beta2"} <= versions
 

@@ -10,6 +10,7 @@ import pytest
 from events import objects as o
 from events.codec import decode_decision, encode
 from events.envelope import Envelope, Topics
+from events.kueue_versions import respell
 from events.manifests import Document, ManifestError, normalize
 from events.messages import (
     AnyDecision,
@@ -258,10 +259,38 @@ BAD = [
 @pytest.mark.parametrize("version", ["v1beta1", "v1beta2"])
 def test_invalid_multikueue_objects_are_refused_naming_object_and_field(body: dict[str, object], error: str,
                                                                         version: str) -> None:
+    body = {"apiVersion": f"kueue.x-k8s.io/{version}", **body}
+    if version == "v1beta1":  # v1beta1 spells the cluster source at spec itself
+        body = respell(body)
+        error = error.replace("spec.clusterSource", "spec")
     with pytest.raises(ManifestError) as e:
-        normalize(Document(file="f.yaml", index=1, body={"apiVersion": f"kueue.x-k8s.io/{version}", **body}))
+        normalize(Document(file="f.yaml", index=1, body=body))
     assert error in str(e.value)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("version", "spec", "error"), [
+    ("v1beta1", {"clusterSource": {"kubeConfig": {"location": "s"}}},
+     "spec.clusterSource: not a v1beta1 field (v1beta1 spells spec.kubeConfig)"),
+    ("v1beta2", {"kubeConfig": {"location": "s"}},
+     "spec.kubeConfig: not a v1beta2 field (v1beta2 spells spec.clusterSource.kubeConfig)"),
+])
+def test_a_multikueue_cluster_source_in_the_other_versions_spelling_is_refused(
+        version: str, spec: dict[str, object], error: str) -> None:
+    with pytest.raises(ManifestError, match=error.replace(".", r"\.").replace("(", r"\(").replace(")", r"\)")):
+        normalize(Document(file="f.yaml", index=1, body={"apiVersion": f"kueue.x-k8s.io/{version}",
+                                                          "kind": "MultiKueueCluster", "metadata": {"name": "w"},
+                                                          "spec": spec}))
+
+
+def test_a_v1beta1_multikueue_cluster_means_what_its_v1beta2_spelling_means() -> None:
+    old = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "MultiKueueCluster", "metadata": {"name": "w"},
+           "spec": {"kubeConfig": {"locationType": "Path", "location": "/k"}}}
+    new = respell({**old, "apiVersion": "kueue.x-k8s.io/v1beta2"})
+    assert new["spec"] == {"clusterSource": {"kubeConfig": {"locationType": "Path", "location": "/k"}}}
+    assert respell({**new, "apiVersion": "kueue.x-k8s.io/v1beta1"})["spec"] == old["spec"]
+    assert (normalize(Document(file="f.yaml", index=1, body=old))
+            == normalize(Document(file="f.yaml", index=1, body=new)))
 
 
 def test_simulate_places_workers_objects_marked_by_annotation(tmp_path: Path) -> None:
