@@ -35,10 +35,12 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from typing import Final
 
 import pytest
 import pytest_asyncio
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.infra.kube import KubeError, LocalControlPlane
 
@@ -172,7 +174,29 @@ async def kube_namespace(request: pytest.FixtureRequest, kube_control_plane: Loc
     yield name
     with contextlib.suppress(Exception):
         async with open_api_client(kube_control_plane) as api:
+            await empty_namespace(api, name)
             await client.CoreV1Api(api).delete_namespace(name)
+
+
+# What kueuelog's services watch in a namespace. The test control plane runs no namespace controller,
+# so a deleted namespace keeps its objects for the rest of the run, and every later test's services
+# (they watch the whole cluster) would list them and retry decisions about them: they go first.
+_WATCHED: Final = (("kueue.x-k8s.io", "v1beta2", "workloads"), ("kueue.x-k8s.io", "v1beta2", "localqueues"),
+                   ("jobset.x-k8s.io", "v1alpha2", "jobsets"), ("kubeflow.org", "v1", "pytorchjobs"),
+                   ("ray.io", "v1", "rayjobs"), ("ray.io", "v1", "rayclusters"),
+                   ("workload.codeflare.dev", "v1beta2", "appwrappers"))
+
+
+async def empty_namespace(api: client.ApiClient, namespace: str) -> None:
+    """Delete the Jobs, pods and Kueue and job-kind objects of ``namespace`` (each kind that is served)."""
+    with contextlib.suppress(ApiException):
+        await client.BatchV1Api(api).delete_collection_namespaced_job(namespace, propagation_policy="Background")
+    with contextlib.suppress(ApiException):
+        await client.CoreV1Api(api).delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    objects = client.CustomObjectsApi(api)
+    for group, version, plural in _WATCHED:
+        with contextlib.suppress(ApiException):
+            await objects.delete_collection_namespaced_custom_object(group, version, namespace, plural)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -54,7 +54,7 @@ from services.scheduler.runner import run_scheduler
 from services.watcher.service import WatcherService
 from tests.infra.kafka import LocalKafka
 from tests.infra.kube import LocalControlPlane
-from tests.infra.pytest_kube import load_configuration, open_api_client
+from tests.infra.pytest_kube import empty_namespace, load_configuration, open_api_client
 from tests.integration.kube_deploy import (
     KUEUE_GROUP,
     apply_crds,
@@ -215,6 +215,7 @@ class Cluster:
             with contextlib.suppress(ApiException):
                 await co.delete_cluster_custom_object(KUEUE_GROUP, V, plural, name)
         for ns in (self.ns_in, self.ns_out):  # Terminating forever without a namespace controller: unique names
+            await empty_namespace(api, ns)  # so its objects go (later tests' services watch the whole cluster)
             with contextlib.suppress(ApiException):
                 await core.delete_namespace(ns)
 

@@ -13,7 +13,7 @@ from kubernetes_asyncio import client
 from events import jobkinds
 from tests.infra.kube import LocalControlPlane
 from tests.integration.jobkind_crds import ensure_job_kind_crds
-from tests.integration.kube_deploy import as_service_account, base_documents, create_or_replace, read_yaml
+from tests.integration.kube_deploy import as_service_account, base_documents, create_or_replace, rbac_applied
 from tests.integration.test_kube_rbac import allowed, forbidden, status_of
 from tests.integration.test_kube_watcher import retrying
 
@@ -28,8 +28,12 @@ async def test_watcher_lists_every_job_kind_and_writes_none(
 ) -> None:
     for obj in base_documents("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
         await create_or_replace(kube_api_client, obj)
-    for obj in read_yaml(RBAC):
-        await create_or_replace(kube_api_client, obj)
+    async with rbac_applied(kube_api_client, RBAC):  # removed after: the control plane is shared
+        await _watcher_and_actuator_rights(kube_control_plane, kube_api_client, kube_namespace)
+
+
+async def _watcher_and_actuator_rights(kube_control_plane: LocalControlPlane, kube_api_client: client.ApiClient,
+                                       kube_namespace: str) -> None:
     await ensure_job_kind_crds(kube_api_client, *(k.kind for k in jobkinds.OTHER_KINDS))
     admin = client.CustomObjectsApi(kube_api_client)
     for kind in jobkinds.OTHER_KINDS:
