@@ -28,7 +28,7 @@ from services.runtime.clock import wall_clock_ms
 from services.runtime.sqlite import SqliteLog
 from tests.infra.kube import LocalControlPlane
 from tests.integration.jobkind_crds import ensure_job_kind_crds
-from tests.integration.kube_deploy import KUEUE_GROUP, create_or_replace, read_yaml
+from tests.integration.kube_deploy import KUEUE_GROUP, rbac_applied
 from tests.integration.test_kube_e2e import (
     MERGE,
     conditions,
@@ -328,8 +328,8 @@ async def test_a_jobsets_pod_sets_get_their_pod_set_updates(kube_api_client: cli
     suspended until its request is provisioned, then each replicated Job's pod template gets its
     podSet's podSetUpdates (the consume annotation, the nodeSelector from provisioningClassDetails)
     with the flavor's node labels."""
-    for obj in read_yaml(JOBKINDS_RBAC):
-        await create_or_replace(kube_api_client, obj)
+    rbac = contextlib.AsyncExitStack()  # the shipped roles, removed again at the end (the plane is shared)
+    await rbac.enter_async_context(rbac_applied(kube_api_client, JOBKINDS_RBAC))
     await ensure_job_kind_crds(kube_api_client, "JobSet")
     s = Setup(kube_api_client)
     await s.create()
@@ -372,3 +372,4 @@ async def test_a_jobsets_pod_sets_get_their_pod_set_updates(kube_api_client: cli
     finally:
         log.close()
         await s.delete()
+        await rbac.aclose()
