@@ -36,11 +36,12 @@ def admission_check(where: Where, spec: api.AdmissionCheckSpec, body: Mapping[st
     return o.AdmissionCheck(
         name=where.name, controller_name=spec.controller_name,
         parameters_kind=params.kind or "", parameters_name=params.name or "",
-        parameters_api_group=params.api_group or "", active=_active(body),
+        parameters_api_group=params.api_group or "", active=active_condition(body),
     )
 
 
-def _active(body: Mapping[str, Any]) -> bool | None:
+def active_condition(body: Mapping[str, Any]) -> bool | None:
+    """The object's ``Active`` condition (AdmissionCheck, MultiKueueCluster): None when it has none."""
     status = body.get("status")
     if not isinstance(status, Mapping):
         return None

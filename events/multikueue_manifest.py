@@ -15,6 +15,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from events import objects as o
+from events.checks_manifest import active_condition
 from events.cluster import CLUSTER_ANNOTATION, KUEUE_GROUP, MULTIKUEUE_CONTROLLER
 from events.cluster import PLACEMENT_POLICY_ANNOTATION as POLICY_ANNOTATION
 
@@ -116,17 +117,7 @@ def multikueue_cluster(where: Where, body: Mapping[str, Any]) -> o.MultiKueueClu
     if location_type not in LOCATION_TYPES:
         raise where.error(f"{at}.kubeConfig.locationType", f"must be Secret or Path (got {location_type!r})")
     return o.MultiKueueCluster(name=where.name, location_type=location_type, location=location,
-                               active=_active(body))
-
-
-def _active(body: Mapping[str, Any]) -> bool | None:
-    status = body.get("status")
-    if not isinstance(status, Mapping):
-        return None
-    for c in status.get("conditions") or []:
-        if isinstance(c, Mapping) and c.get("type") == "Active":
-            return c.get("status") == "True"
-    return None
+                               active=active_condition(body))
 
 
 def check_parameters(where: Where, kind: str | None, api_group: str | None, name: str | None) -> None:
