@@ -132,15 +132,46 @@ async def rbac_applied(api: client.ApiClient, path: Path) -> AsyncIterator[None]
     try:
         yield
     finally:
-        rbac = client.RbacAuthorizationV1Api(api)
-        for obj in reversed(objs):
-            delete = (rbac.delete_cluster_role if obj["kind"] == "ClusterRole"
-                      else rbac.delete_cluster_role_binding)
-            try:
-                await delete(obj["metadata"]["name"])
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+        await revoke_rbac(api, [(o["kind"], o["metadata"]["name"]) for o in reversed(objs)])
+
+
+_SENTINEL = "kueuelog-test-rbac-sentinel"
+_SENTINEL_USER = "kueuelog-test-rbac-sentinel-user"
+
+
+async def revoke_rbac(api: client.ApiClient, objects: list[tuple[str, str]]) -> None:
+    """Delete the ClusterRoles and ClusterRoleBindings named (kind, name), and return once the
+    apiserver's authorizer has seen it (its cache follows the API a moment behind).
+
+    A sentinel binding created before the deletions and deleted after them tells when: the
+    authorizer sees bindings in the order they changed, so once it denies the sentinel's user,
+    every deletion before it is in force too."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    await create_or_replace(api, {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": _SENTINEL},
+        "rules": [{"apiGroups": ["kueuelog.test"], "resources": ["sentinels"], "verbs": ["get"]}]})
+    await create_or_replace(api, {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": _SENTINEL},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": _SENTINEL},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": _SENTINEL_USER}]})
+    await eventually(lambda: _sentinel_allowed(api, want=True), what="the authorizer to see the sentinel binding")
+    for kind, name in [*objects, ("ClusterRoleBinding", _SENTINEL), ("ClusterRole", _SENTINEL)]:
+        delete = rbac.delete_cluster_role if kind == "ClusterRole" else rbac.delete_cluster_role_binding
+        try:
+            await delete(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    await eventually(lambda: _sentinel_allowed(api, want=False),
+                     what="the authorizer to see the RBAC deletions")
+
+
+async def _sentinel_allowed(api: client.ApiClient, *, want: bool) -> bool:
+    review = await client.AuthorizationV1Api(api).create_subject_access_review(client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(user=_SENTINEL_USER, resource_attributes=client.V1ResourceAttributes(
+            group="kueuelog.test", resource="sentinels", verb="get"))))
+    return bool(review.status.allowed) == want
 
 
 def served_versions(crd: dict[str, Any]) -> list[str]:

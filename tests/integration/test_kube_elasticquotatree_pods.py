@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from events.cluster import ADMISSION_GATE
 from services.runtime.sqlite import SqliteLog
 from tests.infra.kube import LocalControlPlane
-from tests.integration.kube_deploy import as_service_account, create_or_replace
+from tests.integration.kube_deploy import as_service_account, create_or_replace, revoke_rbac
 from tests.integration.test_kube_e2e import Running, deployed, eventually, kueuelog  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -78,23 +78,13 @@ async def _frontend(api: client.ApiClient, plane: LocalControlPlane) -> None:
 
 async def _drop_frontend_rbac(api: client.ApiClient, plane: LocalControlPlane) -> None:
     """Take deploy/frontends/ack's extra rights away again (other tests check deploy/base's alone)
-    and wait until the authorizer has seen it."""
-    rbac = client.RbacAuthorizationV1Api(api)
-    with contextlib.suppress(ApiException):
-        await rbac.delete_cluster_role_binding("kueuelog-actuator-elasticquotatree")
-    with contextlib.suppress(ApiException):
-        await rbac.delete_cluster_role("kueuelog-actuator-elasticquotatree")
+    and check that the authorizer has seen it."""
+    await revoke_rbac(api, [("ClusterRoleBinding", "kueuelog-actuator-elasticquotatree"),
+                            ("ClusterRole", "kueuelog-actuator-elasticquotatree")])
     async with as_service_account(plane, "kueuelog-actuator") as actuator:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                await client.CoreV1Api(actuator).list_namespaced_pod(NS, limit=1)
-            except ApiException as e:
-                if e.status == 403:
-                    return
-                raise
-            await asyncio.sleep(0.2)
-    raise AssertionError("the actuator can still list pods after the front end's RBAC was deleted")
+        with pytest.raises(ApiException) as denied:
+            await client.CoreV1Api(actuator).list_namespaced_pod(NS, limit=1)
+    assert denied.value.status == 403, "the actuator can still list pods after the front end's RBAC was deleted"
 
 
 def _replica(deployment: dict[str, Any], i: int) -> dict[str, Any]:
