@@ -308,3 +308,17 @@ def _apply(obj: Mapping[str, Any], ops: Sequence[Json]) -> dict[str, Any]:
         else:
             at[last] = op["value"]
     return out
+
+
+def kind_released(kind: jobkinds.JobKind, obj: Mapping[str, Any], updates: Sequence[o.PodSetUpdate]) -> dict[str, Any]:
+    """A copy of ``obj`` released with its own scheduling plus ``updates`` per podSet (a MultiKueue
+    worker's flavors): what runs on the worker (pure; an earlier admission's scheduling on the
+    manager, if any, is taken off first)."""
+    shown = f"{kind.kind} {(obj.get('metadata') or {}).get('namespace')}/{(obj.get('metadata') or {}).get('name')}"
+    originals = _originals(kind, obj, shown)
+    base = _apply(obj, scheduling_ops(_Where(shown), kind, obj, originals, merge=False))
+    wanted = {s.name: _with_updates(s.name, Scheduling(), updates, shown) for s in kind.pod_sets(_Where(shown), base)}
+    try:
+        return _apply(base, resume_ops(_Where(shown), kind, base, wanted))
+    except ValueError as e:
+        raise InvalidObject(shown, "nodeSelector", str(e)) from None

@@ -1,19 +1,22 @@
-"""The manager's actuator for MultiKueue: a placed Job runs on its worker, once.
+"""The manager's actuator for MultiKueue: a placed job runs on its worker, once.
 
 The scheduler decides where a workload runs (``services.core.placement``); this applies it, the
 way Kueue's MultiKueue reaches its workers (``pkg/controller/admissionchecks/multikueue``): each
 worker's kubeconfig is named by its MultiKueueCluster (``spec.clusterSource.kubeConfig``: a Secret
 in the actuator's namespace, key ``kubeconfig``, or a path in the actuator's container).
 
-- ``PlaceWorkload``: read the manager's Workload and its Job; create the Job's copy on the worker
-  (:func:`remote_job`: same namespace and name, unsuspended, not ``managedBy`` anyone, the worker
-  flavors' node selector and tolerations merged into the pod template, labelled with the manager's
-  Workload name as Kueue's prebuilt workload so the worker's watcher reports under that name, and
-  with ``kueue.x-k8s.io/multikueue-origin``); write ``status.clusterName`` on the manager's
-  Workload. A copy that exists already is left as it is (the decision was applied before a crash).
-- ``RemovePlacement``: when the workload finished there, copy the worker Job's status to the
-  manager's Job (which, ``managedBy: kueue.x-k8s.io/multikueue``, no job controller on the
-  manager touches); then delete the copy (background propagation): garbage collection. A worker
+- ``PlaceWorkload``: read the manager's Workload and the job that owns it (a ``batch/v1`` Job or
+  any kind Kueue's MultiKueue places: :data:`PLACED_KINDS`); create its copy on the worker
+  (:func:`remote_object`: same namespace and name, unsuspended, not ``managedBy`` anyone, the
+  worker flavors' node selector and tolerations merged into each podSet's pod template, labelled
+  with the manager's Workload name as Kueue's prebuilt workload so the worker's watcher reports
+  under that name, and with ``kueue.x-k8s.io/multikueue-origin``); write ``status.clusterName`` on
+  the manager's Workload. A copy that exists already is left as it is (the decision was applied
+  before a crash). A Workload owned by a kind Kueue does not place (SparkApplication, pods) is
+  refused, naming the kind.
+- ``RemovePlacement``: when the workload finished there, copy the worker copy's status to the
+  manager's object (which, ``managedBy: kueue.x-k8s.io/multikueue``, no controller on the
+  manager runs); then delete the copy (background propagation): garbage collection. A worker
   that cannot be reached is retried by the loop; a copy that is gone already is fine.
 
 No copy is made before the scheduler's decision and none survives its removal, so a workload
@@ -33,13 +36,18 @@ import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events import jobkinds
 from events.cluster import (
     ACTUATION_ANNOTATIONS,
     KUEUE_GROUP,
     MULTIKUEUE_ORIGIN_LABEL,
     PREBUILT_WORKLOAD_LABEL,
 )
+from events.jobkinds import kubeflow, ray
+from events.jobkinds.appwrapper import APPWRAPPER
+from events.jobkinds.jobset import JOBSET
 from events.messages import PlacementEnd, PlaceWorkload, RemovePlacement
+from services.actuator.kindplan import kind_released
 from services.actuator.kubeapi import ApiStats, KubeApiError, KubeCalls, Ref, classify
 from services.actuator.kubeplan import workload_ref
 
@@ -47,10 +55,6 @@ Json = dict[str, Any]
 SECRET_KEY: Final = "kubeconfig"
 _JOB_CONTROLLER_LABELS: Final = ("controller-uid", "batch.kubernetes.io/controller-uid", "job-name",
                                  "batch.kubernetes.io/job-name")
-
-
-def job_ref(namespace: str, name: str) -> Ref:
-    return Ref("Job", "batch", "v1", "jobs", name, namespace)
 
 
 def cluster_ref(name: str) -> Ref:
@@ -94,10 +98,67 @@ def remote_job(job: Mapping[str, Any], d: PlaceWorkload, origin: str) -> Json:
 
 
 def job_owner(wl: Mapping[str, Any]) -> str:
-    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("kind") == "Job" and str(ref.get("apiVersion", "")) == "batch/v1":
-            return str(ref.get("name") or "")
-    return ""
+    """The name of the ``batch/v1`` Job that owns the Workload ("" when none does)."""
+    owner = placed_owner(wl)
+    return owner[1] if owner is not None and owner[0] is jobkinds.JOB else ""
+
+
+PLACED_KINDS: Final[Mapping[tuple[str, str], tuple[jobkinds.JobKind, tuple[str, ...]]]] = {
+    k.key: (k, path) for k, path in (
+        (jobkinds.JOB, ("spec", "managedBy")),
+        (JOBSET, ("spec", "managedBy")),
+        *((k, ("spec", "runPolicy", "managedBy")) for k in kubeflow.KINDS),
+        *((k, ("spec", "managedBy")) for k in ray.KINDS),
+        (APPWRAPPER, ("spec", "managedBy")),
+    )}
+"""The kinds Kueue's MultiKueue places on workers (its ``*_multikueue_adapter.go``), each with where
+it keeps ``managedBy`` (cleared on the copy, so the worker's own controller runs it)."""
+
+
+def kind_ref(kind: jobkinds.JobKind, namespace: str, name: str) -> Ref:
+    return Ref(kind.kind, kind.group, kind.version, kind.plural, name, namespace)
+
+
+def _owners(wl: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    refs = (wl.get("metadata") or {}).get("ownerReferences") or []
+    return [(str(r.get("apiVersion", "")), str(r.get("kind", "")), str(r.get("name") or ""))
+            for r in refs if isinstance(r, Mapping)]
+
+
+def placed_owner(wl: Mapping[str, Any]) -> tuple[jobkinds.JobKind, str] | None:
+    """The job kind and name that own the Workload, when it is a kind MultiKueue places."""
+    for api_version, kind, name in _owners(wl):
+        found = PLACED_KINDS.get((api_version, kind))
+        if found is not None and name:
+            return found[0], name
+    return None
+
+
+def remote_object(kind: jobkinds.JobKind, obj: Mapping[str, Any], d: PlaceWorkload, origin: str) -> Json:
+    """The copy of the manager's job that runs on the worker (pure): a Job by :func:`remote_job`; any
+    other kind released with the worker flavors' scheduling per podSet (``kind_released``), its
+    ``managedBy`` cleared and its actuation bookkeeping left behind."""
+    if kind is jobkinds.JOB:
+        return remote_job(obj, d, origin)
+    meta = obj.get("metadata") or {}
+    labels = dict(meta.get("labels") or {})
+    labels[PREBUILT_WORKLOAD_LABEL] = d.name
+    labels[MULTIKUEUE_ORIGIN_LABEL] = origin
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in ACTUATION_ANNOTATIONS}
+    body: Json = {"apiVersion": kind.api_version, "kind": kind.kind,
+                  "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
+                  "spec": copy.deepcopy(dict(obj.get("spec") or {}))}
+    released = kind_released(kind, body, d.pod_set_updates)
+    at: Any = released
+    path = PLACED_KINDS[kind.key][1]
+    for key in path[:-1]:
+        at = at.get(key) if isinstance(at, dict) else None
+    if isinstance(at, dict):
+        at.pop(path[-1], None)
+    released["metadata"]["labels"] = labels
+    if annotations:
+        released["metadata"]["annotations"] = annotations
+    return released
 
 
 class WorkerPlacer:
@@ -167,29 +228,50 @@ class WorkerPlacer:
 
     async def _place(self, d: PlaceWorkload) -> None:
         wl = await self.manager.get(workload_ref(d.namespace, d.name), not_found_retriable=True)
-        owner = job_owner(wl)
-        if not owner:
-            raise KubeApiError(f"Workload {d.namespace}/{d.name}: no batch/v1 Job owns it; kueuelog places Jobs "
-                               "on workers", retriable=False)
-        job = await self.manager.get(job_ref(d.namespace, owner), not_found_retriable=True)
+        owner = placed_owner(wl)
+        if owner is None:
+            owned = ", ".join(f"{k} {n}" for _, k, n in _owners(wl)) or "nothing"
+            raise KubeApiError(f"Workload {d.namespace}/{d.name}: owned by {owned}; MultiKueue places "
+                               f"{', '.join(k for _, k in PLACED_KINDS)} on workers", retriable=False)
+        kind, name = owner
+        obj = await self.manager.get(kind_ref(kind, d.namespace, name), not_found_retriable=True)
         worker = await self._worker(d.cluster)
-        await worker.create(job_ref(d.namespace, owner), remote_job(job, d, self.origin))
+        await worker.create(kind_ref(kind, d.namespace, name), remote_object(kind, obj, d, self.origin))
         await self.manager.patch(workload_ref(d.namespace, d.name), {"status": {"clusterName": d.cluster}},
                                  status=True, not_found_retriable=True)
+
+    async def _kinds_of(self, d: RemovePlacement) -> list[jobkinds.JobKind]:
+        """Where the copy may be: the manager's Workload's owner's kind, or every placed kind when
+        the Workload is gone."""
+        try:
+            wl = await self.manager.get(workload_ref(d.namespace, d.name))
+        except KubeApiError as e:
+            if e.status != 404:
+                raise
+            return [k for k, _ in PLACED_KINDS.values()]
+        owner = placed_owner(wl)
+        return [owner[0]] if owner is not None else [k for k, _ in PLACED_KINDS.values()]
 
     async def _remove(self, d: RemovePlacement) -> None:
         worker = await self._worker(d.cluster)
         selector = f"{PREBUILT_WORKLOAD_LABEL}={d.name},{MULTIKUEUE_ORIGIN_LABEL}={self.origin}"
-        copies = await worker.list_objects(job_ref(d.namespace, ""), label_selector=selector)
-        for remote in sorted(copies, key=lambda j: str((j.get("metadata") or {}).get("name"))):
-            name = str((remote.get("metadata") or {}).get("name"))
-            if d.reason == PlacementEnd.WORKLOAD_FINISHED and remote.get("status"):
-                await self._copy_status(d, name, remote["status"])
-            await worker.delete(job_ref(d.namespace, name), propagation="Background")
+        for kind in await self._kinds_of(d):
+            try:
+                copies = await worker.list_objects(kind_ref(kind, d.namespace, ""), label_selector=selector)
+            except KubeApiError as e:
+                if e.status == 404:  # the kind is not served on that worker: no copy of it there
+                    continue
+                raise
+            for remote in sorted(copies, key=lambda j: str((j.get("metadata") or {}).get("name"))):
+                name = str((remote.get("metadata") or {}).get("name"))
+                if d.reason == PlacementEnd.WORKLOAD_FINISHED and remote.get("status"):
+                    await self._copy_status(kind, d, name, remote["status"])
+                await worker.delete(kind_ref(kind, d.namespace, name), propagation="Background")
 
-    async def _copy_status(self, d: RemovePlacement, name: str, status: Mapping[str, Any]) -> None:
+    async def _copy_status(self, kind: jobkinds.JobKind, d: RemovePlacement, name: str,
+                           status: Mapping[str, Any]) -> None:
         try:
-            await self.manager.patch(job_ref(d.namespace, name), {"status": dict(status)}, status=True)
+            await self.manager.patch(kind_ref(kind, d.namespace, name), {"status": dict(status)}, status=True)
         except KubeApiError as e:
-            if e.status != 404:  # the manager's Job is gone: nothing to report to
+            if e.status != 404:  # the manager's object is gone: nothing to report to
                 raise

@@ -14,10 +14,13 @@ worker is deleted. The log shows exactly one placement.
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -33,7 +36,7 @@ from services.runtime.sqlite import SqliteLog
 from services.watcher.service import WatcherService
 from tests.infra.kube import LocalControlPlane
 from tests.infra.pytest_kube import open_api_client
-from tests.integration.kube_deploy import KUEUE_GROUP, apply_crds
+from tests.integration.kube_deploy import KUEUE_GROUP, apply_crds, create_or_replace, rbac_applied, read_yaml
 from tests.integration.test_kube_e2e import (
     conditions,
     decisions,
@@ -300,3 +303,161 @@ async def test_a_lost_worker_s_workload_is_placed_on_the_other_exactly_once(
     finally:
         lost.stop()
         log.close()
+
+
+MK_DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "multikueue"
+JOBKINDS_RBAC = Path(__file__).resolve().parents[2] / "deploy" / "jobkinds" / "rbac.yaml"
+JS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+SYSTEM_NS = "kueuelog-system"
+
+
+async def _worker_identity_kubeconfig(worker_api: client.ApiClient, plane: LocalControlPlane) -> str:
+    """A kubeconfig for the worker's ServiceAccount ``kueuelog-multikueue`` (deploy/multikueue/worker.yaml,
+    applied here): what a Secret on the manager holds, so the manager acts there with only those rights."""
+    await _namespace(worker_api, SYSTEM_NS)
+    for doc in read_yaml(MK_DEPLOY / "worker.yaml"):
+        await create_or_replace(worker_api, doc)
+    token = await client.CoreV1Api(worker_api).create_namespaced_service_account_token(
+        "kueuelog-multikueue", SYSTEM_NS, client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)))
+    cfg = yaml.safe_load(plane.kubeconfig_path.read_text())
+    for user in cfg["users"]:
+        user["user"] = {"token": token.status.token}
+    return str(yaml.safe_dump(cfg))
+
+
+async def _kubeconfig_secret(api: client.ApiClient, name: str, text: str) -> None:
+    body = client.V1Secret(metadata=client.V1ObjectMeta(name=name, namespace=SYSTEM_NS),
+                           data={"kubeconfig": base64.b64encode(text.encode()).decode()})
+    core = client.CoreV1Api(api)
+    try:
+        await core.create_namespaced_secret(SYSTEM_NS, body)
+    except ApiException as e:
+        if e.status != 409:
+            raise
+        await core.replace_namespaced_secret(name, SYSTEM_NS, body)
+
+
+async def test_a_jobset_is_placed_through_a_kubeconfig_secret_with_the_workers_own_rights(
+    deployed: None, kube_control_plane: LocalControlPlane, kube_worker_plane: LocalControlPlane,  # noqa: F811
+    kube_api_client: client.ApiClient, tmp_path: Path,
+) -> None:
+    """A JobSet (``spec.managedBy: kueue.x-k8s.io/multikueue``) on the manager is placed on worker-b,
+    whose MultiKueueCluster names a Secret (``locationType: Secret``) holding a kubeconfig for the
+    worker's ServiceAccount of deploy/multikueue/worker.yaml; the manager's actuator runs as its own
+    ServiceAccount with deploy/multikueue/manager.yaml and deploy/jobkinds. The copy runs on the worker
+    with each replicated job's worker flavor selector; the test plays the worker's JobSet controller
+    (Completed); the status flows back, the manager's Workload finishes, the copy is deleted."""
+    from events import jobkinds
+    from tests.integration.jobkind_crds import ensure_job_kind_crds
+    from tests.integration.test_kube_job_kinds_watcher import a_jobset
+
+    api = kube_api_client
+    log = SqliteLog(tmp_path / "log")
+    topics = Topics()
+    rbac = contextlib.AsyncExitStack()
+    manager_rbac = [d for d in read_yaml(MK_DEPLOY / "manager.yaml") if d["kind"] in ("Role", "RoleBinding")]
+    try:
+        await rbac.enter_async_context(rbac_applied(api, JOBKINDS_RBAC))
+        await rbac.enter_async_context(rbac_applied(api, MK_DEPLOY / "manager.yaml"))
+        rbac_api = client.RbacAuthorizationV1Api(api)
+        for doc in manager_rbac:  # the Secret reader, in kueuelog-system (deploy/base made it)
+            create = (rbac_api.create_namespaced_role if doc["kind"] == "Role"
+                      else rbac_api.create_namespaced_role_binding)
+            with contextlib.suppress(ApiException):
+                await create(SYSTEM_NS, doc)
+        await ensure_job_kind_crds(api, "JobSet")
+        async with open_api_client(kube_worker_plane) as worker_api:
+            await _worker_objects(worker_api, "worker-b", tag="-js")
+            await ensure_job_kind_crds(worker_api, "JobSet")
+            await _kubeconfig_secret(api, "worker-b-kubeconfig",
+                                     await _worker_identity_kubeconfig(worker_api, kube_worker_plane))
+            co = client.CustomObjectsApi(api)
+            await _namespace(api, NS)
+            await _create(co, "multikueueconfigs", "MultiKueueConfig", "mk-config-js",
+                          {"spec": {"clusters": ["worker-b"]}})
+            await _create(co, "multikueueclusters", "MultiKueueCluster", "worker-b", {"spec": {"clusterSource": {
+                "kubeConfig": {"locationType": "Secret", "location": "worker-b-kubeconfig"}}}})
+            await _create(co, "admissionchecks", "AdmissionCheck", "mk-check-js", {"spec": {
+                "controllerName": MULTIKUEUE_CONTROLLER,
+                "parameters": {"apiGroup": KUEUE_GROUP, "kind": "MultiKueueConfig", "name": "mk-config-js"}}})
+            await _create(co, "resourceflavors", "ResourceFlavor", "mk-manager", {"spec": {}})
+            await _create(co, "clusterqueues", "ClusterQueue", "mk-cq-js", _queue("mk-manager", "10", ["mk-check-js"]))
+            await _create(co, "localqueues", "LocalQueue", "mk-lq-js", {"spec": {"clusterQueue": "mk-cq-js"}}, NS)
+            kinds = {"job_kinds": ("JobSet",)}
+            async with kueuelog(kube_control_plane, log, cluster="manager", topics=topics, watcher_options=kinds,
+                                actuator_options=kinds) as running:
+                async def known() -> bool:
+                    return _cluster_known(log, topics, "worker-b")
+
+                await eventually(running, known, what="the MultiKueueCluster in the log")
+                stop = asyncio.Event()
+                watcher = WatcherService(log, worker_api, cluster="worker-b", topics=topics, backoff=(0.1, 1.0),
+                                         job_kinds=("JobSet",))
+                worker_task = asyncio.create_task(watcher.run(stop), name="worker watcher")
+                try:
+                    body = a_jobset("js", "mk-lq-js")
+                    body["spec"]["managedBy"] = MULTIKUEUE_CONTROLLER
+                    created = await eventually(running, lambda: co.create_namespaced_custom_object(
+                        *JS[:2], NS, JS[2], body), what="JobSet js created (CRD served)")
+                    wl_name = jobkinds.workload_name("JobSet", JS[0], "js", created["metadata"]["uid"])
+                    await _jobset_placed_run_and_finish(running, co, client.CustomObjectsApi(worker_api), wl_name)
+                finally:
+                    stop.set()
+                    await asyncio.wait_for(worker_task, timeout=60)
+        placed = [d for d in decisions(log, topics) if isinstance(d, PlaceWorkload) and d.name == wl_name]
+        removed = [d for d in decisions(log, topics) if isinstance(d, RemovePlacement) and d.name == wl_name]
+        assert [d.cluster for d in placed] == ["worker-b"], "placed exactly once"
+        assert [str(d.reason) for d in removed] == ["WorkloadFinished"]
+    finally:
+        for doc in manager_rbac:
+            delete = (client.RbacAuthorizationV1Api(api).delete_namespaced_role if doc["kind"] == "Role"
+                      else client.RbacAuthorizationV1Api(api).delete_namespaced_role_binding)
+            with contextlib.suppress(ApiException):
+                await delete(doc["metadata"]["name"], SYSTEM_NS)
+        await rbac.aclose()
+        log.close()
+
+
+async def _jobset_placed_run_and_finish(running: Any, co: client.CustomObjectsApi, worker_co: client.CustomObjectsApi,
+                                        wl_name: str) -> None:
+    async def remote() -> dict[str, Any] | None:
+        try:
+            return dict(await worker_co.get_namespaced_custom_object(*JS[:2], NS, JS[2], "js"))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    copy = await eventually(running, remote, what="the JobSet's copy on the worker")
+    assert copy["spec"]["suspend"] is False and "managedBy" not in copy["spec"]
+    assert copy["metadata"]["labels"][PREBUILT_WORKLOAD_LABEL] == wl_name
+    for rj in copy["spec"]["replicatedJobs"]:
+        assert rj["template"]["spec"]["template"]["spec"]["nodeSelector"] == {"kueuelog.io/pool": "worker-b"}
+
+    async def admitted_there() -> dict[str, Any] | None:
+        wl = await co.get_namespaced_custom_object(KUEUE_GROUP, "v1beta2", NS, "workloads", wl_name)
+        ok = (conditions(wl).get("Admitted", {}).get("status") == "True"
+              and wl["status"].get("clusterName") == "worker-b")
+        return dict(wl) if ok else None
+
+    await eventually(running, admitted_there, what="the manager's Workload admitted, clusterName worker-b")
+    now = stamp()
+    await worker_co.patch_namespaced_custom_object_status(*JS[:2], NS, JS[2], "js", {"status": {"conditions": [
+        {"type": "Completed", "status": "True", "reason": "AllJobsCompleted", "message": "jobset completed",
+         "lastTransitionTime": now}]}}, _content_type="application/merge-patch+json")
+
+    async def cleaned_up() -> bool:
+        return await remote() is None
+
+    await eventually(running, cleaned_up, what="the JobSet's copy on the worker deleted once finished")
+
+    async def flowed_back() -> dict[str, Any] | None:
+        js = await co.get_namespaced_custom_object(*JS[:2], NS, JS[2], "js")
+        done = any(c.get("type") == "Completed" and c.get("status") == "True"
+                   for c in (js.get("status") or {}).get("conditions") or [])
+        wl = await co.get_namespaced_custom_object(KUEUE_GROUP, "v1beta2", NS, "workloads", wl_name)
+        finished = conditions(wl).get("Finished", {}).get("status") == "True"
+        return dict(js) if done and finished else None
+
+    await eventually(running, flowed_back, what="the worker's completion on the manager's JobSet and Workload")

@@ -7,8 +7,9 @@ from typing import Any
 
 from events import objects as o
 from events.cluster import MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
+from events.jobkinds.jobset import JOBSET
 from events.messages import ObjectApplied, PlaceWorkload
-from services.actuator.multikueue import job_owner, remote_job
+from services.actuator.multikueue import PLACED_KINDS, job_owner, placed_owner, remote_job, remote_object
 from services.watcher.translate import translate
 
 ADM = o.Admission(cluster_queue="cq", pod_set_assignments=(
@@ -78,3 +79,69 @@ def test_the_job_behind_a_workload_is_its_batch_v1_owner() -> None:
     assert job_owner(wl) == "train"
     assert job_owner({"metadata": {"ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
                                                         "kind": "JobSet", "name": "js"}]}}) == ""
+
+
+def _jobset() -> dict[str, Any]:
+    def template() -> dict[str, Any]:  # one per podSet, as an API object read from JSON has
+        return {"spec": {"nodeSelector": {"team": "a"}, "containers": [
+            {"name": "c", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}
+
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "js", "namespace": "ns", "uid": "u-2", "resourceVersion": "4",
+                         "labels": {QUEUE_NAME_LABEL: "lq"},
+                         "annotations": {"kueuelog.io/decision-id": "c4-0", "team": "a"}},
+            "spec": {"suspend": True, "managedBy": "kueue.x-k8s.io/multikueue", "replicatedJobs": [
+                {"name": "leader", "replicas": 1, "template": {"spec": {"parallelism": 1, "template": template()}}},
+                {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 2, "template": template()}}}]},
+            "status": {"restarts": 0}}
+
+
+def test_a_jobset_copy_runs_unsuspended_with_each_podsets_worker_scheduling() -> None:
+    place = PlaceWorkload(id="c3-0", cycle=3, namespace="ns", name="jobset-js-abcde", cluster="w1", check="mk",
+                          admission=ADM, pod_set_updates=(
+                              o.PodSetUpdate(name="leader", node_selector=(("pool", "w1-small"),)),
+                              o.PodSetUpdate(name="workers", node_selector=(("pool", "w1-big"),))))
+    copy = remote_object(JOBSET, _jobset(), place, origin="manager")
+    assert copy["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and copy["kind"] == "JobSet"
+    assert copy["metadata"] == {
+        "name": "js", "namespace": "ns",
+        "labels": {QUEUE_NAME_LABEL: "lq", PREBUILT_WORKLOAD_LABEL: "jobset-js-abcde",
+                   MULTIKUEUE_ORIGIN_LABEL: "manager"},
+        "annotations": {"team": "a"}}
+    assert copy["spec"]["suspend"] is False and "managedBy" not in copy["spec"] and "status" not in copy
+    selectors = [rj["template"]["spec"]["template"]["spec"]["nodeSelector"] for rj in copy["spec"]["replicatedJobs"]]
+    assert selectors == [{"team": "a", "pool": "w1-small"}, {"team": "a", "pool": "w1-big"}]
+
+
+def test_a_kubeflow_copy_clears_run_policy_managed_by() -> None:
+    from events.jobkinds import kubeflow
+
+    pytorch = next(k for k in kubeflow.KINDS if k.kind == "PyTorchJob")
+    def template() -> dict[str, Any]:
+        return {"spec": {"containers": [{"name": "pytorch", "image": "i", "resources": {"requests": {"cpu": "1"}}}]}}
+
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "pt", "namespace": "ns", "labels": {QUEUE_NAME_LABEL: "lq"}},
+           "spec": {"runPolicy": {"suspend": True, "managedBy": "kueue.x-k8s.io/multikueue"},
+                    "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template()},
+                                            "Worker": {"replicas": 2, "template": template()}}}}
+    place = PlaceWorkload(id="c3-0", cycle=3, namespace="ns", name="pytorchjob-pt-abcde", cluster="w1", check="mk",
+                          admission=ADM, pod_set_updates=(o.PodSetUpdate(name="master", node_selector=(("p", "1"),)),
+                                                          o.PodSetUpdate(name="worker", node_selector=(("p", "2"),))))
+    copy = remote_object(pytorch, job, place, origin="manager")
+    assert copy["spec"]["runPolicy"] == {"suspend": False}
+    specs = copy["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["template"]["spec"]["nodeSelector"] == {"p": "1"}
+    assert specs["Worker"]["template"]["spec"]["nodeSelector"] == {"p": "2"}
+
+
+def test_the_placed_owner_is_any_kind_multikueue_places_and_only_those() -> None:
+    def wl(api_version: str, kind: str) -> dict[str, Any]:
+        return {"metadata": {"ownerReferences": [{"apiVersion": api_version, "kind": kind, "name": "x"}]}}
+
+    assert placed_owner(wl("jobset.x-k8s.io/v1alpha2", "JobSet")) == (JOBSET, "x")
+    assert placed_owner(wl("ray.io/v1", "RayJob")) is not None
+    assert placed_owner(wl("kubeflow.org/v2beta1", "MPIJob")) is not None
+    assert placed_owner(wl("sparkoperator.k8s.io/v1beta2", "SparkApplication")) is None
+    assert placed_owner(wl("v1", "Pod")) is None
+    assert set(PLACED_KINDS) >= {("batch/v1", "Job"), ("workload.codeflare.dev/v1beta2", "AppWrapper")}
