@@ -43,9 +43,7 @@ from events.cluster import (
     MULTIKUEUE_ORIGIN_LABEL,
     PREBUILT_WORKLOAD_LABEL,
 )
-from events.jobkinds import kubeflow, ray
-from events.jobkinds.appwrapper import APPWRAPPER
-from events.jobkinds.jobset import JOBSET
+from events.jobkinds import managedby
 from events.messages import PlacementEnd, PlaceWorkload, RemovePlacement
 from services.actuator.kindplan import kind_released
 from services.actuator.kubeapi import ApiStats, KubeApiError, KubeCalls, Ref, classify
@@ -103,14 +101,7 @@ def job_owner(wl: Mapping[str, Any]) -> str:
     return owner[1] if owner is not None and owner[0] is jobkinds.JOB else ""
 
 
-PLACED_KINDS: Final[Mapping[tuple[str, str], tuple[jobkinds.JobKind, tuple[str, ...]]]] = {
-    k.key: (k, path) for k, path in (
-        (jobkinds.JOB, ("spec", "managedBy")),
-        (JOBSET, ("spec", "managedBy")),
-        *((k, ("spec", "runPolicy", "managedBy")) for k in kubeflow.KINDS),
-        *((k, ("spec", "managedBy")) for k in ray.KINDS),
-        (APPWRAPPER, ("spec", "managedBy")),
-    )}
+PLACED_KINDS: Final = managedby.PATHS
 """The kinds Kueue's MultiKueue places on workers (its ``*_multikueue_adapter.go``), each with where
 it keeps ``managedBy`` (cleared on the copy, so the worker's own controller runs it)."""
 
@@ -149,12 +140,7 @@ def remote_object(kind: jobkinds.JobKind, obj: Mapping[str, Any], d: PlaceWorklo
                   "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace")},
                   "spec": copy.deepcopy(dict(obj.get("spec") or {}))}
     released = kind_released(kind, body, d.pod_set_updates)
-    at: Any = released
-    path = PLACED_KINDS[kind.key][1]
-    for key in path[:-1]:
-        at = at.get(key) if isinstance(at, dict) else None
-    if isinstance(at, dict):
-        at.pop(path[-1], None)
+    managedby.clear(kind, released)
     released["metadata"]["labels"] = labels
     if annotations:
         released["metadata"]["annotations"] = annotations

@@ -27,10 +27,10 @@ from typing import Any
 
 from events import jobkinds, t9k
 from events import objects as o
-from events.cluster import ADMISSION_GATE, QUEUE_NAME_LABEL
+from events.cluster import ADMISSION_GATE, MULTIKUEUE_CONTROLLER, QUEUE_NAME_LABEL
 from events.elasticquota import DEFAULT_LOCAL_QUEUE
+from events.jobkinds import managedby, serving
 from events.jobkinds import pods as kpods
-from events.jobkinds import serving
 from events.manifests import Document, ManifestError, normalize
 from services.core.t9k import Requester, creation_refusal
 
@@ -91,9 +91,13 @@ def queue_affinity(pod_spec: Mapping[str, Any], sel: o.LabelSelector) -> dict[st
     return dict(affinity)
 
 
-def mutate_job(review: Review, queue: Mapping[str, Any] | None = None, *, bound: bool = False) -> dict[str, Any]:
+def mutate_job(review: Review, queue: Mapping[str, Any] | None = None, *, bound: bool = False,
+               multikueue: bool = False) -> dict[str, Any]:
     """``queue``: the T9k Queue the Job names, as read from the API (``None``: none, or not found);
-    ``bound``: its namespace is bound to an ElasticQuotaTree leaf (a Job there needs no label)."""
+    ``bound``: its namespace is bound to an ElasticQuotaTree leaf (a Job there needs no label);
+    ``multikueue``: its LocalQueue's ClusterQueue has a MultiKueue admission check, so its
+    ``spec.managedBy`` becomes ``kueue.x-k8s.io/multikueue`` (Kueue's ``ApplyDefaultForManagedBy``)
+    unless it names a controller other than the job controller."""
     request = _request(review)
     job = request.get("object") or {}
     if request.get("operation") != "CREATE" or not isinstance(job, dict):
@@ -110,6 +114,9 @@ def mutate_job(review: Review, queue: Mapping[str, Any] | None = None, *, bound:
     spec = job.get("spec") or {}
     if spec.get("suspend") is not True:
         patch.append({"op": "replace" if "suspend" in spec else "add", "path": "/spec/suspend", "value": True})
+    if multikueue and managedby.can_default(jobkinds.JOB, job):
+        patch.append({"op": "replace" if "managedBy" in spec else "add", "path": "/spec/managedBy",
+                      "value": MULTIKUEUE_CONTROLLER})
     pod_spec = (spec.get("template") or {}).get("spec")
     if queue is not None and t9k_queue_of(job) is not None and isinstance(pod_spec, dict):
         parsed, _ = _refusal({**queue, "apiVersion": t9k.API_VERSION, "kind": "Queue"})

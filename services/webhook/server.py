@@ -2,12 +2,17 @@
 
 Routes (each takes and returns an ``admission.k8s.io/v1`` AdmissionReview):
 
-- ``POST /mutate-batch-v1-job``: queued Jobs are created suspended (:func:`review.mutate_job`);
+- ``POST /mutate-batch-v1-job``: queued Jobs are created suspended (:func:`review.mutate_job`), with
+  ``spec.managedBy: kueue.x-k8s.io/multikueue`` when their ClusterQueue has a MultiKueue check;
 - ``POST /mutate-v1-pod``: pods in a namespace bound to an ElasticQuotaTree leaf, and pods with a
   queue-name label anywhere (Kueue's pod integration), are created held by the admission gate
   (:func:`review.mutate_pod`);
 - ``POST /mutate-apps-v1``: a queued Deployment's or StatefulSet's pod template gets the queue
   label and ``pod-suspending-parent``, so its pods are created gated (:func:`review.mutate_serving`);
+- ``POST /mutate-job-kinds`` and ``POST /validate-job-kinds``: the workload kinds besides Job
+  (JobSet, Kubeflow, MPIJob, Ray, AppWrapper, SparkApplication; :mod:`services.webhook.kinds`): a
+  queued one is created held, with ``managedBy`` for MultiKueue where its ClusterQueue uses it, and
+  refused at creation as ``simulate`` refuses it, or on an update of its queue while it runs;
 - ``POST /validate-kueue``: Kueue objects and T9k Queues, checked as ``simulate`` checks them;
 - ``POST /validate-t9k-job``: Jobs on a T9k Queue, refused at creation by the Queue's rules;
 - ``GET /healthz``.
@@ -32,9 +37,9 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events import t9k
-from events.cluster import ELASTIC_QUOTA_TREE_LABEL, KUEUE_GROUP, QUEUE_NAME_LABEL
+from events.cluster import ELASTIC_QUOTA_TREE_LABEL, KUEUE_GROUP, MULTIKUEUE_CONTROLLER, QUEUE_NAME_LABEL
 from events.elasticquota import DEFAULT_LOCAL_QUEUE
-from services.webhook import review
+from services.webhook import kinds, review
 
 log = structlog.get_logger("kueuelog.webhook")
 
@@ -70,6 +75,35 @@ class Cluster:
                 raise
             return False
         return ELASTIC_QUOTA_TREE_LABEL in ((lq.get("metadata") or {}).get("labels") or {})
+
+    async def multikueue(self, namespace: str, local_queue: str) -> bool:
+        """Whether LocalQueue ``namespace/local_queue`` leads to a ClusterQueue with a MultiKueue
+        admission check (Kueue's ``ApplyDefaultForManagedBy``); ``False`` when any of them is missing."""
+        lq = await self._get(namespace, "localqueues", local_queue)
+        cq_name = ((lq or {}).get("spec") or {}).get("clusterQueue")
+        cq = await self._get("", "clusterqueues", str(cq_name)) if cq_name else None
+        spec = (cq or {}).get("spec") or {}
+        names = [str(n) for n in spec.get("admissionChecks") or []]
+        names += [str(c.get("name")) for c in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+                  if isinstance(c, Mapping)]
+        for name in names:
+            check = await self._get("", "admissionchecks", name)
+            if ((check or {}).get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER:
+                return True
+        return False
+
+    async def _get(self, namespace: str, plural: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            if namespace:
+                found: Mapping[str, Any] = await self.custom.get_namespaced_custom_object(
+                    KUEUE_GROUP, "v1beta2", namespace, plural, name)
+            else:
+                found = await self.custom.get_cluster_custom_object(KUEUE_GROUP, "v1beta2", plural, name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return None
+        return found
 
     async def lookup(self, queue: str, namespace: str) -> review.Lookup:
         found = await self.queue(queue)
@@ -112,6 +146,15 @@ def _handler(decide: Decide) -> Callable[[web.Request], Awaitable[web.Response]]
     return handle
 
 
+async def _mutate_job_kind(cluster: Cluster | None, body: review.Review) -> dict[str, Any]:
+    request = body["request"]
+    obj = request.get("object") or {}
+    lq = kinds.queue_of(obj) if isinstance(obj, dict) and request.get("operation") == "CREATE" else None
+    if cluster is None or lq is None:
+        return kinds.mutate_kind(body)
+    return kinds.mutate_kind(body, multikueue=await cluster.multikueue(str(request.get("namespace", "")), lq))
+
+
 def application(cluster: Cluster | None) -> web.Application:
     async def mutate(body: review.Review) -> dict[str, Any]:
         request = body["request"]
@@ -121,8 +164,17 @@ def application(cluster: Cluster | None) -> web.Application:
         queue = review.t9k_queue_of(job)
         if queue is not None:
             return review.mutate_job(body, await cluster.queue(queue))
-        labelled = QUEUE_NAME_LABEL in ((job.get("metadata") or {}).get("labels") or {})
-        return review.mutate_job(body, bound=not labelled and await cluster.bound(str(request.get("namespace", ""))))
+        namespace = str(request.get("namespace", ""))
+        lq = ((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL)
+        if isinstance(lq, str):
+            return review.mutate_job(body, multikueue=await cluster.multikueue(namespace, lq))
+        return review.mutate_job(body, bound=await cluster.bound(namespace))
+
+    async def mutate_job_kind(body: review.Review) -> dict[str, Any]:
+        return await _mutate_job_kind(cluster, body)
+
+    async def validate_job_kind(body: review.Review) -> dict[str, Any]:
+        return kinds.validate_kind(body)
 
     async def mutate_pod(body: review.Review) -> dict[str, Any]:
         request = body["request"]
@@ -153,6 +205,8 @@ def application(cluster: Cluster | None) -> web.Application:
     app.router.add_post("/mutate-batch-v1-job", _handler(mutate))
     app.router.add_post("/mutate-v1-pod", _handler(mutate_pod))
     app.router.add_post("/mutate-apps-v1", _handler(mutate_serving))
+    app.router.add_post("/mutate-job-kinds", _handler(mutate_job_kind))
+    app.router.add_post("/validate-job-kinds", _handler(validate_job_kind))
     app.router.add_post("/validate-kueue", _handler(validate))
     app.router.add_post("/validate-t9k-job", _handler(validate_job))
     app.router.add_get("/healthz", healthz)

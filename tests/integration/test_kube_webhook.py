@@ -422,3 +422,65 @@ async def test_queued_pods_anywhere_and_queued_serving_objects_pods_are_created_
     unqueued = await apps.create_namespaced_deployment(ns, {"apiVersion": "apps/v1", "kind": "Deployment",
                                                             "metadata": {"name": "free"}, "spec": spec})
     assert QUEUE_NAME_LABEL not in (unqueued.spec.template.metadata.labels or {})
+
+
+async def test_queued_job_kinds_are_created_held_managed_by_multikueue_and_refused_as_simulate_refuses(
+    webhooks: Webhooks,
+) -> None:
+    """A JobSet created running with a queue label is stored suspended; for a LocalQueue whose
+    ClusterQueue has a MultiKueue AdmissionCheck, a JobSet and a Job are stored with ``managedBy:
+    kueue.x-k8s.io/multikueue``; a queued JobSet simulate would refuse is refused naming the field;
+    a running JobSet's queue cannot be changed; an unqueued one is left alone."""
+    from events.cluster import KUEUE_GROUP, MULTIKUEUE_CONTROLLER, QUEUE_NAME_LABEL
+    from tests.integration.jobkind_crds import ensure_job_kind_crds
+
+    api, ns, scope = webhooks.api, webhooks.namespace, webhooks.scope
+    await ensure_job_kind_crds(api, "JobSet")
+    co = client.CustomObjectsApi(api)
+    js = ("jobset.x-k8s.io", "v1alpha2", ns, "jobsets")
+    check, config = f"mk-{scope}", f"mk-config-{scope}"
+    await co.create_cluster_custom_object(KUEUE_GROUP, "v1beta2", "admissionchecks", {
+        "apiVersion": f"{KUEUE_GROUP}/v1beta2", "kind": "AdmissionCheck", "metadata": {"name": check},
+        "spec": {"controllerName": MULTIKUEUE_CONTROLLER,
+                 "parameters": {"apiGroup": KUEUE_GROUP, "kind": "MultiKueueConfig", "name": config}}})
+    await co.create_cluster_custom_object(KUEUE_GROUP, "v1beta2", "clusterqueues", {
+        "apiVersion": f"{KUEUE_GROUP}/v1beta2", "kind": "ClusterQueue", "metadata": {"name": f"mk-cq-{scope}"},
+        "spec": {"namespaceSelector": {}, "admissionChecksStrategy": {"admissionChecks": [{"name": check}]},
+                 "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+                     {"name": "default", "resources": [{"name": "cpu", "nominalQuota": "4"}]}]}]}})
+    await co.create_namespaced_custom_object(KUEUE_GROUP, "v1beta2", ns, "localqueues", {
+        "apiVersion": f"{KUEUE_GROUP}/v1beta2", "kind": "LocalQueue", "metadata": {"name": "mk-lq"},
+        "spec": {"clusterQueue": f"mk-cq-{scope}"}})
+
+    def jobset(name: str, queue: str | None, cpu: str = "1") -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name}
+        if queue:
+            meta["labels"] = {QUEUE_NAME_LABEL: queue}
+        pod = {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "main", "image": "busybox:1.36", "resources": {"requests": {"cpu": cpu}}}]}}
+        return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta,
+                "spec": {"suspend": False, "replicatedJobs": [
+                    {"name": "w", "replicas": 1, "template": {"spec": {"template": pod}}}]}}
+
+    plain_queue = await eventually(lambda: co.create_namespaced_custom_object(*js, jobset("held", "lq")),
+                                   what="a queued JobSet created (CRD served)")
+    assert plain_queue["spec"]["suspend"] is True and "managedBy" not in plain_queue["spec"]
+    placed = await co.create_namespaced_custom_object(*js, jobset("placed", "mk-lq"))
+    assert placed["spec"]["suspend"] is True and placed["spec"]["managedBy"] == MULTIKUEUE_CONTROLLER
+    job = await _create_job(api, ns, _job("placed-job", queue="mk-lq"))
+    assert job.spec.suspend is True and job.spec.managed_by == MULTIKUEUE_CONTROLLER
+    free = await co.create_namespaced_custom_object(*js, jobset("free", None))
+    assert free["spec"]["suspend"] is False
+
+    with pytest.raises(ApiException) as refused:
+        await co.create_namespaced_custom_object(*js, jobset("bad", "lq", cpu="lots"))
+    assert refused.value.status in (400, 403) and "spec.replicatedJobs[0]" in str(refused.value.body)
+
+    await co.patch_namespaced_custom_object(*js, "held", {"spec": {"suspend": False}},
+                                            _content_type="application/merge-patch+json")  # admitted, running
+    with pytest.raises(ApiException) as moved:
+        await co.patch_namespaced_custom_object(*js, "held", {"metadata": {"labels": {QUEUE_NAME_LABEL: "other"}}},
+                                                _content_type="application/merge-patch+json")
+    assert "field is immutable" in str(moved.value.body)
+    for plural, name in (("clusterqueues", f"mk-cq-{scope}"), ("admissionchecks", check)):
+        await co.delete_cluster_custom_object(KUEUE_GROUP, "v1beta2", plural, name)
