@@ -298,8 +298,8 @@ SUPPORTED_KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("batch/v1",), ("Job",)),
     (dra.API_VERSIONS, (dra.KIND,)),
     ((t9k.API_VERSION,), ("Queue",)),
-    *jobkinds.by_api_version(jobkinds.OTHER_KINDS),
-    ((trainjob.API_VERSION,), trainjob.RUNTIME_KINDS),
+    *(((versions, (*kinds, *trainjob.RUNTIME_KINDS)) if versions == (trainjob.API_VERSION,) else (versions, kinds))
+      for versions, kinds in jobkinds.by_api_version(jobkinds.OTHER_KINDS)),  # a TrainJob's runtimes with it
 )
 _PLAIN = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9./_]{0,99}$")
 
