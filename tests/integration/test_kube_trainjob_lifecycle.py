@@ -1,0 +1,181 @@
+"""A TrainJob through the job integration on a real kube-apiserver (our minimal CRDs for TrainJob and
+its runtimes): created running before its ClusterTrainingRuntime exists, the reconciler
+(``TrainJobReconciler``) holds it and makes no Workload; once the runtime is there it creates the
+Workload Kueue would (the runtime's replicated Jobs, numNodes, resourcesPerNode); the actuator
+(``KubePort``) admits it, writing the flavor's node labels per podSet into Kueue's runtime patch and
+releasing it; evicts it (held again, the patch emptied); admits it again; it completes and its
+Workload is marked Finished (what frees its quota in the scheduler). The watcher publishes it as
+that Workload, read with the runtime it watches. No Trainer runs: the test plays its part."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from events import jobkinds
+from events import objects as o
+from events.cluster import DECISION_ID_ANNOTATION, EVICTED_ANNOTATION
+from events.jobkinds import trainjob
+from events.messages import AdmitWorkload, EvictWorkload
+from services.actuator.kube_port import KubePort
+from services.actuator.trainjob_reconciler import TrainJobReconciler
+from tests.integration.jobkind_crds import ensure_job_kind_crds
+from tests.integration.test_kube_job_kinds_watcher import MERGE
+from tests.integration.test_kube_watcher import Setup, eventually, retrying
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+TJ = (trainjob.GROUP, trainjob.VERSION, "trainjobs")
+CTR = (trainjob.GROUP, trainjob.VERSION, "clustertrainingruntimes")
+KUEUE = ("kueue.x-k8s.io", "v1beta1", "workloads")
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+def a_runtime(name: str) -> dict[str, Any]:
+    def job(job_name: str, container: str, cpu: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        template: dict[str, Any] = {"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": container, "image": "registry.example/t:1",
+                            "resources": {"requests": {"cpu": cpu}}}]}}}}
+        if labels:
+            template["metadata"] = {"labels": labels}
+        return {"name": job_name, "template": template}
+
+    return {"apiVersion": trainjob.API_VERSION, "kind": "ClusterTrainingRuntime", "metadata": {"name": name},
+            "spec": {"mlPolicy": {"numNodes": 1, "torch": {}}, "template": {"spec": {"replicatedJobs": [
+                job("dataset-initializer", "dataset-initializer", "500m"),
+                job("node", "node", "250m", {trainjob.ANCESTOR_LABEL: trainjob.TRAINER})]}}}}
+
+
+def a_trainjob(name: str, queue: str, runtime: str) -> dict[str, Any]:
+    return {"apiVersion": trainjob.API_VERSION, "kind": "TrainJob",
+            "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}},
+            "spec": {"runtimeRef": {"name": runtime}, "suspend": False,  # created running: it must be held
+                     "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"cpu": "1"}}}}}
+
+
+@contextlib.asynccontextmanager
+async def reconciler(api: client.ApiClient) -> AsyncIterator[TrainJobReconciler]:
+    stop = asyncio.Event()
+    r = TrainJobReconciler(api, cluster="test")
+    task = asyncio.create_task(r.run(stop))
+    try:
+        yield r
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+
+
+def admission(cq: str, flavor: str, *pod_sets: tuple[str, int]) -> o.Admission:
+    return o.Admission(cluster_queue=cq, pod_set_assignments=tuple(
+        o.PodSetAssignment(name=n, flavors=(("cpu", flavor),), resource_usage=(("cpu", 1000 * c),), count=c)
+        for n, c in pod_sets))
+
+
+def kueue_jobs(obj: dict[str, Any]) -> Any:
+    patches = [p for p in obj["spec"].get("runtimePatches") or [] if p.get("manager") == trainjob.KUEUE_MANAGER]
+    assert len(patches) == 1, obj["spec"].get("runtimePatches")
+    return patches[0]["trainingRuntimeSpec"]["template"]["spec"].get("replicatedJobs")
+
+
+async def test_trainjob_held_until_its_runtime_then_admitted_evicted_readmitted_finished(
+    kube_api_client: client.ApiClient, kube_namespace: str,
+) -> None:
+    api, ns = kube_api_client, kube_namespace
+    s = Setup(api, ns)
+    await s.queues()  # flavor s.rf has nodeLabels {zone: a}
+    await ensure_job_kind_crds(api, "TrainJob")
+    co = client.CustomObjectsApi(api)
+    await retrying(lambda: co.list_cluster_custom_object(*TJ), what="trainjobs to be served")
+    await retrying(lambda: co.list_cluster_custom_object(*CTR), what="clustertrainingruntimes to be served")
+    runtime = f"torch-{ns}"  # cluster-scoped: one per test namespace
+    try:
+        async with reconciler(api) as r:
+            await _lifecycle(api, co, s, ns, runtime)
+        assert r.stats.suspended == 1 and r.stats.finished_written == 1 and r.stats.invalid >= 1
+    finally:
+        with contextlib.suppress(client.exceptions.ApiException):
+            await co.delete_cluster_custom_object(*CTR, runtime)
+
+
+async def _lifecycle(api: client.ApiClient, co: Any, s: Setup, ns: str, runtime: str) -> None:
+    tj = await co.create_namespaced_custom_object(*TJ[:2], ns, TJ[2], a_trainjob("tj", s.lq, runtime))
+    assert tj["spec"]["runtimeRef"] == {"name": runtime, "apiGroup": trainjob.GROUP, "kind": "ClusterTrainingRuntime"}
+    wl_name = jobkinds.workload_name("TrainJob", trainjob.GROUP, "tj", tj["metadata"]["uid"])
+
+    async def get_tj() -> dict[str, Any]:
+        out: dict[str, Any] = await co.get_namespaced_custom_object(*TJ[:2], ns, TJ[2], "tj")
+        return out
+
+    async def held() -> bool:
+        return (await get_tj())["spec"].get("suspend") is True
+
+    await eventually(held, what="the running TrainJob to be held")
+
+    async def invalid_event() -> bool:
+        events = await client.CoreV1Api(api).list_namespaced_event(ns)
+        return any(e.reason == "InvalidJob" and f"runtime '{runtime}' not found" in (e.message or "")
+                   for e in events.items)
+
+    await eventually(invalid_event, what="an InvalidJob Event naming the missing runtime")
+
+    async def workload() -> dict[str, Any] | None:
+        with contextlib.suppress(client.exceptions.ApiException):
+            out: dict[str, Any] = await co.get_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], wl_name)
+            return out
+        return None
+
+    assert await workload() is None  # no runtime, no Workload
+    await co.create_cluster_custom_object(*CTR, a_runtime(runtime))
+    wl = await eventually(workload, what="the TrainJob's Workload once its runtime is there")
+    pod_sets = [(p["name"], p["count"], p["template"]["spec"]["containers"][0]["resources"]["requests"])
+                for p in wl["spec"]["podSets"]]
+    assert pod_sets == [("dataset-initializer", 1, {"cpu": "500m"}), ("node", 2, {"cpu": "1"})]
+    assert wl["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+    assert wl["spec"]["queueName"] == s.lq
+
+    port = KubePort(api, cluster="test")
+    assignment = admission(s.cq, s.rf, ("dataset-initializer", 1), ("node", 2))
+    await port.start(AdmitWorkload(id="c1-0", cycle=1, namespace=ns, name=wl_name, cluster_queue=s.cq,
+                                   admission=assignment))
+    tj = await get_tj()
+    assert tj["spec"]["suspend"] is False
+    assert [(j["name"], j["template"]["spec"]["template"]["spec"]["nodeSelector"]) for j in kueue_jobs(tj)] == [
+        ("dataset-initializer", {"zone": "a"}), ("node", {"zone": "a"})]
+    assert tj["metadata"]["annotations"][DECISION_ID_ANNOTATION] == "c1-0"
+    untouched = await co.get_cluster_custom_object(*CTR, runtime)
+    assert untouched["spec"] == a_runtime(runtime)["spec"]  # the runtime is never written
+    wl = await co.get_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], wl_name)
+    assert wl["status"]["admission"]["clusterQueue"] == s.cq
+    await asyncio.sleep(1)
+    assert (await get_tj())["spec"]["suspend"] is False  # the reconciler leaves it running
+
+    await port.stop(EvictWorkload(id="c2-0", cycle=2, namespace=ns, name=wl_name, cluster_queue=s.cq,
+                                  reason="Preempted", message="to make room"))
+    tj = await get_tj()
+    assert tj["spec"]["suspend"] is True
+    assert kueue_jobs(tj) is None
+    assert tj["metadata"]["annotations"][EVICTED_ANNOTATION] == "c2-0"
+    wl = await co.get_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], wl_name)
+    assert {c["type"]: c["status"] for c in wl["status"]["conditions"]}["Evicted"] == "True"
+
+    await port.start(AdmitWorkload(id="c3-0", cycle=3, namespace=ns, name=wl_name, cluster_queue=s.cq,
+                                   admission=assignment))
+    tj = await get_tj()
+    assert tj["spec"]["suspend"] is False and len(kueue_jobs(tj)) == 2
+
+    await co.patch_namespaced_custom_object_status(*TJ[:2], ns, TJ[2], "tj", {"status": {"conditions": [
+        {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "done",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, _content_type=MERGE)
+
+    async def finished() -> bool:
+        wl = await co.get_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], wl_name)
+        return any(c["type"] == "Finished" and c["status"] == "True"
+                   for c in (wl.get("status") or {}).get("conditions") or [])
+
+    await eventually(finished, what="the TrainJob's Workload to be Finished")
