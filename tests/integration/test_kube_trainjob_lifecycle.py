@@ -4,14 +4,18 @@ its runtimes): created running before its ClusterTrainingRuntime exists, the rec
 Workload Kueue would (the runtime's replicated Jobs, numNodes, resourcesPerNode); the actuator
 (``KubePort``) admits it, writing the flavor's node labels per podSet into Kueue's runtime patch and
 releasing it; evicts it (held again, the patch emptied); admits it again; it completes and its
-Workload is marked Finished (what frees its quota in the scheduler). The watcher publishes it as
-that Workload, read with the runtime it watches. No Trainer runs: the test plays its part."""
+Workload is marked Finished (what frees its quota in the scheduler). The watcher (``--job-kinds
+TrainJob`` watches the runtimes first) publishes it as that Workload, read with the runtime it
+watched, once, and its end; a TrainJob naming a runtime that is not there is refused. No Trainer
+runs: the test plays its part."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,12 +25,16 @@ from events import jobkinds
 from events import objects as o
 from events.cluster import DECISION_ID_ANNOTATION, EVICTED_ANNOTATION
 from events.jobkinds import trainjob
-from events.messages import AdmitWorkload, EvictWorkload
+from events.messages import AdmitWorkload, EvictWorkload, ObjectApplied
+from services.actuator.kindplan import kind_admit_ops
 from services.actuator.kube_port import KubePort
+from services.actuator.kubeplan import FlavorScheduling
 from services.actuator.trainjob_reconciler import TrainJobReconciler
+from services.runtime.sqlite import SqliteLog
+from services.watcher.kube import DEFAULT_KINDS, WatcherStats, job_kind_watches, run_kube_watcher
 from tests.integration.jobkind_crds import ensure_job_kind_crds
 from tests.integration.test_kube_job_kinds_watcher import MERGE
-from tests.integration.test_kube_watcher import Setup, eventually, retrying
+from tests.integration.test_kube_watcher import CLUSTER, Setup, envelopes, eventually, retrying, seen, what
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -179,3 +187,63 @@ async def _lifecycle(api: client.ApiClient, co: Any, s: Setup, ns: str, runtime:
                    for c in (wl.get("status") or {}).get("conditions") or [])
 
     await eventually(finished, what="the TrainJob's Workload to be Finished")
+
+
+async def test_watcher_publishes_a_trainjob_read_with_the_runtime_it_watches(
+    kube_api_client: client.ApiClient, kube_namespace: str, tmp_path: Path,
+) -> None:
+    api, ns = kube_api_client, kube_namespace
+    s = Setup(api, ns)
+    await s.queues()
+    await ensure_job_kind_crds(api, "TrainJob")
+    co = client.CustomObjectsApi(api)
+    runtime = f"torch-{ns}"
+    await retrying(lambda: co.create_cluster_custom_object(*CTR, a_runtime(runtime)), what="ClusterTrainingRuntime")
+    try:
+        await _watched(api, co, s, ns, runtime, tmp_path)
+    finally:
+        with contextlib.suppress(client.exceptions.ApiException):
+            await co.delete_cluster_custom_object(*CTR, runtime)
+
+
+async def _watched(api: client.ApiClient, co: Any, s: Setup, ns: str, runtime: str, tmp_path: Path) -> None:
+    held = a_trainjob("tj", s.lq, runtime)
+    held["spec"]["suspend"] = True
+    tj = await co.create_namespaced_custom_object(*TJ[:2], ns, TJ[2], held)
+    await co.create_namespaced_custom_object(*TJ[:2], ns, TJ[2], a_trainjob("orphan", s.lq, f"gone-{ns}"))
+    wl_name = jobkinds.workload_name("TrainJob", trainjob.GROUP, "tj", tj["metadata"]["uid"])
+    log = SqliteLog(tmp_path / "log")
+    stats = WatcherStats()
+    stop = asyncio.Event()
+    kinds = (*DEFAULT_KINDS, *job_kind_watches(["TrainJob"]))
+    assert [k.kind for k in kinds[-3:]] == ["ClusterTrainingRuntime", "TrainingRuntime", "TrainJob"]
+    watcher = asyncio.create_task(run_kube_watcher(log, api, stop, cluster=CLUSTER, stats=stats, kinds=kinds,
+                                                   backoff=(0.1, 1.0)))
+    try:
+        await eventually(lambda: seen(log, ("applied", "Workload", f"{ns}/{wl_name}")), what="the TrainJob's Workload")
+        await eventually(lambda: stats.refused >= 1, what="the TrainJob without its runtime refused")
+        # Admitted by the actuator's patch (Kueue's runtime patch), run, then finished.
+        d = AdmitWorkload(id="c1-0", cycle=1, namespace=ns, name=wl_name, cluster_queue=s.cq,
+                          admission=admission(s.cq, s.rf, ("dataset-initializer", 1), ("node", 2)))
+        tj = await co.get_namespaced_custom_object(*TJ[:2], ns, TJ[2], "tj")
+        flavor = FlavorScheduling(s.rf, (("zone", "a"),))
+        ops = kind_admit_ops(trainjob.TRAINJOB, tj, d, {"dataset-initializer": [flavor], "node": [flavor]})
+        await co.patch_namespaced_custom_object(*TJ[:2], ns, TJ[2], "tj", ops)
+        await co.patch_namespaced_custom_object_status(*TJ[:2], ns, TJ[2], "tj", {"status": {"conditions": [
+            {"type": "Complete", "status": "True", "reason": "JobSetCompleted", "message": "done",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}, _content_type=MERGE)
+        await eventually(lambda: seen(log, ("WorkloadFinished", "Workload", f"{ns}/{wl_name}")),
+                         what="the TrainJob's Workload finished")
+    finally:
+        stop.set()
+        await asyncio.wait_for(watcher, timeout=30)
+    every = envelopes(log)
+    mine = collections.Counter(what(e) for e in every if s.mine(e) and what(e)[1] == "Workload")
+    assert mine == {("applied", "Workload", f"{ns}/{wl_name}"): 1,  # admitted and running: not published again
+                    ("WorkloadFinished", "Workload", f"{ns}/{wl_name}"): 1}
+    applied = [e.event.object for e in every
+               if isinstance(e.event, ObjectApplied) and isinstance(e.event.object, o.Workload)
+               and e.event.object.name == wl_name]
+    assert [(p.name, p.count, p.requests) for p in applied[0].pod_sets] == [
+        ("dataset-initializer", 1, (("cpu", 500),)), ("node", 2, (("cpu", 1000),))]
+    assert applied[0].owner is not None and applied[0].owner.kind == "TrainJob"
