@@ -67,6 +67,13 @@ def a_trainjob(name: str, queue: str, runtime: str) -> dict[str, Any]:
                      "trainer": {"numNodes": 2, "resourcesPerNode": {"requests": {"cpu": "1"}}}}}
 
 
+async def served(co: Any) -> None:
+    """TrainJob's and its runtimes' CRDs answer (a new CRD's storage may still be initialising)."""
+    for plural in ("trainjobs", "clustertrainingruntimes", "trainingruntimes"):
+        await retrying(lambda p=plural: co.list_cluster_custom_object(trainjob.GROUP, trainjob.VERSION, p),
+                       what=f"{plural} to be served")
+
+
 @contextlib.asynccontextmanager
 async def reconciler(api: client.ApiClient) -> AsyncIterator[TrainJobReconciler]:
     stop = asyncio.Event()
@@ -99,8 +106,7 @@ async def test_trainjob_held_until_its_runtime_then_admitted_evicted_readmitted_
     await s.queues()  # flavor s.rf has nodeLabels {zone: a}
     await ensure_job_kind_crds(api, "TrainJob")
     co = client.CustomObjectsApi(api)
-    await retrying(lambda: co.list_cluster_custom_object(*TJ), what="trainjobs to be served")
-    await retrying(lambda: co.list_cluster_custom_object(*CTR), what="clustertrainingruntimes to be served")
+    await served(co)
     runtime = f"torch-{ns}"  # cluster-scoped: one per test namespace
     try:
         async with reconciler(api) as r:
@@ -198,6 +204,7 @@ async def test_watcher_publishes_a_trainjob_read_with_the_runtime_it_watches(
     await ensure_job_kind_crds(api, "TrainJob")
     co = client.CustomObjectsApi(api)
     runtime = f"torch-{ns}"
+    await served(co)
     await retrying(lambda: co.create_cluster_custom_object(*CTR, a_runtime(runtime)), what="ClusterTrainingRuntime")
     try:
         await _watched(api, co, s, ns, runtime, tmp_path)
