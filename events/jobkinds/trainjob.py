@@ -217,8 +217,31 @@ def _patched(where: Where, body: Mapping[str, Any], jobs: list[Mapping[str, Any]
                 raise where.error(dotted((*rj_at, j, "name")),
                                   f"the runtime has no replicated Job {str(name)[:100]!r} (has {has})")
             i = names.index(name)
-            jobs[i] = strategic_merge(jobs[i], rj)
+            jobs[i] = strategic_merge(jobs[i], _job_patch(where, rj, (*rj_at, j)))
     return jobs
+
+
+def _job_patch(where: Where, rj: Mapping[str, Any], at: tuple[PathPart, ...]) -> Json:
+    """What a replicated Job patch may change (the API's ``ReplicatedJobPatch``): the Job's metadata
+    and its pod template's metadata and spec, each an object; any other field is not the API's."""
+    job = mapping(where, rj.get("template"), (*at, "template"))
+    out_job: Json = {}
+    if job.get("metadata") is not None:
+        out_job["metadata"] = dict(mapping(where, job["metadata"], (*at, "template", "metadata")))
+    job_spec = mapping(where, job.get("spec"), (*at, "template", "spec"))
+    pod = mapping(where, job_spec.get("template"), (*at, "template", "spec", "template"))
+    out_pod: Json = {}
+    for key in ("metadata", "spec"):
+        if pod.get(key) is not None:
+            out_pod[key] = dict(mapping(where, pod[key], (*at, "template", "spec", "template", key)))
+    pod_spec = out_pod.get("spec") or {}
+    for key in ("containers", "initContainers", "tolerations", "volumes", "schedulingGates"):
+        items = sequence(where, pod_spec.get(key), (*at, "template", "spec", "template", "spec", key))
+        for n, item in enumerate(items):
+            mapping(where, item, (*at, "template", "spec", "template", "spec", key, n))
+    if out_pod:
+        out_job["spec"] = {"template": out_pod}
+    return {"name": rj.get("name"), "template": out_job} if out_job else {"name": rj.get("name")}
 
 
 def _counts(where: Where, body: Mapping[str, Any], policy: Mapping[str, Any] | None,
