@@ -34,6 +34,7 @@ import copy
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from events.cluster import TRAINJOB_RUNTIME_KEY, TRAINJOB_RUNTIME_PATCH_MANAGER
 from events.jobkinds.base import (
     JobKind,
     PathPart,
@@ -59,11 +60,11 @@ NAMESPACED_RUNTIME = "TrainingRuntime"
 RUNTIME_KINDS: tuple[str, ...] = (CLUSTER_RUNTIME, NAMESPACED_RUNTIME)
 RUNTIME_PLURALS: Mapping[str, str] = {CLUSTER_RUNTIME: "clustertrainingruntimes",
                                       NAMESPACED_RUNTIME: "trainingruntimes"}
-RUNTIME_KEY = "kueuelog.io/runtime"
+RUNTIME_KEY = TRAINJOB_RUNTIME_KEY
 """Where a reader puts the resolved runtime in a TrainJob's body: ``{"kind", "name", "spec"}``.
 Not a field of any Kubernetes object (an API server prunes it; :func:`embed` replaces what an
 input gives)."""
-KUEUE_MANAGER = "kueue.x-k8s.io/manager"
+KUEUE_MANAGER = TRAINJOB_RUNTIME_PATCH_MANAGER
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER = "trainer"
 NODE = "node"
