@@ -96,20 +96,27 @@ def runtime_ref(where: Where, body: Mapping[str, Any]) -> tuple[str, str]:
     return kind, name
 
 
+def runtime_key(body: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(kind, namespace ("" for a ClusterTrainingRuntime), name) of the runtime a TrainJob names;
+    ``None`` when its reference cannot be read."""
+    try:
+        kind, name = runtime_ref(_Plain(), body)
+    except ValueError:
+        return None
+    meta = body.get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    scope = "" if kind == CLUSTER_RUNTIME else (namespace if isinstance(namespace, str) and namespace else "default")
+    return kind, scope, name
+
+
 def embed(body: Mapping[str, Any], lookup: RuntimeLookup) -> dict[str, Any]:
     """``body`` with the runtime it names (found by ``lookup``) under :data:`RUNTIME_KEY`; without
     that key when the reference cannot be read or the runtime is not there."""
     out = {k: v for k, v in body.items() if k != RUNTIME_KEY}
-    try:
-        kind, name = runtime_ref(_Plain(), body)
-    except ValueError:
-        return out
-    meta = body.get("metadata")
-    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
-    scope = "" if kind == CLUSTER_RUNTIME else (namespace if isinstance(namespace, str) and namespace else "default")
-    spec = lookup(kind, scope, name)
-    if spec is not None:
-        out[RUNTIME_KEY] = {"kind": kind, "name": name, "spec": spec}
+    key = runtime_key(body)
+    spec = lookup(*key) if key is not None else None
+    if key is not None and spec is not None:
+        out[RUNTIME_KEY] = {"kind": key[0], "name": key[2], "spec": spec}
     return out
 
 

@@ -50,15 +50,9 @@ class TrainJobReconciler(KindReconciler):
 
     async def _reconcile(self, key: tuple[str, str]) -> None:
         job = self._jobs.get(key)
-        wanted: list[RuntimeKey] = []
         self._runtimes.clear()
-
-        def note(kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
-            wanted.append((kind, namespace, name))
-            return None
-
-        if job is not None:
-            trainjob.embed(job, note)  # which runtime it names, if it can be read
+        named = trainjob.runtime_key(job) if job is not None else None
+        wanted = [named] if named is not None else []
         for k in wanted:
             spec = await self._fetch_runtime(*k)
             if spec is not None:

@@ -358,8 +358,10 @@ class _Shell:
             if kind == dra.KIND:
                 self.claim_templates.note(event_type, obj)
             if kind in trainjob.RUNTIME_KINDS:
-                self.runtimes.note(kind, event_type, obj)
+                for waiting in self.runtimes.note(kind, event_type, obj):
+                    self.handle(trainjob.TRAINJOB.kind, "MODIFIED", waiting)
             if kind == trainjob.TRAINJOB.kind and isinstance(obj, dict):
+                self.runtimes.remember(event_type, obj)
                 obj = trainjob.embed(obj, self.runtimes.get)
             tr = translate(kind, event_type, obj, cluster=self.cluster, time_ms=now, owners=self.owners,
                            claim_templates=self.claim_templates.get)
@@ -429,22 +431,37 @@ class ClaimTemplates:
 
 class TrainingRuntimes:
     """Kubeflow Trainer's runtimes on the cluster (``events.jobkinds.trainjob``): what a TrainJob's
-    podSets are read from when it is published. A TrainJob published before its runtime was seen is
-    refused (its runtime is not found) and taken when it changes next, or at the next relist."""
+    podSets are read from when it is published. A TrainJob seen before its runtime (their watches
+    are separate streams) is refused as naming a missing runtime, remembered, and translated again
+    when that runtime arrives or changes."""
 
     def __init__(self) -> None:
         self.known: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        self.trainjobs: dict[tuple[str, str], Any] = {}  # (namespace, name) -> the TrainJob as last seen
 
-    def note(self, kind: str, event_type: EventType, obj: Any) -> None:
+    def note(self, kind: str, event_type: EventType, obj: Any) -> list[Any]:
+        """Take a runtime's notification; the TrainJobs that name it, to translate again."""
         meta = obj.get("metadata") if isinstance(obj, dict) else None
         if not isinstance(meta, dict):
-            return
+            return []
         namespace = str(meta.get("namespace") or "") if kind == trainjob.NAMESPACED_RUNTIME else ""
         key = (kind, namespace, str(meta.get("name") or ""))
         self.known.pop(key, None)
         spec = obj.get("spec")
-        if event_type != "DELETED" and isinstance(spec, dict):
-            self.known[key] = spec
+        if event_type == "DELETED" or not isinstance(spec, dict):
+            return []
+        self.known[key] = spec
+        return [tj for tj in self.trainjobs.values() if trainjob.runtime_key(tj) == key]
+
+    def remember(self, event_type: EventType, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            return
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if event_type == "DELETED":
+            self.trainjobs.pop(key, None)
+        else:
+            self.trainjobs[key] = obj
 
     def get(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self.known.get((kind, namespace, name))

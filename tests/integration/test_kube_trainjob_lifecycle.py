@@ -6,8 +6,8 @@ Workload Kueue would (the runtime's replicated Jobs, numNodes, resourcesPerNode)
 releasing it; evicts it (held again, the patch emptied); admits it again; it completes and its
 Workload is marked Finished (what frees its quota in the scheduler). The watcher (``--job-kinds
 TrainJob`` watches the runtimes first) publishes it as that Workload, read with the runtime it
-watched, once, and its end; a TrainJob naming a runtime that is not there is refused. No Trainer
-runs: the test plays its part."""
+watched, once, and its end; a TrainJob naming a runtime that is not there is refused, then
+published when the runtime arrives. No Trainer runs: the test plays its part."""
 
 from __future__ import annotations
 
@@ -209,16 +209,20 @@ async def test_watcher_publishes_a_trainjob_read_with_the_runtime_it_watches(
     try:
         await _watched(api, co, s, ns, runtime, tmp_path)
     finally:
-        with contextlib.suppress(client.exceptions.ApiException):
-            await co.delete_cluster_custom_object(*CTR, runtime)
+        for name in (runtime, f"late-{ns}"):
+            with contextlib.suppress(client.exceptions.ApiException):
+                await co.delete_cluster_custom_object(*CTR, name)
 
 
 async def _watched(api: client.ApiClient, co: Any, s: Setup, ns: str, runtime: str, tmp_path: Path) -> None:
     held = a_trainjob("tj", s.lq, runtime)
     held["spec"]["suspend"] = True
     tj = await co.create_namespaced_custom_object(*TJ[:2], ns, TJ[2], held)
-    await co.create_namespaced_custom_object(*TJ[:2], ns, TJ[2], a_trainjob("orphan", s.lq, f"gone-{ns}"))
+    early = a_trainjob("early", s.lq, f"late-{ns}")
+    early["spec"]["suspend"] = True
+    early = await co.create_namespaced_custom_object(*TJ[:2], ns, TJ[2], early)
     wl_name = jobkinds.workload_name("TrainJob", trainjob.GROUP, "tj", tj["metadata"]["uid"])
+    wl_early = jobkinds.workload_name("TrainJob", trainjob.GROUP, "early", early["metadata"]["uid"])
     log = SqliteLog(tmp_path / "log")
     stats = WatcherStats()
     stop = asyncio.Event()
@@ -229,6 +233,11 @@ async def _watched(api: client.ApiClient, co: Any, s: Setup, ns: str, runtime: s
     try:
         await eventually(lambda: seen(log, ("applied", "Workload", f"{ns}/{wl_name}")), what="the TrainJob's Workload")
         await eventually(lambda: stats.refused >= 1, what="the TrainJob without its runtime refused")
+        assert not seen(log, ("applied", "Workload", f"{ns}/{wl_early}"))
+        # Its runtime arrives (the TrainJob itself does not change): it is translated again and published.
+        await co.create_cluster_custom_object(*CTR, a_runtime(f"late-{ns}"))
+        await eventually(lambda: seen(log, ("applied", "Workload", f"{ns}/{wl_early}")),
+                         what="the TrainJob published once its runtime is there")
         # Admitted by the actuator's patch (Kueue's runtime patch), run, then finished.
         d = AdmitWorkload(id="c1-0", cycle=1, namespace=ns, name=wl_name, cluster_queue=s.cq,
                           admission=admission(s.cq, s.rf, ("dataset-initializer", 1), ("node", 2)))
@@ -247,7 +256,8 @@ async def _watched(api: client.ApiClient, co: Any, s: Setup, ns: str, runtime: s
     every = envelopes(log)
     mine = collections.Counter(what(e) for e in every if s.mine(e) and what(e)[1] == "Workload")
     assert mine == {("applied", "Workload", f"{ns}/{wl_name}"): 1,  # admitted and running: not published again
-                    ("WorkloadFinished", "Workload", f"{ns}/{wl_name}"): 1}
+                    ("WorkloadFinished", "Workload", f"{ns}/{wl_name}"): 1,
+                    ("applied", "Workload", f"{ns}/{wl_early}"): 1}
     applied = [e.event.object for e in every
                if isinstance(e.event, ObjectApplied) and isinstance(e.event.object, o.Workload)
                and e.event.object.name == wl_name]
