@@ -51,16 +51,17 @@ class TrainJobReconciler(KindReconciler):
     async def _reconcile(self, key: tuple[str, str]) -> None:
         job = self._jobs.get(key)
         self._runtimes.clear()
-        named = trainjob.runtime_key(job) if job is not None else None
+        labels = ((job or {}).get("metadata") or {}).get("labels") or {}
+        queued = isinstance(labels, Mapping) and QUEUE_NAME_LABEL in labels
+        named = trainjob.runtime_key(job) if job is not None and queued else None  # not queued: not Kueue's
         wanted = [named] if named is not None else []
         for k in wanted:
             spec = await self._fetch_runtime(*k)
             if spec is not None:
                 self._runtimes[k] = spec
         await super()._reconcile(key)
-        labels = ((job or {}).get("metadata") or {}).get("labels") or {}
         missing = [k for k in wanted if k not in self._runtimes]
-        if missing and isinstance(labels, Mapping) and QUEUE_NAME_LABEL in labels:
+        if missing and job is not None and self.kind.finished(job) is None:  # an ended one needs none
             kind, namespace, name = missing[0]
             raise KubeApiError(f"TrainJob {key[0]}/{key[1]}: runtime '{name}' not found (no {kind} "
                                f"{namespace + '/' if namespace else ''}{name}); looked at again later", retriable=True)
