@@ -14,7 +14,8 @@ Job, after the TrainJob's own changes as the Trainer builds its JobSet:
   an MPI policy: the count of the Job named ``node``, one less when ``runLauncherAsNode``);
 - the trainer's Job runs once (``replicas`` 1), the others ``replicas`` times (1 when unset);
 - ``spec.trainer.resourcesPerNode`` is merged (requests and limits key by key) into the trainer's
-  container named ``node`` when the runtime has an ``mlPolicy``.
+  container named ``node`` when the runtime has an ``mlPolicy`` (with an MPI policy and
+  ``runLauncherAsNode``, also into the Job named ``node``).
 
 The runtime is not part of the TrainJob: whoever reads one (``simulate`` from its input, the watcher
 and the job reconciler from the cluster) puts the runtime's spec into the body under
