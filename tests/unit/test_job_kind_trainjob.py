@@ -340,3 +340,29 @@ def test_finished_by_complete_or_failed() -> None:
     body["status"] = {"conditions": [{"type": "Failed", "status": "True"}]}
     finished = TRAINJOB.finished(body)
     assert finished is not None and not finished.succeeded
+
+
+def test_the_watchers_runtimes_hand_back_the_trainjobs_waiting_for_one() -> None:
+    from services.watcher.kube import TrainingRuntimes, job_kind_watches
+
+    runtimes = TrainingRuntimes()
+    waiting = served(train(name="a"), None)
+    other = served(train(name="b", ref={"name": "other"}), None)
+    runtimes.remember("ADDED", waiting)
+    runtimes.remember("ADDED", other)
+    assert trainjob.RUNTIME_KEY not in trainjob.embed(waiting, runtimes.get)
+    rt = runtime(rjob("node", trainer=True))
+    assert runtimes.note("ClusterTrainingRuntime", "ADDED", rt) == [waiting]
+    assert trainjob.embed(waiting, runtimes.get)[trainjob.RUNTIME_KEY]["spec"] == rt["spec"]
+    runtimes.remember("DELETED", waiting)
+    assert runtimes.note("ClusterTrainingRuntime", "MODIFIED", rt) == []
+    assert runtimes.note("ClusterTrainingRuntime", "DELETED", rt) == []
+    assert runtimes.get("ClusterTrainingRuntime", "", "rt") is None
+    # A namespaced runtime is only the TrainJobs' of its namespace.
+    local = served(train(name="c", ref={"name": "rt", "kind": "TrainingRuntime"}), None)
+    runtimes.remember("ADDED", local)
+    assert runtimes.note("TrainingRuntime", "ADDED", runtime(rjob("node"), namespace="elsewhere")) == []
+    assert runtimes.note("TrainingRuntime", "ADDED", runtime(rjob("node"), namespace="ns")) == [local]
+    assert [k.kind for k in job_kind_watches(["JobSet", "TrainJob"])] == [
+        "JobSet", "ClusterTrainingRuntime", "TrainingRuntime", "TrainJob"]
+    assert [k.kind for k in job_kind_watches(["JobSet"])] == ["JobSet"]
