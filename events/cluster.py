@@ -55,6 +55,8 @@ JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
 PREBUILT_WORKLOAD_LABEL: Final = f"{KUEUE_GROUP}/prebuilt-workload-name"
 """On a Job (or another workload kind), label or (past 63 characters) annotation: the existing
 Workload it runs under instead of one created for it."""
+TRAINJOB_RUNTIME_PATCH_MANAGER: Final = f"{KUEUE_GROUP}/manager"
+"""The ``manager`` of Kueue's own entry in a TrainJob's ``spec.runtimePatches`` (its admission)."""
 PROVISIONING_ANNOTATION_PREFIX: Final = f"provreq.{KUEUE_GROUP}/"
 """Annotations of a Job with this prefix are copied to its Workload (ProvisioningRequest parameters)."""
 PROVISIONING_CONTROLLER: Final = f"{KUEUE_GROUP}/provisioning-request"
@@ -78,6 +80,9 @@ DECISION_CYCLE_ANNOTATION: Final = f"{KUEUELOG_PREFIX}decision-cycle"
 """On a Job: the cycle of that decision, so that an older decision never undoes a newer one."""
 EVICTED_ANNOTATION: Final = f"{KUEUELOG_PREFIX}evicted"
 """On a Job the actuator suspended for an eviction: the eviction's decision id."""
+TRAINJOB_RUNTIME_KEY: Final = f"{KUEUELOG_PREFIX}runtime"
+"""Not a label: the key under which a reader puts a TrainJob's resolved runtime in its body
+(``events.jobkinds.trainjob``); never a field of an object on a cluster."""
 ORIGINAL_POD_SCHEDULING_ANNOTATION: Final = f"{KUEUELOG_PREFIX}original-pod-scheduling"
 """On a Job while its pod template carries the flavors' nodeSelector and tolerations: the
 template's own ones (JSON), restored after an eviction."""

@@ -39,7 +39,7 @@ from events.cluster import (
 )
 from events.configuration import read_configuration
 from events.generatename import content_digest, free_name
-from events.jobkinds import prebuilt
+from events.jobkinds import prebuilt, trainjob
 from events.jobs import job_to_workload
 from events.podspec import ObjectError, pod_set_from_template, selector_from_api
 from events.quantity import QuantityError, parse_fraction, to_amount
@@ -298,7 +298,8 @@ SUPPORTED_KINDS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("batch/v1",), ("Job",)),
     (dra.API_VERSIONS, (dra.KIND,)),
     ((t9k.API_VERSION,), ("Queue",)),
-    *jobkinds.by_api_version(jobkinds.OTHER_KINDS),
+    *(((versions, (*kinds, *trainjob.RUNTIME_KINDS)) if versions == (trainjob.API_VERSION,) else (versions, kinds))
+      for versions, kinds in jobkinds.by_api_version(jobkinds.OTHER_KINDS)),  # a TrainJob's runtimes with it
 )
 _PLAIN = re.compile(r"^[A-Za-z0-9][-A-Za-z0-9./_]{0,99}$")
 
@@ -941,7 +942,8 @@ def normalize(doc: Document) -> o.AnyObject | None:
     # A Namespace's name is an RFC 1123 label (no dots, at most 63 characters); most names are subdomains.
     name = _check_name(name_ctx, meta.name, "metadata.name", label=(kind == "Namespace" and api_version == "v1"))
     namespaced = (kind in ("LocalQueue", "Workload", "Job", "Queue", "ConfigMap", dra.KIND)
-                  or (api_version, kind) in jobkinds.BY_KEY)
+                  or (api_version, kind) in jobkinds.BY_KEY
+                  or (api_version, kind) == (trainjob.API_VERSION, trainjob.NAMESPACED_RUNTIME))
     namespace = meta.namespace or (t9k.NAMESPACE if kind == "Queue" else "default")
     if namespaced:
         _check_name(name_ctx, namespace, "metadata.namespace", label=True)
@@ -1022,6 +1024,9 @@ def _front_end_or_job_kind(
     """A T9k Queue, or a workload kind of :mod:`events.jobkinds` (JobSet, PyTorchJob, RayJob, ...)."""
     if (api_version, kind) in t9k.KINDS:
         return t9k.normalize(ctx, kind, body, namespace)
+    if api_version == trainjob.API_VERSION and kind in trainjob.RUNTIME_KINDS:
+        trainjob.check_runtime(ctx, body)  # checked; its TrainJobs read it (load() embeds it in them)
+        return None
     job_kind = jobkinds.kind_of(api_version, kind)
     if job_kind is not None:
         try:
@@ -1100,7 +1105,7 @@ def load(
     docs: Iterable[Document] = (d for file, text in files.items() for d in read_documents(file, text))
     if expand is not None:
         docs = expand(list(docs))
-    named = list(map(names.name, docs))
+    named = _with_runtimes(list(map(names.name, docs)))
     templates = _claim_templates(named)
     for doc in named:
         obj = normalize(doc)
@@ -1131,6 +1136,27 @@ def _prebuilt_wanted(doc: Document) -> tuple[str, str, str] | None:
 
 def _prebuilt_error(doc: Document, shown: str, field: str, message: str) -> Exception:
     return ManifestError(doc.file, doc.index, shown, field, message)
+
+
+def _with_runtimes(docs: list[Document]) -> list[Document]:
+    """Every TrainJob with the runtime it names embedded (``events.jobkinds.trainjob``), its runtime
+    read from the input as a whole (a later one of the same name wins), as Kueue reads it when it
+    handles the TrainJob, after the files are applied. A runtime is checked where it is written."""
+    runtimes: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+    for doc in docs:
+        body = doc.body
+        if (isinstance(body, dict) and body.get("apiVersion") == trainjob.API_VERSION
+                and body.get("kind") in trainjob.RUNTIME_KINDS):
+            normalize(doc)
+            kind, _, meta = _meta(doc)
+            scope = "" if kind == trainjob.CLUSTER_RUNTIME else (meta.namespace or "default")
+            runtimes[(kind, scope, meta.name or "")] = body.get("spec") or {}
+    if not any(isinstance(d.body, dict) and (d.body.get("apiVersion"), d.body.get("kind")) == trainjob.TRAINJOB.key
+               for d in docs):
+        return docs
+    return [Document(d.file, d.index, trainjob.embed(d.body, lambda k, ns, n: runtimes.get((k, ns, n))))
+            if isinstance(d.body, dict) and (d.body.get("apiVersion"), d.body.get("kind")) == trainjob.TRAINJOB.key
+            else d for d in docs]
 
 
 def _claim_templates(docs: list[Document]) -> dict[tuple[str, str], dra.ClaimTemplate]:

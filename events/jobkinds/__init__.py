@@ -38,9 +38,10 @@ from events.jobkinds.jobset import JOBSET
 from events.jobkinds.naming import check_queue_name
 from events.jobkinds.naming import workload_name as workload_name
 from events.jobkinds.spark import SPARKAPPLICATION
+from events.jobkinds.trainjob import TRAINJOB
 from events.podspec import Where, pod_set_from_template
 
-OTHER_KINDS: tuple[JobKind, ...] = (JOBSET, *kubeflow.KINDS, *ray.KINDS, APPWRAPPER, SPARKAPPLICATION)
+OTHER_KINDS: tuple[JobKind, ...] = (JOBSET, *kubeflow.KINDS, TRAINJOB, *ray.KINDS, APPWRAPPER, SPARKAPPLICATION)
 """The kinds whose Workload this package builds (every kind but ``batch/v1`` Job)."""
 KINDS: tuple[JobKind, ...] = (JOB, *OTHER_KINDS)
 BY_KEY: Mapping[tuple[str, str], JobKind] = {k.key: k for k in KINDS}

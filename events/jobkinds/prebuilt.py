@@ -33,6 +33,7 @@ SUPPORTED: frozenset[tuple[str, str]] = frozenset({
     ("jobset.x-k8s.io/v1alpha2", "JobSet"),
     ("kubeflow.org/v1", "TFJob"), ("kubeflow.org/v1", "PaddleJob"), ("kubeflow.org/v1", "PyTorchJob"),
     ("kubeflow.org/v1", "XGBoostJob"), ("kubeflow.org/v2beta1", "MPIJob"),
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
     ("ray.io/v1", "RayJob"), ("ray.io/v1", "RayCluster"), ("ray.io/v1", "RayService"),
     ("workload.codeflare.dev/v1beta2", "AppWrapper"),
 })

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from events.cluster import KUEUE_GROUP
-from events.jobkinds import OTHER_KINDS
+from events.jobkinds import OTHER_KINDS, trainjob
 
 NAMESPACE = "kueuelog-system"
 VERBS = {"watcher": ["list", "watch"], "actuator": ["get", "list", "watch", "patch"]}
@@ -29,6 +29,11 @@ listed; Workloads listed, created for pods, groups and StatefulSets and deleted 
 gone (``Finished`` is written on workloads/status, granted in ``deploy/base``)."""
 
 
+RUNTIME_VERBS = {"watcher": ["list", "watch"], "actuator": ["get"]}
+"""Kubeflow Trainer's runtimes (``events.jobkinds.trainjob``), read, never written: the watcher lists
+and watches them, the actuator's TrainJob reconciler reads the one a TrainJob names."""
+
+
 def rules(service: str) -> list[dict[str, Any]]:
     """One rule per API group, its kinds' plurals in registry order, with the service's verbs (and
     for the actuator, the pod integration's :data:`POD_RULES`)."""
@@ -39,6 +44,8 @@ def rules(service: str) -> list[dict[str, Any]]:
             plurals.append(kind.plural)
     out = [{"apiGroups": [group], "resources": plurals, "verbs": list(VERBS[service])}
            for group, plurals in groups.items()]
+    runtimes = [trainjob.RUNTIME_PLURALS[k] for k in trainjob.RUNTIME_KINDS]
+    out.append({"apiGroups": [trainjob.GROUP], "resources": runtimes, "verbs": list(RUNTIME_VERBS[service])})
     return out + ([dict(r) for r in POD_RULES] if service == "actuator" else [])
 
 

@@ -32,7 +32,7 @@ from events.cluster import (
     QUEUE_NAME_LABEL,
     WORKLOAD_PRIORITY_CLASS_SOURCE,
 )
-from events.jobkinds import prebuilt
+from events.jobkinds import prebuilt, trainjob
 from events.jobkinds.base import pointer
 from events.jobkinds.patches import Scheduling, evict_ops, lookup, resume_ops, scheduling_ops, suspend_patch
 from events.kueue_versions import STORAGE_VERSION
@@ -271,6 +271,8 @@ def kind_admit_ops(kind: jobkinds.JobKind, obj: Mapping[str, Any], d: AdmitWorkl
     shown = f"{kind.kind} {d.namespace}/{(obj.get('metadata') or {}).get('name')}"
     updates = d.pod_set_updates if isinstance(d, AdmitChecked) else ()
     wanted = {name: _with_updates(name, _scheduling_of(fs), updates, shown) for name, fs in flavors.items()}
+    if kind is trainjob.TRAINJOB:
+        return _trainjob_admit_ops(obj, d, wanted)
     originals = _remembered(kind, obj, _originals(kind, obj, shown), wanted, shown)
     restored = scheduling_ops(_Where(shown), kind, obj, originals, merge=False)  # the templates as their own
     base = _apply(obj, restored)
@@ -287,10 +289,26 @@ def kind_admit_ops(kind: jobkinds.JobKind, obj: Mapping[str, Any], d: AdmitWorkl
 def kind_evict_ops(kind: jobkinds.JobKind, obj: Mapping[str, Any], d: EvictWorkload) -> list[Json]:
     """Hold the object again with each template's own scheduling back, marked evicted by ``d``."""
     shown = f"{kind.kind} {d.namespace}/{(obj.get('metadata') or {}).get('name')}"
-    originals = _originals(kind, obj, shown)
     changes: dict[str, str | None] = {DECISION_ID_ANNOTATION: d.id, DECISION_CYCLE_ANNOTATION: str(d.cycle),
                                       EVICTED_ANNOTATION: d.id, ORIGINAL_POD_SCHEDULING_ANNOTATION: None}
+    if kind is trainjob.TRAINJOB:  # its admission sits in Kueue's runtime patch, emptied again
+        return [*_precondition(obj), *_annotation_ops(obj, changes), *trainjob.evict_ops(obj)]
+    originals = _originals(kind, obj, shown)
     return [*_precondition(obj), *_annotation_ops(obj, changes), *evict_ops(_Where(shown), kind, obj, originals)]
+
+
+def _trainjob_admit_ops(obj: Mapping[str, Any], d: AdmitWorkload | AdmitChecked,
+                        wanted: Mapping[str, Scheduling]) -> list[Json]:
+    """A TrainJob is admitted as Kueue admits it: each podSet's scheduling goes into Kueue's own
+    runtime patch (``events.jobkinds.trainjob``), the runtime's templates are left as they are. The
+    originals annotation (empty: nothing of the TrainJob's own is replaced) marks it as carrying an admission."""
+    jobs = [trainjob.replicated_job_patch(name, s.node_selector, s.tolerations,
+                                          {k: v for k, v in s.labels.items() if v is not None},
+                                          {k: v for k, v in s.annotations.items() if v is not None})
+            for name, s in wanted.items()]
+    changes: dict[str, str | None] = {DECISION_ID_ANNOTATION: d.id, DECISION_CYCLE_ANNOTATION: str(d.cycle),
+                                      ORIGINAL_POD_SCHEDULING_ANNOTATION: "{}", EVICTED_ANNOTATION: None}
+    return [*_precondition(obj), *_annotation_ops(obj, changes), *trainjob.admit_ops(obj, jobs)]
 
 
 def _apply(obj: Mapping[str, Any], ops: Sequence[Json]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from kubernetes_asyncio import client
 
 from events import jobkinds
 from events.envelope import Topics
+from events.jobkinds.trainjob import TRAINJOB
 from services.actuator.job_reconciler import JobReconciler, Policy
 from services.actuator.kind_reconciler import KindReconciler
 from services.actuator.kube_port import KUBE_TUNING, KubePort
@@ -26,6 +27,7 @@ from services.actuator.multikueue import WorkerPlacer
 from services.actuator.podgroups import PodGroupReconciler
 from services.actuator.pods import PodReconciler
 from services.actuator.runner import run_loop
+from services.actuator.trainjob_reconciler import TrainJobReconciler
 from services.actuator.tree_reconciler import TreeReconciler
 from services.runtime.log import Log
 from services.runtime.metrics import StatsCollector
@@ -58,7 +60,8 @@ class ActuatorService:
         # ACK's ElasticQuotaTree kept as Kueue objects (deploy/frontends/ack), when asked for.
         self.trees = TreeReconciler(reconciler_api or api) if elastic_quota_tree else None
         self.pods = PodReconciler(reconciler_api or api) if elastic_quota_tree else None
-        self.kinds = [KindReconciler(reconciler_api or api, k, cluster=cluster) for k in jobkinds.OTHER_KINDS
+        self.kinds = [TrainJobReconciler(reconciler_api or api, cluster=cluster) if k is TRAINJOB
+                      else KindReconciler(reconciler_api or api, k, cluster=cluster) for k in jobkinds.OTHER_KINDS
                       if k.kind in job_kinds]
         # Kueue's pod integration in any namespace: pods, pod groups, StatefulSets (--job-kinds Pod).
         self.pod_groups = (PodGroupReconciler(reconciler_api or api, elastic_quota_tree=elastic_quota_tree)

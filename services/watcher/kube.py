@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -42,6 +42,7 @@ from events import dra, jobkinds, t9k
 from events.cluster import KUEUE_GROUP
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
 from events.envelope import Topics, event_key
+from events.jobkinds import trainjob
 from services.runtime.clock import wall_clock_ms
 from services.runtime.log import Log, LogError
 from services.watcher.translate import (
@@ -107,11 +108,22 @@ T9K_KINDS: Final[tuple[WatchedKind, ...]] = (WatchedKind("Queue", t9k.GROUP, "v1
 when the watcher runs with ``--t9k`` (the Queue CRD must exist)."""
 
 
+TRAINING_RUNTIMES: Final[tuple[WatchedKind, ...]] = tuple(
+    WatchedKind(k, trainjob.GROUP, trainjob.VERSION, trainjob.RUNTIME_PLURALS[k]) for k in trainjob.RUNTIME_KINDS)
+"""Kubeflow Trainer's runtimes, watched (before the TrainJobs that name them) when TrainJob is."""
 JOB_KINDS: Final[tuple[WatchedKind, ...]] = tuple(
-    WatchedKind(k.kind, k.group, k.version, k.plural) for k in jobkinds.OTHER_KINDS)
+    w for k in jobkinds.OTHER_KINDS
+    for w in (*(TRAINING_RUNTIMES if k is trainjob.TRAINJOB else ()),
+              WatchedKind(k.kind, k.group, k.version, k.plural)))
 """The workload kinds besides Job (``events.jobkinds``), each watched only when asked for (its CRD
-must exist): ``--job-kinds``."""
-JOB_KIND_NAMES: Final = frozenset({"Job", *(k.kind for k in JOB_KINDS)})
+must exist): ``--job-kinds``; TrainJob's runtimes with it."""
+JOB_KIND_NAMES: Final = frozenset({"Job", *(k.kind for k in jobkinds.OTHER_KINDS)})
+
+
+def job_kind_watches(job_kinds: Sequence[str]) -> tuple[WatchedKind, ...]:
+    """The watches for ``--job-kinds`` (a TrainJob's runtimes with TrainJob), in :data:`JOB_KINDS` order."""
+    wanted = set(job_kinds) | (set(trainjob.RUNTIME_KINDS) if trainjob.TRAINJOB.kind in job_kinds else set())
+    return tuple(k for k in JOB_KINDS if k.kind in wanted)
 
 
 class WatchError(Exception):
@@ -313,6 +325,7 @@ class _Shell:
         self.owners = frozenset(k.kind for k in kinds if k.kind in JOB_KIND_NAMES)
         self.memory = Published(self.owners)
         self.claim_templates = ClaimTemplates()
+        self.runtimes = TrainingRuntimes()
 
     async def sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -344,6 +357,12 @@ class _Shell:
         try:
             if kind == dra.KIND:
                 self.claim_templates.note(event_type, obj)
+            if kind in trainjob.RUNTIME_KINDS:
+                for waiting in self.runtimes.note(kind, event_type, obj):
+                    self.handle(trainjob.TRAINJOB.kind, "MODIFIED", waiting)
+            if kind == trainjob.TRAINJOB.kind and isinstance(obj, dict):
+                self.runtimes.remember(event_type, obj)
+                obj = trainjob.embed(obj, self.runtimes.get)
             tr = translate(kind, event_type, obj, cluster=self.cluster, time_ms=now, owners=self.owners,
                            claim_templates=self.claim_templates.get)
         except Exception:  # a translator bug must not stop the watcher: the object is skipped, loudly
@@ -408,6 +427,44 @@ class ClaimTemplates:
 
     def get(self, namespace: str, name: str) -> dra.ClaimTemplate | None:
         return self.known.get((namespace, name))
+
+
+class TrainingRuntimes:
+    """Kubeflow Trainer's runtimes on the cluster (``events.jobkinds.trainjob``): what a TrainJob's
+    podSets are read from when it is published. A TrainJob seen before its runtime (their watches
+    are separate streams) is refused as naming a missing runtime, remembered, and translated again
+    when that runtime arrives or changes."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[str, str, str], Mapping[str, Any]] = {}
+        self.trainjobs: dict[tuple[str, str], Any] = {}  # (namespace, name) -> the TrainJob as last seen
+
+    def note(self, kind: str, event_type: EventType, obj: Any) -> list[Any]:
+        """Take a runtime's notification; the TrainJobs that name it, to translate again."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            return []
+        namespace = str(meta.get("namespace") or "") if kind == trainjob.NAMESPACED_RUNTIME else ""
+        key = (kind, namespace, str(meta.get("name") or ""))
+        self.known.pop(key, None)
+        spec = obj.get("spec")
+        if event_type == "DELETED" or not isinstance(spec, dict):
+            return []
+        self.known[key] = spec
+        return [tj for tj in self.trainjobs.values() if trainjob.runtime_key(tj) == key]
+
+    def remember(self, event_type: EventType, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            return
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if event_type == "DELETED":
+            self.trainjobs.pop(key, None)
+        else:
+            self.trainjobs[key] = obj
+
+    def get(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.known.get((kind, namespace, name))
 
 
 class _Refusal:

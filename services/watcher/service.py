@@ -20,7 +20,14 @@ from services.runtime.log import Log
 from services.runtime.metrics import StatsCollector
 from services.runtime.supervise import ServiceStatus
 from services.watcher.heartbeat import run_heartbeat
-from services.watcher.kube import DEFAULT_KINDS, JOB_KINDS, T9K_KINDS, WatchedKind, WatcherStats, run_kube_watcher
+from services.watcher.kube import (
+    DEFAULT_KINDS,
+    T9K_KINDS,
+    WatchedKind,
+    WatcherStats,
+    job_kind_watches,
+    run_kube_watcher,
+)
 
 
 class WatcherService:
@@ -37,7 +44,7 @@ class WatcherService:
         self.log, self.api, self.cluster = log, api, cluster
         self.kinds: tuple[WatchedKind, ...] = (
             (*DEFAULT_KINDS[:-1], *T9K_KINDS, DEFAULT_KINDS[-1]) if t9k else DEFAULT_KINDS)
-        self.kinds += tuple(k for k in JOB_KINDS if k.kind in job_kinds)
+        self.kinds += job_kind_watches(job_kinds)
         self.topics = topics or Topics()
         self.status = status or ServiceStatus("watcher")
         self.status.leading = True  # no election

@@ -52,6 +52,7 @@ from events.cluster import (
 )
 from events.codec import encode
 from events.envelope import Envelope
+from events.jobkinds import trainjob
 from events.kueue_versions import STORAGE_VERSION, respell
 from events.manifests import Document, ManifestError, normalize
 from events.messages import (
@@ -92,12 +93,13 @@ API_VERSIONS: Final[Mapping[str, str]] = {
     "ProvisioningRequest": "autoscaling.x-k8s.io/v1",
     dra.KIND: f"{dra.GROUP}/v1",
     **{k.kind: k.api_version for k in jobkinds.OTHER_KINDS},
+    **dict.fromkeys(trainjob.RUNTIME_KINDS, trainjob.API_VERSION),  # checked; their TrainJobs read them
 }
 """The kinds the watcher translates, configuration first, with the apiVersion an object of the
 kind is read as when it comes without one (items of a list response of built-in kinds do)."""
 
 NAMESPACED: Final = frozenset({"LocalQueue", "Workload", "Job", "Queue", "ProvisioningRequest", dra.KIND,
-                               *(k.kind for k in jobkinds.OTHER_KINDS)})
+                               *(k.kind for k in jobkinds.OTHER_KINDS), trainjob.NAMESPACED_RUNTIME})
 OTHER_JOB_KINDS: Final[Mapping[str, jobkinds.JobKind]] = {k.kind: k for k in jobkinds.OTHER_KINDS}
 """The workload kinds besides Job (``events.jobkinds``), by kind."""
 

@@ -184,7 +184,9 @@ async def kube_namespace(request: pytest.FixtureRequest, kube_control_plane: Loc
 _WATCHED: Final = (("kueue.x-k8s.io", "v1beta2", "workloads"), ("kueue.x-k8s.io", "v1beta2", "localqueues"),
                    ("jobset.x-k8s.io", "v1alpha2", "jobsets"), ("kubeflow.org", "v1", "pytorchjobs"),
                    ("ray.io", "v1", "rayjobs"), ("ray.io", "v1", "rayclusters"),
-                   ("workload.codeflare.dev", "v1beta2", "appwrappers"))
+                   ("workload.codeflare.dev", "v1beta2", "appwrappers"),
+                   ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+                   ("trainer.kubeflow.org", "v1alpha1", "trainingruntimes"))
 
 
 async def empty_namespace(api: client.ApiClient, namespace: str) -> None:

@@ -42,8 +42,17 @@ SETTINGS = settings(max_examples=120, deadline=None, derandomize=True, database=
 NOMINAL_CPU = 27
 T = Topics()
 
+RUNTIME = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime", "metadata": {"name": "rt"},
+           "spec": {"mlPolicy": {"numNodes": 2, "mpi": {"runLauncherAsNode": True}}, "template": {"spec": {
+               "replicatedJobs": [
+                   {"name": "init", "replicas": 2, "template": {"spec": {"parallelism": 2, "template": {"spec": {
+                       "containers": [{"name": "i", "resources": {"requests": {"cpu": "1"}}}]}}}}},
+                   {"name": "node", "template": {
+                       "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                       "spec": {"template": {"spec": {"containers": [
+                           {"name": "node", "resources": {"requests": {"cpu": "1"}}}]}}}}}]}}}}
 QUOTA = [a_flavor("default").obj(), a_cluster_queue("cq").selector({}).flavor("default", cpu=NOMINAL_CPU).obj(),
-         a_local_queue("team", "lq", "cq").obj()]
+         a_local_queue("team", "lq", "cq").obj(), RUNTIME]
 TARGETS = [
     a_workload("team", "w").queue("lq").pod_set("main", 2, cpu=1).obj(),
     a_workload("team", "held").queue("lq").pod_set("a", 2, cpu=1).pod_set("b", 1, cpu="500m")
@@ -76,6 +85,16 @@ TARGETS = [
              "requests": {"cpu": "1"}}}]}}},
          "workerGroupSpecs": [{"groupName": "g", "replicas": 2, "numOfHosts": 2, "template": {"spec": {
              "containers": [{"name": "w", "resources": {"requests": {"cpu": "1"}}}]}}}]}}},
+]
+TARGETS += [
+    RUNTIME,  # a second one of the same name: the later one wins
+    {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+     "metadata": {"name": "tj", "namespace": "team", "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+     "spec": {"runtimeRef": {"name": "rt", "kind": "ClusterTrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
+              "suspend": True, "trainer": {"numNodes": 3, "resourcesPerNode": {"requests": {"cpu": "2"}}},
+              "runtimePatches": [{"manager": "m", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+                  {"name": "node", "template": {"spec": {"template": {"spec": {
+                      "nodeSelector": {"zone": "a"}, "containers": [{"name": "node", "env": []}]}}}}}]}}}}]}},
 ]
 _TOKEN = re.compile(r'"@(deep|digits|laughs):(\d+)@"')
 

@@ -34,6 +34,8 @@ EXAMPLES = [
     pytest.param("mpijob.yaml", "mpijob-pi-estimate-",
                  [("launcher", 1, {"cpu": "1", "memory": "1Gi"}), ("worker", 3, {"cpu": "3", "memory": "3Gi"})],
                  id="MPIJob: limits stand in for requests"),
+    pytest.param("trainjob.yaml", "trainjob-pytorch-distributed-", [("node", 2, {"cpu": "4", "memory": "8Gi"})],
+                 id="TrainJob: its ClusterTrainingRuntime's trainer Job, numNodes x resourcesPerNode"),
     pytest.param("raycluster.yaml", "raycluster-ray-full-",
                  [("head", 1, {"cpu": "1", "memory": "1953125Ki"}),  # 2G, as Kueue's usage in Ki
                   ("cpu-group", 2, {"cpu": "2", "memory": "1953125Ki"})],

@@ -35,7 +35,10 @@ def test_every_kind_granted_exactly_the_services_verbs(service: str, verbs: tupl
                for v in rule["verbs"]}
     pod_integration = {(g, r, v) for rule in POD_RULES for g in rule["apiGroups"] for r in rule["resources"]
                        for v in rule["verbs"]} if service == "actuator" else set()
-    assert granted == {(k.group, k.plural, v) for k in jobkinds.OTHER_KINDS for v in verbs} | pod_integration
+    runtimes = {("trainer.kubeflow.org", r, v) for r in ("clustertrainingruntimes", "trainingruntimes")
+                for v in (("list", "watch") if service == "watcher" else ("get",))}
+    assert granted == ({(k.group, k.plural, v) for k in jobkinds.OTHER_KINDS for v in verbs} | pod_integration
+                       | runtimes)
     binding = docs[("ClusterRoleBinding", f"kueuelog-{service}-job-kinds")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"kueuelog-{service}",
                                     "namespace": "kueuelog-system"}]

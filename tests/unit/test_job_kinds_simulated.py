@@ -38,7 +38,7 @@ def test_kinds_run_to_the_end_in_the_simulated_cluster_and_explain_names_their_k
 
     def settled() -> bool:
         records = loop.scheduler.state.workloads.values()
-        return len(records) == 21 and all(r.admission is not None and not r.finished if is_serving(r) else r.finished
+        return len(records) == 22 and all(r.admission is not None and not r.finished if is_serving(r) else r.finished
                                           for r in records)
 
     for _ in range(100_000):
@@ -50,11 +50,15 @@ def test_kinds_run_to_the_end_in_the_simulated_cluster_and_explain_names_their_k
     assert owners == ["AppWrapper"] * 3 + [
         "JAXJob", "JobSet", "LeaderWorkerSet", "LeaderWorkerSet", "MPIJob", "PaddleJob", "Pod", "Pod", "Pod", "Pod",
         "PyTorchJob", "RayCluster", "RayJob", "RayService", "SparkApplication", "StatefulSet", "TFJob",
-        "XGBoostJob"]  # the pods: one plain, the group's first, the Deployment's two
+        "TrainJob", "XGBoostJob"]  # the pods: one plain, the group's first, the Deployment's two
     assert [k for k in owners if k in serving] == ["LeaderWorkerSet", "LeaderWorkerSet", "StatefulSet"]
     lines = explain(log, topics, "default/pytorchjob-mnist")
     assert any("as Workload default/pytorchjob-pytorchjob-mnist-" in line
                and "(PyTorchJob default/pytorchjob-mnist) to LocalQueue user-queue" in line for line in lines)
+    lines = explain(log, topics, "default/pytorch-distributed")
+    assert any("as Workload default/trainjob-pytorch-distributed-" in line
+               and "(TrainJob default/pytorch-distributed) to LocalQueue user-queue" in line for line in lines)
+    assert any("finished" in line for line in lines), lines
     lines = explain(log, topics, "default/kv-store")
     assert any("as Workload default/statefulset-kv-store-" in line
                and "(StatefulSet default/kv-store) to LocalQueue user-queue" in line for line in lines)

@@ -921,6 +921,7 @@ def test_unsupported_kind_lists_the_kinds_kueuelog_takes():
         "PriorityClass; batch/v1 Job; resource.k8s.io/v1 and v1beta2 and v1beta1 ResourceClaimTemplate; "
         "scheduler.tensorstack.dev/v1beta1 Queue; jobset.x-k8s.io/v1alpha2 JobSet; "
         "kubeflow.org/v1 PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob; kubeflow.org/v2beta1 MPIJob; "
+        "trainer.kubeflow.org/v1alpha1 TrainJob, ClusterTrainingRuntime, TrainingRuntime; "
         "ray.io/v1 RayJob, RayCluster, RayService; workload.codeflare.dev/v1beta2 AppWrapper; "
         "sparkoperator.k8s.io/v1beta2 SparkApplication")
 

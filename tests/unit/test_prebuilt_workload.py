@@ -85,6 +85,20 @@ def test_a_jobset_adopts_one_with_its_pod_sets() -> None:
     assert objs[0].owner.kind == "JobSet"
 
 
+def test_a_trainjob_adopts_one_with_its_runtimes_pod_sets() -> None:
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "rt"}, "spec": {"template": {"spec": {"replicatedJobs": [
+                   {"name": "w", "template": {"spec": {"parallelism": 2, "template": {
+                       "spec": {"containers": [container("500m")]}}}}}]}}}}
+    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+          "metadata": {"name": "tj", "labels": {"kueue.x-k8s.io/queue-name": "user-queue",
+                                                PREBUILT_WORKLOAD_LABEL: "pre"}},
+          "spec": {"suspend": True, "runtimeRef": {"name": "rt"}}}
+    objs = loaded(tj, workload("pre", ("w", 2, "500m")), runtime)
+    assert len(objs) == 1 and isinstance(objs[0], o.Workload) and objs[0].owner is not None
+    assert (objs[0].owner.kind, objs[0].name) == ("TrainJob", "pre")
+
+
 def test_a_long_name_comes_from_the_annotation() -> None:
     name = "p" * 70
     j = job(pre="")
