@@ -12,8 +12,9 @@ Kubeflow jobs, MPIJob, Ray, AppWrapper, SparkApplication), as Kueue's job webhoo
 - :func:`validate_kind` (CREATE and UPDATE, Kueue's ``ValidateJobOnCreate`` / ``OnUpdate``): a queued
   object is refused at creation with the message ``kueuelog simulate`` gives for it (queue name, the
   podSets its kind derives, a prebuilt Workload's name; ``events.manifests``), naming the object and
-  the field; on an update of an object that is not held, the queue name and the prebuilt Workload
-  cannot change (``field is immutable``, as Kueue says).
+  the field (a TrainJob, whose podSets need its runtime, only for its queue and prebuilt names); on
+  an update of an object that is not held, the queue name and the prebuilt Workload cannot change
+  (``field is immutable``, as Kueue says).
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from events import jobkinds
 from events.cluster import MULTIKUEUE_CONTROLLER, PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
 from events.jobkinds import managedby
 from events.jobkinds.base import pointer
-from events.jobkinds.prebuilt import prebuilt_name
+from events.jobkinds.naming import check_queue_name
+from events.jobkinds.prebuilt import check as check_prebuilt
+from events.jobkinds.prebuilt import field_of, prebuilt_name
+from events.jobkinds.trainjob import TRAINJOB
 from events.manifests import Document, ManifestError, normalize
 from services.webhook.review import Review, response
 
@@ -142,10 +146,39 @@ def validate_kind(review: Review) -> dict[str, Any]:
         return response(review, allowed=True)
     meta = obj.get("metadata")
     body = {**obj, "metadata": {**(meta if isinstance(meta, Mapping) else {}), "namespace": namespace}}
+    if kind is TRAINJOB:  # its podSets need its runtime: Kueue checks only the names here
+        return _names_checked(review, obj, namespace)
     try:
         normalize(Document(FILE, 1, body))
     except ManifestError as e:
         where = f"{e.obj}: " if e.obj else f"{_shown(obj, namespace)}: "
         return response(review, allowed=False, message=f"{where}{e.field}: {e.message}" if e.field
                         else f"{where}{e.message}")
+    return response(review, allowed=True)
+
+
+class _At:
+    """Where a name check's error is located: the object, as the webhook shows it."""
+
+    def __init__(self, shown: str) -> None:
+        self.shown = shown
+
+    def error(self, field: str, message: str) -> Exception:
+        return ValueError(f"{self.shown}: {field}: {message}")
+
+    def amount(self, resource: str, value: object, field: str) -> int:
+        raise self.error(field, "no quantities are read here")
+
+
+def _names_checked(review: Review, obj: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """Kueue's ``ValidateJobOnCreate`` for a kind whose podSets are not read here: the queue name and
+    the prebuilt Workload's name."""
+    at = _At(_shown(obj, namespace))
+    try:
+        check_queue_name(at, str(queue_of(obj) or ""))
+        prebuilt = prebuilt_name(_labels(obj), _annotations(obj))
+        if prebuilt:
+            check_prebuilt(at, str(obj.get("apiVersion")), str(obj.get("kind")), prebuilt, field_of(_labels(obj)))
+    except ValueError as e:
+        return response(review, allowed=False, message=str(e))
     return response(review, allowed=True)

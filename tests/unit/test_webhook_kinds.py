@@ -152,3 +152,16 @@ def test_the_webhook_configuration_sends_every_kind_of_the_registry(kind: jobkin
     assert (kind.group, kind.version, kind.plural, "CREATE") in _rules("mjobkinds.kueuelog.io")
     assert {(kind.group, kind.version, kind.plural, op) for op in ("CREATE", "UPDATE")} <= _rules(
         "vjobkinds.kueuelog.io")
+
+
+def test_a_trainjob_is_held_and_checked_for_its_names_only_since_its_podsets_need_its_runtime() -> None:
+    train = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+             "metadata": {"name": "tj", "namespace": "team-a", "labels": {QUEUE_NAME_LABEL: "lq"}},
+             "spec": {"runtimeRef": {"name": "torch-distributed"}}}
+    assert _patch(kinds.mutate_kind(_review(train))) == [{"op": "add", "path": "/spec/suspend", "value": True}]
+    assert kinds.validate_kind(_review(train))["response"]["allowed"] is True
+    train["metadata"]["labels"][QUEUE_NAME_LABEL] = "Bad_Name"
+    answer = kinds.validate_kind(_review(train))
+    assert answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["message"].startswith(
+        f"TrainJob team-a/tj: metadata.labels.{QUEUE_NAME_LABEL}: invalid value 'Bad_Name'")
