@@ -194,6 +194,9 @@ class AdmitWorkload(Decision, frozen=True, tag="admit"):
     # written byte for byte as before them and old logs still verify. ``or ()`` reads them.
     admission_checks: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET  # the checks that apply, by name
     provisioning_requests: tuple[ProvisioningRequestPlan, ...] | msgspec.UnsetType = msgspec.UNSET  # to create
+    # A scaled-up elastic Job's new slice: the namespace/name of the slice it replaces, which is
+    # finished (WorkloadSliceReplaced) by this same decision, so quota is never held twice.
+    replaced_slice: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class AdmitChecked(Decision, frozen=True, tag="admit-checked"):

@@ -53,7 +53,7 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
         if rec is None:
             raise ApplyError(f"cycle {record.cycle}: decision {d.id} is about unknown {d.namespace}/{d.name}")
         if isinstance(d, AdmitWorkload):
-            effects.commit_admission(state, rec, d.admission)
+            effects.commit_admission(state, rec, d.admission, d.replaced_slice or "")
         elif isinstance(d, EvictWorkload):
             deactivating = isinstance(d, DeactivateWorkload)
             effects.mark_evicted(state, rec, d.reason, d.message, d.preemption_reason, deactivate=deactivating,

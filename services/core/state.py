@@ -100,6 +100,8 @@ class State:
     checks_changed: dict[str, None] = field(default_factory=dict)  # admission checks to settle in the next cycle
     afs: dict[str, LocalQueueUsage] = field(default_factory=dict)  # admission fair sharing's ledger by LocalQueue
     multikueue: MultiKueueState = field(default_factory=MultiKueueState)  # services.core.placement
+    # Scaled-up elastic workloads: first slice's key -> its newest slice's key (services.core.scaleup).
+    slices: dict[str, str] = field(default_factory=dict)
     # --- not canonical ---
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
@@ -336,6 +338,9 @@ def _requeue_with(state: State, rec: WorkloadRecord, priority: int) -> None:
 
 
 def _apply_workload(state: State, wl: o.Workload) -> None:
+    from services.core.scaleup import route
+
+    wl = route(state, wl)  # an elastic workload scaled up: its new slice (services/core/scaleup.py)
     key = f"{wl.namespace}/{wl.name}"
     if wl.maximum_execution_time_seconds is not None:
         state.timed = True
@@ -489,6 +494,11 @@ def _cluster_queues_under(node: Node) -> list[str]:
     for child in node.children:
         out.extend(_cluster_queues_under(child))
     return out
+
+
+def unqueue(state: State, rec: WorkloadRecord) -> None:
+    """Take a workload out of its ClusterQueue's queue (a replaced workload slice, say)."""
+    _unqueue(state, rec)
 
 
 def _unqueue(state: State, rec: WorkloadRecord) -> None:
