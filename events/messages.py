@@ -250,6 +250,17 @@ class UpdateWorkloadStatus(Decision, frozen=True, tag="workload-status"):
     requeue_at: int | None = None  # status.requeueState.requeueAt (ms); None: not set
 
 
+class UpdateLocalQueueFairSharing(Decision, frozen=True, tag="localqueue.fair-sharing"):
+    """Status only: a LocalQueue's admission fair sharing usage was sampled (``namespace``/``name``
+    name the LocalQueue, not a workload). The actuator writes it to the LocalQueue's
+    ``status.fairSharing.admissionFairSharingStatus``, as Kueue's LocalQueue controller does at
+    every ``usageSamplingInterval``; nothing is reported back and replay changes no state with it
+    beyond remembering it was said (services/core/admissionfair.py)."""
+
+    consumed_resources: tuple[tuple[str, str], ...] = ()  # resource -> quantity (Kubernetes' canonical form)
+    last_update: int = 0  # ms: when the usage was last sampled (lastUpdate)
+
+
 class PlaceWorkload(Decision, frozen=True, tag="multikueue.place"):
     """MultiKueue: a workload holding quota on the manager is placed on one worker cluster, whose
     own ClusterQueue admits it with ``admission`` (the worker's flavors). The check becomes Ready,
@@ -317,6 +328,6 @@ class CycleCompleted(msgspec.Struct, frozen=True, kw_only=True, tag="cycle", tag
 
 
 AnyDecision = (AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | UpdateWorkloadStatus
-               | PlaceWorkload | PlacementWaiting | RemovePlacement)
+               | PlaceWorkload | PlacementWaiting | RemovePlacement | UpdateLocalQueueFairSharing)
 DecisionRecord = (AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | UpdateWorkloadStatus
-                  | PlaceWorkload | PlacementWaiting | RemovePlacement | CycleCompleted)
+                  | PlaceWorkload | PlacementWaiting | RemovePlacement | UpdateLocalQueueFairSharing | CycleCompleted)

@@ -71,6 +71,7 @@ from events.messages import (
     DeactivateWorkload,
     EvictWorkload,
     MarkPending,
+    UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
 )
 from services.actuator import checkplan
@@ -87,6 +88,7 @@ from services.actuator.kubeplan import (
     checked_status,
     cluster_queue_ref,
     evicted_status,
+    fair_sharing_status_patch,
     flavor_names,
     flavor_quotas,
     flavor_ref,
@@ -203,8 +205,12 @@ class KubePort:
         await self._mark_pending(decision)
         self.counts.fold(decision)
 
-    async def write_status(self, decision: UpdateWorkloadStatus) -> None:
-        """The Workload's admission checks and requeueState (compared before written: idempotent)."""
+    async def write_status(self, decision: UpdateWorkloadStatus | UpdateLocalQueueFairSharing) -> None:
+        """The Workload's admission checks and requeueState, or a LocalQueue's admission fair
+        sharing status (compared before written: idempotent)."""
+        if isinstance(decision, UpdateLocalQueueFairSharing):
+            await self._write_fair_sharing(decision)
+            return
         ref = workload_ref(decision.namespace, decision.name)
         for _ in range(self.max_conflicts):
             # Gone: finished and deleted, nothing to tell (not retriable, the loop moves on).
@@ -217,6 +223,15 @@ class KubePort:
 
     async def after_batch(self) -> None:
         await self._flush_queues()
+
+    async def _write_fair_sharing(self, d: UpdateLocalQueueFairSharing) -> None:
+        """The LocalQueue's ``status.fairSharing.admissionFairSharingStatus`` through the status
+        subresource; a LocalQueue that is gone has nothing to tell (not retriable)."""
+        ref = local_queue_ref(d.namespace, d.name)
+        patch = fair_sharing_status_patch(await self.kube.get(ref, not_found_retriable=False), d)
+        if patch is not None:
+            await self.kube.patch(ref, patch, status=True)
+            self.stats.queue_status_writes += 1
 
     def _applied(self, d: AdmitWorkload | AdmitChecked | EvictWorkload) -> None:
         key = f"{d.namespace}/{d.name}"

@@ -41,6 +41,7 @@ from events.messages import (
     HeadOutcome,
     MarkPending,
     PendingReason,
+    UpdateLocalQueueFairSharing,
 )
 from services.core import (
     admissionfair,
@@ -619,9 +620,21 @@ def run_cycle(state: State) -> CycleResult:
         overlay.undo()
     heads = [_requeue(state, out, e) for e in entries if e.status != EntryStatus.ASSUMED]
     placed = placement.run(state, out)  # MultiKueue: where workloads holding quota here run
+    _fair_sharing_status(state, out)
     evicted = sum(1 for d in out.out if isinstance(d, EvictWorkload))
     return CycleResult(decisions=out.out, admitted=admitted, evicted=evicted, parked=sum(h.parked for h in heads),
                        admitted_heads=out.admitted_heads, heads=heads, placed=placed)
+
+
+def _fair_sharing_status(state: State, out: _Decisions) -> None:
+    """Each LocalQueue's admission fair sharing status, when a sample changed it (Kueue's cadence)."""
+    for key, entry in admissionfair.status_news(state):
+        namespace, _, name = key.partition("/")
+        lq = state.local_queues.get(key)
+        out.out.append(UpdateLocalQueueFairSharing(
+            id=out.next_id(), cycle=out.cycle, time=out.time, namespace=namespace, name=name,
+            cluster_queue=lq.cluster_queue if lq is not None else "",
+            consumed_resources=admissionfair.consumed_quantities(entry), last_update=entry.last_update))
 
 
 def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempted: dict[str, WorkloadRecord]) -> None:

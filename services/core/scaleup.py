@@ -29,7 +29,7 @@ generation into it; the fold does not know the Job).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import msgspec
 
@@ -42,11 +42,14 @@ from events.cluster import (
     ConditionReason,
     ConditionType,
 )
+from events.messages import ClusterEvent, ObjectDeleted, WorkloadFinished
 from services.core.slices import scaled_down, scaled_usage
 
 if TYPE_CHECKING:
     from services.core.records import WorkloadRecord
     from services.core.state import State
+
+E = TypeVar("E", bound=ClusterEvent)
 
 MAX_BASE: Final = 230
 """The first slice's name is cut to this many characters in a slice's name (a name is at most 253)."""
@@ -160,6 +163,49 @@ def route(state: State, wl: o.Workload) -> o.Workload:
     return msgspec.structs.replace(wl, name=name, uid="", annotations=tuple(sorted(annotations.items())),
                                    creation_time=state.now, admission=None, reserved_at=None, eviction=None,
                                    admission_checks=())
+
+
+_ABOUT_A_WORKLOAD: Final = ("WorkloadFinished", "EvictionCompleted", "PodsReady", "PodsNotReady",
+                             "WorkloadActivation")
+
+
+def retarget(state: State, event: E) -> E:
+    """A Job's news about its first slice, once a newer slice replaced it, is news about the
+    newest slice (the watcher names the Job's Workload; the slices are the fold's): its pods
+    ready, its eviction completed, finished, deactivated, deleted."""
+    if type(event).__name__ not in _ABOUT_A_WORKLOAD and not (
+            isinstance(event, ObjectDeleted) and event.kind == "Workload"):
+        return event
+    origin = f"{getattr(event, 'namespace', '')}/{getattr(event, 'name', '')}"
+    newest = state.slices.get(origin)
+    first = state.workloads.get(origin)
+    if newest is None or first is None or not first.finished:
+        return event
+    current = state.workloads.get(newest)
+    if current is not None and current.admission is None and not current.finished:
+        # Still waiting to replace the slice that runs: the news is the running slice's.
+        current = state.workloads.get(replacement_for(current.obj))
+    if current is None:
+        return event
+    return msgspec.structs.replace(event, name=current.obj.name)
+
+
+def drop_pending_slice(state: State, event: ClusterEvent) -> None:
+    """The Job finished, or its Workload went, while its newest slice still waited to replace the
+    admitted one: the waiting slice goes too (it would otherwise be admitted for a Job that is over)."""
+    if not isinstance(event, WorkloadFinished | ObjectDeleted):
+        return
+    gone = f"{event.namespace}/{event.name}"
+    waiting = [state.workloads[k] for k in sorted(state.slices.values()) if k in state.workloads]
+    rec = next((r for r in waiting if replacement_for(r.obj) == gone), None)
+    if rec is None or rec.finished or rec.admission is not None:
+        return
+    from services.core.state import unqueue
+
+    unqueue(state, rec)
+    rec.finished = True
+    rec.set_condition(cond.condition(ConditionType.FINISHED, True, "OutOfSync",
+                                     "The workload slice is out of sync with its parent job", state.now))
 
 
 def _slice_name(origin: str, n: int) -> str:

@@ -188,7 +188,15 @@ def fold(state: State, event: ClusterEvent) -> State:
         state.ensure_indexed()
     if state.afs:
         admissionfair.advance(state, state.now)  # samples due before this event see the usage before it
+    if state.slices:
+        from services.core.scaleup import retarget
+
+        event = retarget(state, event)  # a Job's news once a newer workload slice replaced its first
     _FOLD[type(event)](state, event)
+    if state.slices:
+        from services.core.scaleup import drop_pending_slice
+
+        drop_pending_slice(state, event)
     if state.afs or state.config.admission_fair_sharing:
         admissionfair.after_fold(state)
     return state

@@ -17,7 +17,7 @@ import yaml
 
 from events import objects as o
 from events.manifests import Document, normalize
-from events.messages import AdmitWorkload, EvictionCompleted, EvictWorkload, ObjectApplied
+from events.messages import AdmitWorkload, EvictionCompleted, EvictWorkload, ObjectApplied, WorkloadFinished
 from services.app.simulate import fold_files_screened, run
 from services.core.cycle import run_cycle
 from services.core.snapshot import decode_state, encode_state
@@ -215,3 +215,42 @@ def test_simulate_scales_up_from_a_later_document() -> None:
     assert _flavors(result.state, "sales/job-slice-2") == {"cpu": "default"}
     assert result.state.workloads["sales/job-slice-2"].obj.pod_sets[0].count == 4
     assert _finished_reason(result.state, "sales/job") == "WorkloadSliceReplaced"
+
+
+def _replaced(state: State) -> State:
+    fold(state, ObjectApplied(time=0, object=_doc(2, admitted=True)))
+    fold(state, ObjectApplied(time=5_000, object=_doc(3)))
+    run_cycle(state)
+    assert _finished_reason(state, "sales/job") == "WorkloadSliceReplaced"
+    return state
+
+
+def test_the_jobs_news_reach_the_slice_that_replaced_its_first() -> None:
+    """The watcher names the Job's first Workload; once a slice replaced it, the Job's pods, its
+    finish and its deletion are the newest slice's."""
+    state = _replaced(_state(*_sales("4")))
+    fold(state, WorkloadFinished(time=9_000, namespace="sales", name="job"))
+    assert _finished_reason(state, "sales/job-slice-2") == "Succeeded"
+    assert state.cq_node("sales").usage.get(("default", "cpu"), 0) == 0
+
+
+def test_a_job_that_finishes_while_its_scale_up_waits_takes_the_waiting_slice_along() -> None:
+    state = _state(*_sales("2"))
+    fold(state, ObjectApplied(time=0, object=_doc(2, admitted=True)))
+    fold(state, ObjectApplied(time=5_000, object=_doc(3)))  # 1 more cpu: none free, it waits
+    run_cycle(state)
+    assert state.workloads["sales/job-slice-2"].admission is None
+    fold(state, WorkloadFinished(time=9_000, namespace="sales", name="job"))
+    assert _finished_reason(state, "sales/job") == "Succeeded"
+    assert _finished_reason(state, "sales/job-slice-2") == "OutOfSync"
+    assert not [d for d in run_cycle(state).decisions if isinstance(d, AdmitWorkload)]
+
+
+def test_a_second_scale_up_waits_behind_the_running_slice_whose_news_it_still_is() -> None:
+    state = _replaced(_state(*_sales("3")))
+    fold(state, ObjectApplied(time=6_000, object=_doc(5)))  # slice-3 would need 2 more: it waits
+    run_cycle(state)
+    assert state.workloads["sales/job-slice-3"].admission is None
+    fold(state, WorkloadFinished(time=9_000, namespace="sales", name="job"))
+    assert _finished_reason(state, "sales/job-slice-2") == "Succeeded"  # the running one, not the waiting one
+    assert _finished_reason(state, "sales/job-slice-3") == "OutOfSync"
