@@ -24,8 +24,14 @@ from services.core.state import State, fold
 from services.runtime.sqlite import SqliteLog
 from tests.builders import a_cluster_queue, a_configuration, a_flavor, a_local_queue, a_workload, build_state
 from tests.integration.kube_deploy import eventually
-from tests.integration.test_kube_actuator import Cluster, caught_up, done, running, write
-from tests.integration.test_kube_actuator import kueue_crds  # noqa: F401 (the fixture, for usefixtures)
+from tests.integration.test_kube_actuator import (
+    Cluster,
+    caught_up,
+    done,
+    kueue_crds,  # noqa: F401 (the fixture, for usefixtures)
+    running,
+    write,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240), pytest.mark.usefixtures("kueue_crds")]
 
