@@ -507,6 +507,12 @@ class QueueCounts:
                 self._touch(key, held)
                 self.workloads[key] = held
             return
+        if isinstance(d, AdmitWorkload) and d.replaced_slice:
+            # A scaled-up elastic Job's new slice: the slice it replaces is finished by the same decision.
+            gone = self.workloads.pop(d.replaced_slice, None)
+            self._touch(d.replaced_slice, gone)
+            if d.replaced_slice in self.local_queue_of:
+                self.local_queue_of.setdefault(key, self.local_queue_of[d.replaced_slice])
         if isinstance(d, AdmitWorkload):
             usage = {(flavor, r): 0 for psa in d.admission.pod_set_assignments for r, flavor in psa.flavors}
             for psa in d.admission.pod_set_assignments:
