@@ -9,6 +9,7 @@ preempt on-scale-up Workloads with lower priority when there is not enough quota
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -16,13 +17,32 @@ import pytest
 import yaml
 
 from events import objects as o
+from events.codec import decode_decision, encode
+from events.envelope import Envelope, Topics
 from events.manifests import Document, normalize
-from events.messages import AdmitWorkload, EvictionCompleted, EvictWorkload, ObjectApplied, WorkloadFinished
+from events.messages import (
+    AdmitWorkload,
+    ClockTicked,
+    EvictionCompleted,
+    EvictWorkload,
+    ObjectApplied,
+    WorkloadFinished,
+)
 from services.app.simulate import fold_files_screened, run
 from services.core.cycle import run_cycle
 from services.core.snapshot import decode_state, encode_state
 from services.core.state import State, fold
-from tests.builders import Builder, a_cluster_queue, a_flavor, a_local_queue, a_priority_class, a_workload
+from services.runtime.sqlite import SqliteLog
+from services.scheduler.service import Scheduler
+from tests.builders import (
+    Builder,
+    a_cluster_queue,
+    a_configuration,
+    a_flavor,
+    a_local_queue,
+    a_priority_class,
+    a_workload,
+)
 
 
 def _state(*items: Builder) -> State:
@@ -254,3 +274,39 @@ def test_a_second_scale_up_waits_behind_the_running_slice_whose_news_it_still_is
     fold(state, WorkloadFinished(time=9_000, namespace="sales", name="job"))
     assert _finished_reason(state, "sales/job-slice-2") == "Succeeded"  # the running one, not the waiting one
     assert _finished_reason(state, "sales/job-slice-3") == "OutOfSync"
+
+
+# --- the scheduler service: the log replays to the same decisions --------------------------------
+
+
+def test_replay_verify_and_recovery_with_slices_and_fair_sharing_status(tmp_path: Path) -> None:
+    topics = Topics()
+    log = SqliteLog(tmp_path)
+    try:
+        setup = [a_configuration().admission_fair_sharing(usageHalfLifeTime="10m", usageSamplingInterval="5m"),
+                 a_flavor("default"), a_cluster_queue("sales").flavor("default", cpu="4").admission_fair_sharing(),
+                 a_local_queue("sales", "main", "sales")]
+        events: list[Any] = [ObjectApplied(time=0, object=normalize(Document("t.yaml", i, b.obj())))
+                             for i, b in enumerate(setup, start=1)]
+        events += [ObjectApplied(time=1_000, object=_doc(2, admitted=True)),
+                   ObjectApplied(time=2_000, object=_doc(3)),
+                   ClockTicked(time=400_000),
+                   ObjectApplied(time=401_000, object=_doc(4)),
+                   WorkloadFinished(time=900_000, namespace="sales", name="job")]
+        for i, ev in enumerate(events):
+            log.append(topics.cluster_events, [("k", encode(Envelope(id=f"t:{i}", source="t", event=ev)))])
+            live = Scheduler(log, batch_size=2, snapshot_every=3)
+            live.recover()
+            while live.step():
+                pass
+        decisions = [decode_decision(r.value) for r in log.read(topics.decisions, 0, 10_000)]
+        replaced = [(d.name, d.replaced_slice) for d in decisions if isinstance(d, AdmitWorkload) and d.replaced_slice]
+        assert replaced == [("job-slice-2", "sales/job"), ("job-slice-3", "sales/job-slice-2")]
+        assert any(type(d).__name__ == "UpdateLocalQueueFairSharing" for d in decisions)
+        assert list(Scheduler(log).replay(0, verify=True)) == []
+        restarted = Scheduler(log)
+        restarted.recover()
+        assert encode_state(restarted.state) == encode_state(live.state)
+        assert _finished_reason(live.state, "sales/job-slice-3") == "Succeeded"
+    finally:
+        log.close()
