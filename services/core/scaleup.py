@@ -28,6 +28,7 @@ generation into it; the fold does not know the Job).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -160,7 +161,8 @@ def route(state: State, wl: o.Workload) -> o.Workload:
     annotations[WORKLOAD_SLICE_REPLACEMENT_FOR] = current_key
     annotations[WORKLOAD_SLICE_NAME_ANNOTATION] = origin.split("/", 1)[1]
     state.slices[origin] = f"{wl.namespace}/{name}"
-    return msgspec.structs.replace(wl, name=name, uid="", annotations=tuple(sorted(annotations.items())),
+    uid = hashlib.sha1(f"{wl.namespace}/{name}".encode(), usedforsecurity=False).hexdigest()[:32]  # as a manifest's
+    return msgspec.structs.replace(wl, name=name, uid=uid, annotations=tuple(sorted(annotations.items())),
                                    creation_time=state.now, admission=None, reserved_at=None, eviction=None,
                                    admission_checks=())
 
