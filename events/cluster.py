@@ -168,6 +168,7 @@ class ConditionReason(StrEnum):
     FAILED = "Failed"
     PODS_READY = "PodsReady"
     SLICE_REPLACED = "WorkloadSliceReplaced"  # Finished: an elastic Job's newer slice took its place
+    OUT_OF_SYNC = "OutOfSync"  # Finished: a workload slice (or prebuilt Workload) out of sync with its Job
 
 
 class PendingConditionReason(StrEnum):

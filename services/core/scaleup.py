@@ -43,7 +43,15 @@ from events.cluster import (
     ConditionReason,
     ConditionType,
 )
-from events.messages import ClusterEvent, ObjectDeleted, WorkloadFinished
+from events.messages import (
+    ClusterEvent,
+    EvictionCompleted,
+    ObjectDeleted,
+    PodsNotReady,
+    PodsReady,
+    WorkloadActivation,
+    WorkloadFinished,
+)
 from services.core.slices import scaled_down, scaled_usage
 
 if TYPE_CHECKING:
@@ -167,15 +175,14 @@ def route(state: State, wl: o.Workload) -> o.Workload:
                                    admission_checks=())
 
 
-_ABOUT_A_WORKLOAD: Final = ("WorkloadFinished", "EvictionCompleted", "PodsReady", "PodsNotReady",
-                             "WorkloadActivation")
+_ABOUT_A_WORKLOAD: Final = (WorkloadFinished, EvictionCompleted, PodsReady, PodsNotReady, WorkloadActivation)
 
 
 def retarget(state: State, event: E) -> E:
     """A Job's news about its first slice, once a newer slice replaced it, is news about the
     newest slice (the watcher names the Job's Workload; the slices are the fold's): its pods
     ready, its eviction completed, finished, deactivated, deleted."""
-    if type(event).__name__ not in _ABOUT_A_WORKLOAD and not (
+    if not isinstance(event, _ABOUT_A_WORKLOAD) and not (
             isinstance(event, ObjectDeleted) and event.kind == "Workload"):
         return event
     origin = f"{getattr(event, 'namespace', '')}/{getattr(event, 'name', '')}"
@@ -206,7 +213,7 @@ def drop_pending_slice(state: State, event: ClusterEvent) -> None:
 
     unqueue(state, rec)
     rec.finished = True
-    rec.set_condition(cond.condition(ConditionType.FINISHED, True, "OutOfSync",
+    rec.set_condition(cond.condition(ConditionType.FINISHED, True, ConditionReason.OUT_OF_SYNC,
                                      "The workload slice is out of sync with its parent job", state.now))
 
 
