@@ -201,13 +201,21 @@ def retarget(state: State, event: E) -> E:
 
 def drop_pending_slice(state: State, event: ClusterEvent) -> None:
     """The Job finished, or its Workload went, while its newest slice still waited to replace the
-    admitted one: the waiting slice goes too (it would otherwise be admitted for a Job that is over)."""
-    if not isinstance(event, WorkloadFinished | ObjectDeleted):
+    admitted one: the waiting slice goes too (it would otherwise be admitted for a Job that is over).
+    The admitted one was evicted instead: it is finished as replaced, as Kueue's
+    ``normalizeActiveSlices`` finishes an evicted slice, and the waiting slice, holding nothing to
+    take over, is admitted as a workload of its own."""
+    if not isinstance(event, WorkloadFinished | ObjectDeleted | EvictionCompleted):
         return
     gone = f"{event.namespace}/{event.name}"
     waiting = [state.workloads[k] for k in sorted(state.slices.values()) if k in state.workloads]
     rec = next((r for r in waiting if replacement_for(r.obj) == gone), None)
     if rec is None or rec.finished or rec.admission is not None:
+        return
+    if isinstance(event, EvictionCompleted):
+        old = state.workloads.get(gone)
+        if old is not None and old.admission is None and not old.finished:
+            finish_replaced(state, old, rec.key)
         return
     from services.core.state import unqueue
 

@@ -310,3 +310,21 @@ def test_replay_verify_and_recovery_with_slices_and_fair_sharing_status(tmp_path
         assert _finished_reason(live.state, "sales/job-slice-3") == "Succeeded"
     finally:
         log.close()
+
+
+def test_an_old_slice_evicted_while_its_replacement_waits_is_finished_and_the_slice_admitted_alone() -> None:
+    """Kueue's normalizeActiveSlices finishes an evicted slice that has a replacement; the waiting
+    slice, with no quota left to take over, is then an ordinary workload of the Job's new count."""
+    state = _state(*_sales("3"))
+    fold(state, ObjectApplied(time=0, object=_doc(2, admitted=True)))
+    fold(state, ObjectApplied(time=5_000, object=_doc(4)))  # 2 more: 1 free, it waits
+    run_cycle(state)
+    assert state.workloads["sales/job-slice-2"].admission is None
+    state.workloads["sales/job"].evicting = True  # preempted by someone else, say
+    fold(state, EvictionCompleted(time=6_000, namespace="sales", name="job"))
+    assert _finished_reason(state, "sales/job") == "WorkloadSliceReplaced"
+    assert state.workloads["sales/job"].admission is None
+    assert not [d for d in run_cycle(state).decisions if isinstance(d, AdmitWorkload)]  # 4 of 3: it still waits
+    fold(state, ObjectApplied(time=7_000, object=_doc(3)))  # scaled back to what fits: in place, and admitted
+    admits = [d for d in run_cycle(state).decisions if isinstance(d, AdmitWorkload)]
+    assert [(d.name, d.replaced_slice) for d in admits] == [("job-slice-2", msgspec.UNSET)]
