@@ -149,11 +149,14 @@ def test_scaling_up_preempts_a_lower_priority_workload_then_replaces_the_old_sli
     assert state.cq_node("cq").usage == {("alpha", "cpu"): 2000}
 
 
-def test_a_slice_never_preempts_the_slice_it_replaces() -> None:
+@pytest.mark.parametrize("fair", [pytest.param(False, id="classical"), pytest.param(True, id="fair sharing")])
+def test_a_slice_never_preempts_the_slice_it_replaces(fair: bool) -> None:
     old = a_workload("ns", "old").queue("q").request(2, cpu="1").priority_class("low").created(0).admitted(
         "cq", {"cpu": "alpha"})
     new = a_workload("ns", "new").queue("q").request(3, cpu="1").priority_class("high").created(1).replaces("ns/old")
-    state = _state(*_elastic_cq("LowerPriority"), old, new)
+    config = [a_configuration().fair_sharing()] if fair else []
+    state = _state(*config, *_elastic_cq("LowerPriority"), old, new)
+    assert state.config.fair_sharing is fair
     decisions = run_cycle(state).decisions
     assert not [d for d in decisions if isinstance(d, EvictWorkload)]
     assert state.workloads["ns/new"].admission is None
