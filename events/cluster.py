@@ -49,7 +49,13 @@ MIN_PARALLELISM_ANNOTATION: Final = f"{KUEUE_GROUP}/job-min-parallelism"
 """On a Job: the least parallelism it accepts (partial admission)."""
 ELASTIC_JOB_ANNOTATION: Final = f"{KUEUE_GROUP}/elastic-job"
 """On a Job, ``"true"``: an elastic Job (ElasticJobsViaWorkloadSlices); scaled down while admitted,
-its Workload's counts shrink in place (services/watcher/elastic.py, services/core/slices.py)."""
+its Workload's counts shrink in place (services/watcher/elastic.py, services/core/slices.py); scaled
+up, a new workload slice replaces it once admitted (services/core/scaleup.py)."""
+WORKLOAD_SLICE_REPLACEMENT_FOR: Final = f"{KUEUE_GROUP}/workload-slice-replacement-for"
+"""On a Workload: the ``namespace/name`` of the admitted workload slice it replaces once admitted
+(a scaled-up elastic Job's new slice; services/core/scaleup.py)."""
+WORKLOAD_SLICE_NAME_ANNOTATION: Final = f"{KUEUE_GROUP}/workload-slice-name"
+"""On a workload slice: the name of the first slice of its chain (Kueue's ``SliceName``)."""
 JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
 """On a Workload the job reconciler creates: the uid of the Job that owns it."""
 PREBUILT_WORKLOAD_LABEL: Final = f"{KUEUE_GROUP}/prebuilt-workload-name"
@@ -166,6 +172,8 @@ class ConditionReason(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     PODS_READY = "PodsReady"
+    SLICE_REPLACED = "WorkloadSliceReplaced"  # Finished: an elastic Job's newer slice took its place
+    OUT_OF_SYNC = "OutOfSync"  # Finished: a workload slice (or prebuilt Workload) out of sync with its Job
 
 
 class PendingConditionReason(StrEnum):

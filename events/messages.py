@@ -194,6 +194,9 @@ class AdmitWorkload(Decision, frozen=True, tag="admit"):
     # written byte for byte as before them and old logs still verify. ``or ()`` reads them.
     admission_checks: tuple[str, ...] | msgspec.UnsetType = msgspec.UNSET  # the checks that apply, by name
     provisioning_requests: tuple[ProvisioningRequestPlan, ...] | msgspec.UnsetType = msgspec.UNSET  # to create
+    # A scaled-up elastic Job's new slice: the namespace/name of the slice it replaces, which is
+    # finished (WorkloadSliceReplaced) by this same decision, so quota is never held twice.
+    replaced_slice: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class AdmitChecked(Decision, frozen=True, tag="admit-checked"):
@@ -245,6 +248,17 @@ class UpdateWorkloadStatus(Decision, frozen=True, tag="workload-status"):
     admission_checks: tuple[AdmissionCheckState, ...] = ()  # every check of the workload, by name
     requeue_count: int = 0  # status.requeueState.count (PodsReady timeouts counted)
     requeue_at: int | None = None  # status.requeueState.requeueAt (ms); None: not set
+
+
+class UpdateLocalQueueFairSharing(Decision, frozen=True, tag="localqueue.fair-sharing"):
+    """Status only: a LocalQueue's admission fair sharing usage was sampled (``namespace``/``name``
+    name the LocalQueue, not a workload). The actuator writes it to the LocalQueue's
+    ``status.fairSharing.admissionFairSharingStatus``, as Kueue's LocalQueue controller does at
+    every ``usageSamplingInterval``; nothing is reported back and replay changes no state with it
+    beyond remembering it was said (services/core/admissionfair.py)."""
+
+    consumed_resources: tuple[tuple[str, str], ...] = ()  # resource -> quantity (Kubernetes' canonical form)
+    last_update: int = 0  # ms: when the usage was last sampled (lastUpdate)
 
 
 class PlaceWorkload(Decision, frozen=True, tag="multikueue.place"):
@@ -314,6 +328,6 @@ class CycleCompleted(msgspec.Struct, frozen=True, kw_only=True, tag="cycle", tag
 
 
 AnyDecision = (AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | UpdateWorkloadStatus
-               | PlaceWorkload | PlacementWaiting | RemovePlacement)
+               | PlaceWorkload | PlacementWaiting | RemovePlacement | UpdateLocalQueueFairSharing)
 DecisionRecord = (AdmitWorkload | EvictWorkload | DeactivateWorkload | MarkPending | AdmitChecked | UpdateWorkloadStatus
-                  | PlaceWorkload | PlacementWaiting | RemovePlacement | CycleCompleted)
+                  | PlaceWorkload | PlacementWaiting | RemovePlacement | UpdateLocalQueueFairSharing | CycleCompleted)

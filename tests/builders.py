@@ -243,6 +243,16 @@ class WorkloadBuilder(Builder):
         self.body["spec"]["active"] = value
         return self
 
+    def elastic(self) -> WorkloadBuilder:
+        """Annotated kueue.x-k8s.io/elastic-job: "true" (ElasticJobsViaWorkloadSlices)."""
+        self.body["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/elastic-job"] = "true"
+        return self
+
+    def replaces(self, key: str) -> WorkloadBuilder:
+        """A workload slice replacing ``key`` (namespace/name) once admitted."""
+        self.body["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/workload-slice-replacement-for"] = key
+        return self
+
     def created(self, seconds: int) -> WorkloadBuilder:
         """creationTimestamp as seconds after 2025-01-01T00:00:00Z."""
         h, rem = divmod(seconds, 3600)

@@ -71,6 +71,7 @@ from events.messages import (
     DeactivateWorkload,
     EvictWorkload,
     MarkPending,
+    UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
 )
 from services.actuator import checkplan
@@ -87,6 +88,7 @@ from services.actuator.kubeplan import (
     checked_status,
     cluster_queue_ref,
     evicted_status,
+    fair_sharing_status_patch,
     flavor_names,
     flavor_quotas,
     flavor_ref,
@@ -171,20 +173,26 @@ class KubePort:
         self._flavors: dict[str, tuple[float, FlavorScheduling]] = {}
         self._quotas: dict[str, FlavorQuotas] = {}
         self._not_served: dict[str, float] = {}  # workload kinds whose list was a 404, when
+        # A scaled-up elastic Job's workload slices ("ns/slice") -> the name of the Job's Workload
+        # object, which stands for every slice of the Job on the cluster (services/core/scaleup.py).
+        self._slices: dict[str, str] = {}
 
     # --- the port's calls -----------------------------------------------------------------------
 
     def recover(self, history: Iterator[AnyDecision]) -> None:
         """The ClusterQueue / LocalQueue counts from every decision before the committed position."""
         self.counts = QueueCounts()
+        self._slices = {}
         for d in history:
             if isinstance(d, AdmitWorkload | AdmitChecked | EvictWorkload | MarkPending):
+                self._learn_slice(d)
                 self.counts.fold(d)
 
     async def before_batch(self) -> None:
         await self._do_later()
 
     async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
+        self._learn_slice(decision)
         await self._admit(decision)
         if isinstance(decision, AdmitWorkload) and decision.provisioning_requests:
             await self._create_requests(decision)
@@ -203,9 +211,13 @@ class KubePort:
         await self._mark_pending(decision)
         self.counts.fold(decision)
 
-    async def write_status(self, decision: UpdateWorkloadStatus) -> None:
-        """The Workload's admission checks and requeueState (compared before written: idempotent)."""
-        ref = workload_ref(decision.namespace, decision.name)
+    async def write_status(self, decision: UpdateWorkloadStatus | UpdateLocalQueueFairSharing) -> None:
+        """The Workload's admission checks and requeueState, or a LocalQueue's admission fair
+        sharing status (compared before written: idempotent)."""
+        if isinstance(decision, UpdateLocalQueueFairSharing):
+            await self._write_fair_sharing(decision)
+            return
+        ref = self._ref(decision.namespace, decision.name)
         for _ in range(self.max_conflicts):
             # Gone: finished and deleted, nothing to tell (not retriable, the loop moves on).
             wl = await self.kube.get(ref, not_found_retriable=False)
@@ -218,6 +230,15 @@ class KubePort:
     async def after_batch(self) -> None:
         await self._flush_queues()
 
+    async def _write_fair_sharing(self, d: UpdateLocalQueueFairSharing) -> None:
+        """The LocalQueue's ``status.fairSharing.admissionFairSharingStatus`` through the status
+        subresource; a LocalQueue that is gone has nothing to tell (not retriable)."""
+        ref = local_queue_ref(d.namespace, d.name)
+        patch = fair_sharing_status_patch(await self.kube.get(ref, not_found_retriable=False), d)
+        if patch is not None:
+            await self.kube.patch(ref, patch, status=True)
+            self.stats.queue_status_writes += 1
+
     def _applied(self, d: AdmitWorkload | AdmitChecked | EvictWorkload) -> None:
         key = f"{d.namespace}/{d.name}"
         self._later.pop(f"pending:{key}", None)
@@ -226,10 +247,22 @@ class KubePort:
 
     # --- the objects ----------------------------------------------------------------------------
 
+    def _learn_slice(self, d: AdmitWorkload | AdmitChecked | EvictWorkload | MarkPending) -> None:
+        """An elastic Job's new workload slice is the Job's Workload object on the cluster: the Job
+        keeps running, the object shows the newest slice's admission (Kueue creates an object per
+        slice; the job reconciler here keeps one per Job)."""
+        if isinstance(d, AdmitWorkload) and d.replaced_slice:
+            replaced = d.replaced_slice
+            self._slices[f"{d.namespace}/{d.name}"] = self._slices.get(replaced, replaced.partition("/")[2])
+
+    def _ref(self, namespace: str, name: str) -> Ref:
+        """The Workload object a decision about ``namespace/name`` is written to."""
+        return workload_ref(namespace, self._slices.get(f"{namespace}/{name}", name))
+
     async def _workload(self, d: Decision) -> Json:
         # Missing before an admission: not created yet, wait for it. Missing at an eviction: it was
         # there when admitted, so it is gone (finished and deleted) and there is nothing to stop.
-        wl = await self.kube.get(workload_ref(d.namespace, d.name),
+        wl = await self.kube.get(self._ref(d.namespace, d.name),
                                  not_found_retriable=not isinstance(d, EvictWorkload))
         queue = (wl.get("spec") or {}).get("queueName")
         if isinstance(queue, str) and queue:
@@ -394,7 +427,7 @@ class KubePort:
                 await release_pods(self._api, d.namespace, wl, await self._pod_scheduling(d))
             status = wl.get("status") or {}
             desired = admitted_status(status, d) if isinstance(d, AdmitWorkload) else checked_status(status, d)
-            if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
+            if await self._write_status(self._ref(d.namespace, d.name), wl, desired):
                 return
         raise KubeApiError(f"admit Workload {d.namespace}/{d.name}: still conflicting after {self.max_conflicts} "
                            "re-reads", retriable=True, status=409)
@@ -425,10 +458,10 @@ class KubePort:
             elif is_pod_workload(wl):  # Kueue's pod integration stops its pods by deleting them
                 await stop_pods(self._api, d.namespace, wl)
             desired = evicted_status(wl.get("status") or {}, d)
-            if await self._write_status(workload_ref(d.namespace, d.name), wl, desired):
+            if await self._write_status(self._ref(d.namespace, d.name), wl, desired):
                 if isinstance(d, DeactivateWorkload) and (wl.get("spec") or {}).get("active") is not False:
                     # Kueue's deactivation: spec.active=false, which a user sets back to true to start over.
-                    await self.kube.patch(workload_ref(d.namespace, d.name), {"spec": {"active": False}},
+                    await self.kube.patch(self._ref(d.namespace, d.name), {"spec": {"active": False}},
                                           not_found_retriable=False)
                 return
         raise KubeApiError(f"evict Workload {key}: still conflicting after {self.max_conflicts} re-reads",
@@ -501,7 +534,7 @@ class KubePort:
             self._pending_cache.popitem(last=False)
 
     async def _write_pending(self, d: MarkPending) -> None:
-        ref = workload_ref(d.namespace, d.name)
+        ref = self._ref(d.namespace, d.name)
         for _ in range(self.max_conflicts):
             wl = await self._workload(d)
             if holds_quota(wl):

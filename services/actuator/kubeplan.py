@@ -34,6 +34,7 @@ from events.messages import (
     DeactivateWorkload,
     EvictWorkload,
     MarkPending,
+    UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
 )
 from events.quantity import QuantityError, format_amount, to_amount
@@ -506,6 +507,12 @@ class QueueCounts:
                 self._touch(key, held)
                 self.workloads[key] = held
             return
+        if isinstance(d, AdmitWorkload) and d.replaced_slice:
+            # A scaled-up elastic Job's new slice: the slice it replaces is finished by the same decision.
+            gone = self.workloads.pop(d.replaced_slice, None)
+            self._touch(d.replaced_slice, gone)
+            if d.replaced_slice in self.local_queue_of:
+                self.local_queue_of.setdefault(key, self.local_queue_of[d.replaced_slice])
         if isinstance(d, AdmitWorkload):
             usage = {(flavor, r): 0 for psa in d.admission.pod_set_assignments for r, flavor in psa.flavors}
             for psa in d.admission.pod_set_assignments:
@@ -594,6 +601,24 @@ class QueueCounts:
         return {"pendingWorkloads": pending, "reservingWorkloads": reserving, "admittedWorkloads": admitted,
                 "flavorsReservation": self._flavors(reserved, quotas, borrowed=False),
                 "flavorsUsage": self._flavors(usage, quotas, borrowed=False), "flavorUsage": None}
+
+
+def fair_sharing_status_patch(obj: Mapping[str, Any], d: UpdateLocalQueueFairSharing) -> Json | None:
+    """The merge patch that makes a LocalQueue's ``status.fairSharing.admissionFairSharingStatus``
+    say what ``d`` says (a resource no longer consumed is removed), or None when it already does.
+    ``lastUpdate`` is whole seconds, as Kueue's ``metav1.Time`` is written."""
+    fair = (obj.get("status") or {}).get("fairSharing") or {}
+    current = fair.get("admissionFairSharingStatus") or {}
+    consumed = dict(d.consumed_resources)
+    last_update = format_time(d.last_update // 1000 * 1000)
+    if current.get("consumedResources", {}) == consumed and current.get("lastUpdate") == last_update:
+        return None
+    before = current.get("consumedResources") or {}
+    gone: dict[str, Any] = {name: None for name in sorted(before) if name not in consumed}
+    return {"status": {"fairSharing": {
+        "weightedShare": fair.get("weightedShare", 0),
+        "admissionFairSharingStatus": {"consumedResources": {**gone, **consumed}, "lastUpdate": last_update},
+    }}}
 
 
 def queue_status_patch(obj: Mapping[str, Any], desired: Mapping[str, Any]) -> Json | None:

@@ -1,7 +1,8 @@
 """The actuator's one consume loop: decisions in, a port's actuations and their reports out, exactly once.
 
 It consumes the decisions topic (consumer group ``actuator``) and hands ``AdmitWorkload`` to
-its port's ``start``, ``EvictWorkload`` to ``stop``, ``UpdateWorkloadStatus`` to ``write_status``
+its port's ``start``, ``EvictWorkload`` to ``stop``, ``UpdateWorkloadStatus`` and
+``UpdateLocalQueueFairSharing`` (a LocalQueue's admission fair sharing status) to ``write_status``
 and — when the port writes them — ``MarkPending`` to ``mark_pending``; ``CycleCompleted`` only moves the watermark. Each
 outcome goes back to cluster-events as ``DecisionApplied``, or ``ActuationFailed`` (with
 ``retriable``) when the port refuses, so the scheduler learns of it the same way as of
@@ -56,6 +57,7 @@ from events.messages import (
     PlacementWaiting,
     PlaceWorkload,
     RemovePlacement,
+    UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
 )
 from services.runtime.log import Log, Record, read_backwards
@@ -138,7 +140,7 @@ class ActuationPort(Protocol):
         """Write a pending mark, or defer it; never raises :class:`ActuationError`."""
         ...
 
-    async def write_status(self, decision: UpdateWorkloadStatus) -> None:
+    async def write_status(self, decision: UpdateWorkloadStatus | UpdateLocalQueueFairSharing) -> None:
         """Status only (admission checks, requeueState): write it idempotently, or do nothing where
         no status is kept; raises :class:`ActuationError` when it cannot (retried like an order,
         never reported: it is not one)."""
@@ -322,7 +324,7 @@ class Actuator(Generic[P]):
             await self.port.mark_pending(d)
             self.watermark.note(d)
             return True
-        if isinstance(d, UpdateWorkloadStatus):
+        if isinstance(d, UpdateWorkloadStatus | UpdateLocalQueueFairSharing):
             return await self._write_status(d)
         try:
             if isinstance(d, PlaceWorkload | RemovePlacement):
@@ -345,7 +347,7 @@ class Actuator(Generic[P]):
             self.stats.stopped += 1
         return True
 
-    async def _write_status(self, d: UpdateWorkloadStatus) -> bool:
+    async def _write_status(self, d: UpdateWorkloadStatus | UpdateLocalQueueFairSharing) -> bool:
         """Status news: retried like an order (in line, so a later write never lands first), given up
         after the port's attempts with a warning; no report (the scheduler waits for nothing)."""
         try:
@@ -358,7 +360,7 @@ class Actuator(Generic[P]):
                 self.retry_after = self.tuning.backoff(attempts)
                 return False
             self.stats.failed += 1
-            _log.warning("workload status not written", decision=d.id, workload=f"{d.namespace}/{d.name}",
+            _log.warning("status not written", decision=d.id, object=f"{d.namespace}/{d.name}",
                          error=str(e), attempts=attempts)
         else:
             self.stats.statuses += 1

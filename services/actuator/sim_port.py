@@ -20,7 +20,15 @@ from typing import Final
 
 from events.codec import encode
 from events.envelope import Topics
-from events.messages import AdmitChecked, AdmitWorkload, AnyDecision, EvictWorkload, MarkPending, UpdateWorkloadStatus
+from events.messages import (
+    AdmitChecked,
+    AdmitWorkload,
+    AnyDecision,
+    EvictWorkload,
+    MarkPending,
+    UpdateLocalQueueFairSharing,
+    UpdateWorkloadStatus,
+)
 from events.simcluster import CreateProvisioningRequest, StartWorkload, StopWorkload, sim_cluster_topic
 from services.actuator.loop import Staged, Tuning
 
@@ -71,7 +79,7 @@ class SimClusterPort:
     async def mark_pending(self, decision: MarkPending) -> None:
         """Never called (``takes_pending_marks`` is False)."""
 
-    async def write_status(self, decision: UpdateWorkloadStatus) -> None:
+    async def write_status(self, decision: UpdateWorkloadStatus | UpdateLocalQueueFairSharing) -> None:
         """The simulated cluster keeps no Workload status (the scheduler's state is what simulate shows)."""
 
     async def after_batch(self) -> None:

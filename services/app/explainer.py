@@ -31,6 +31,7 @@ from events.messages import (
     ObjectApplied,
     PlaceWorkload,
     RemovePlacement,
+    UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
 )
 from events.objects import Workload
@@ -277,7 +278,7 @@ def _decision_entry(d: AdmitWorkload | AdmitChecked | EvictWorkload | MarkPendin
                     seq: int) -> Entry | None:
     key = f"{d.namespace}/{d.name}"
     order = (0, 0, seq)
-    if isinstance(d, UpdateWorkloadStatus):
+    if isinstance(d, UpdateWorkloadStatus | UpdateLocalQueueFairSharing):
         return None  # status news: the checks' history (checkview) and the back-off tell it already
     if key in names:
         kind = _kind(d)

@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from events import objects as o
-from events.cluster import KUEUE_GROUP
+from events.cluster import KUEUE_GROUP, WORKLOAD_SLICE_REPLACEMENT_FOR
 from events.manifests import Document, format_time, load
 from events.messages import (
     AdmitWorkload,
@@ -185,6 +185,12 @@ def simulate(paths: Sequence[str], cycles: int | None, until_ms: int | None = No
         result = run_timed(state, until_ms, cycles, pods, behaviours)
     result.refused = refused
     result.versions = workload_versions(documents)
+    for first, newest in sorted(result.state.slices.items()):  # an elastic Job's slices: as its first Workload
+        version = result.versions.get(first)
+        key = newest
+        while version is not None and key not in result.versions and key in result.state.workloads:
+            result.versions[key] = version
+            key = dict(result.state.workloads[key].obj.annotations).get(WORKLOAD_SLICE_REPLACEMENT_FOR, "")
     return result
 
 

@@ -67,6 +67,10 @@ class LocalQueueUsage(msgspec.Struct, kw_only=True):
     consumed: dict[str, int] = msgspec.field(default_factory=dict)
     penalties: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)  # workload key -> pending penalty
     last_update: int = 0  # ms, the log's time
+    # What the last UpdateLocalQueueFairSharing decision said (last_update, consumed): the status
+    # is news again once a sample moves either (status_news).
+    said_update: int = -1
+    said: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 # --- arithmetic ----------------------------------------------------------------------------------
@@ -361,6 +365,28 @@ def status(state: State, key: str) -> dict[str, object] | None:
         return None
     return {"consumedResources": {name: quantity(v) for name, v in sorted(entry.consumed.items()) if v},
             "lastUpdate": entry.last_update}
+
+
+def status_news(state: State) -> list[tuple[str, LocalQueueUsage]]:
+    """The LocalQueues whose status is news since it was last said (a sample taken since), by key:
+    Kueue's LocalQueue controller writes ``status.fairSharing.admissionFairSharingStatus`` once per
+    ``usageSamplingInterval``, and so, at most, do the decisions. Each is marked as said."""
+    out: list[tuple[str, LocalQueueUsage]] = []
+    for key in sorted(state.afs):
+        entry = state.afs[key]
+        if entry.said_update == entry.last_update and entry.said == entry.consumed:
+            continue
+        mark_said(entry)
+        out.append((key, entry))
+    return out
+
+
+def mark_said(entry: LocalQueueUsage) -> None:
+    entry.said_update, entry.said = entry.last_update, dict(entry.consumed)
+
+
+def consumed_quantities(entry: LocalQueueUsage) -> tuple[tuple[str, str], ...]:
+    return tuple((name, quantity(v)) for name, v in sorted(entry.consumed.items()) if v)
 
 
 def local_queue_object(state: State, key: str, format_time: Callable[[int], str]) -> dict[str, object] | None:

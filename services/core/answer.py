@@ -24,6 +24,7 @@ from events.messages import (
     PlacementWaiting,
     PlaceWorkload,
     RemovePlacement,
+    UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
 )
 from events.quantity import format_amount
@@ -290,6 +291,9 @@ def decision_text(d: object) -> str:
         return workload_status.text(d)
     if isinstance(d, PlaceWorkload | PlacementWaiting | RemovePlacement):
         return placement_text(d)
+    if isinstance(d, UpdateLocalQueueFairSharing):
+        used = ", ".join(f"{r}={q}" for r, q in d.consumed_resources) or "nothing"
+        return f"LocalQueue admission fair sharing status: consumed {used}"
     return str(d)
 
 

@@ -20,8 +20,9 @@ from events.messages import (
     DeactivateWorkload,
     EvictWorkload,
     MarkPending,
+    UpdateLocalQueueFairSharing,
 )
-from services.core import effects, placement, podsready
+from services.core import admissionfair, effects, placement, podsready
 from services.core.cycle import release_and_settle, restart_held
 from services.core.state import State
 
@@ -49,11 +50,16 @@ def apply_cycle(state: State, decisions: Sequence[AnyDecision], record: CycleCom
         if isinstance(d, placement.PLACEMENT_DECISIONS):
             placement.apply(state, d)
             continue
+        if isinstance(d, UpdateLocalQueueFairSharing):  # about a LocalQueue: its status was said
+            entry = state.afs.get(f"{d.namespace}/{d.name}")
+            if entry is not None:
+                admissionfair.mark_said(entry)
+            continue
         rec = state.workloads.get(f"{d.namespace}/{d.name}")
         if rec is None:
             raise ApplyError(f"cycle {record.cycle}: decision {d.id} is about unknown {d.namespace}/{d.name}")
         if isinstance(d, AdmitWorkload):
-            effects.commit_admission(state, rec, d.admission)
+            effects.commit_admission(state, rec, d.admission, d.replaced_slice or "")
         elif isinstance(d, EvictWorkload):
             deactivating = isinstance(d, DeactivateWorkload)
             effects.mark_evicted(state, rec, d.reason, d.message, d.preemption_reason, deactivate=deactivating,

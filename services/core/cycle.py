@@ -41,6 +41,7 @@ from events.messages import (
     HeadOutcome,
     MarkPending,
     PendingReason,
+    UpdateLocalQueueFairSharing,
 )
 from services.core import (
     admissionfair,
@@ -50,6 +51,7 @@ from services.core import (
     fairsharing,
     placement,
     podsready,
+    scaleup,
     workload_status,
 )
 from services.core.derived import Memo
@@ -186,12 +188,31 @@ def _get_assignments(state: State, e: Entry, nomination: Nomination | None = Non
     """Kueue's ``getAssignments``: full assignment, preemption, then partial admission.
     Nothing changes the state meanwhile, so the preemption searches of the flavor oracle and of
     the targets are shared: for a single resource the oracle's search is the targets' search.
-    A recomputation (``nomination`` given) starts from the first flavor and keeps the nominated ones."""
+    A recomputation (``nomination`` given) starts from the first flavor and keeps the nominated ones.
+    A workload slice replacing an admitted one keeps its flavors, asks only for what it adds, and
+    does not see the old slice among the preemption candidates (services/core/scaleup.py)."""
+    old = scaleup.replaced_slice(state, e.rec, e.cq.name)
+    if old is None:
+        _assign_entry(state, e, nomination, None)
+        return
+    admitted = state.index.admitted
+    kept = admitted.get(e.cq.name)
+    admitted[e.cq.name] = {k: None for k in kept or {} if k != old.key}
+    try:
+        _assign_entry(state, e, nomination, scaleup.old_slice(old))
+    finally:
+        if kept is None:
+            del admitted[e.cq.name]
+        else:
+            admitted[e.cq.name] = kept
+
+
+def _assign_entry(state: State, e: Entry, nomination: Nomination | None, replacing: scaleup.OldSlice | None) -> None:
     cq, rec = e.cq, e.rec
     searches: Searches = {}
     policy, oracle = _policy(state, cq), _oracle_for(state, cq, rec, searches)
     resume = scan_resume(state, cq.name, rec) if nomination is None else None
-    full = assign(state, cq, rec, policy, oracle, resume=resume, nomination=nomination)
+    full = assign(state, cq, rec, policy, oracle, resume=resume, nomination=nomination, replacing=replacing)
     e.targets = []
     e.assignment, e.pending_reason = full, full.pending_reason
     if full.mode == Mode.FIT:
@@ -211,7 +232,7 @@ def _get_assignments(state: State, e: Entry, nomination: Nomination | None = Non
     while lo < hi:
         k = (lo + hi) // 2
         counts = [counts_full[i] - (deltas[i] * k) // total for i in range(len(counts_full))]
-        a = assign(state, cq, rec, policy, oracle, counts, resume=resume, nomination=nomination)
+        a = assign(state, cq, rec, policy, oracle, counts, resume=resume, nomination=nomination, replacing=replacing)
         if a.mode == Mode.FIT:
             results[k] = (a, [])
             hi = k
@@ -297,8 +318,8 @@ def _memo_slot(state: State, e: Entry) -> tuple[Memo | None, tuple[object, ...]]
     Fair sharing reads shares across the tree and is not remembered; nor is anything while
     ``state.cache.memo_enabled`` is off.
     """
-    if state.config.fair_sharing or not state.cache.memo_enabled:
-        return None, ()
+    if state.config.fair_sharing or not state.cache.memo_enabled or scaleup.replacement_for(e.rec.obj):
+        return None, ()  # a workload slice's nomination depends on the slice it replaces
     cq, rec = e.cq, e.rec
     root, version = tree_version(state, cq.name)
     if e.nominated_at is None:
@@ -419,12 +440,14 @@ def _admit(state: State, out: _Decisions, e: Entry) -> None:
     assert e.assignment is not None
     rec = e.rec
     adm = e.assignment.to_admission(e.cq.name)
-    names = effects.commit_admission(state, rec, adm)
+    old = scaleup.replaced_slice(state, rec, e.cq.name)
+    names = effects.commit_admission(state, rec, adm, old.key if old is not None else "")
     out.admitted_heads.append(rec.key)
     out.out.append(AdmitWorkload(
         id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace, name=rec.obj.name,
         cluster_queue=e.cq.name, admission=adm, admission_checks=names or msgspec.UNSET,
         provisioning_requests=checks.plans_for(state, rec) or msgspec.UNSET,
+        replaced_slice=old.key if old is not None else msgspec.UNSET,
     ))
 
 
@@ -597,9 +620,21 @@ def run_cycle(state: State) -> CycleResult:
         overlay.undo()
     heads = [_requeue(state, out, e) for e in entries if e.status != EntryStatus.ASSUMED]
     placed = placement.run(state, out)  # MultiKueue: where workloads holding quota here run
+    _fair_sharing_status(state, out)
     evicted = sum(1 for d in out.out if isinstance(d, EvictWorkload))
     return CycleResult(decisions=out.out, admitted=admitted, evicted=evicted, parked=sum(h.parked for h in heads),
                        admitted_heads=out.admitted_heads, heads=heads, placed=placed)
+
+
+def _fair_sharing_status(state: State, out: _Decisions) -> None:
+    """Each LocalQueue's admission fair sharing status, when a sample changed it (Kueue's cadence)."""
+    for key, entry in admissionfair.status_news(state):
+        namespace, _, name = key.partition("/")
+        lq = state.local_queues.get(key)
+        out.out.append(UpdateLocalQueueFairSharing(
+            id=out.next_id(), cycle=out.cycle, time=out.time, namespace=namespace, name=name,
+            cluster_queue=lq.cluster_queue if lq is not None else "",
+            consumed_resources=admissionfair.consumed_quantities(entry), last_update=entry.last_update))
 
 
 def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempted: dict[str, WorkloadRecord]) -> None:

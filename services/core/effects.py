@@ -12,7 +12,7 @@ from events import conditions as cond
 from events import objects as o
 from events.cluster import ConditionType, EvictionReason, PendingConditionReason
 from events.messages import HeadOutcome
-from services.core import admissionfair, checks, deactivation, podsready
+from services.core import admissionfair, checks, deactivation, podsready, scaleup
 from services.core.state import (
     ClusterQueueQueue,
     State,
@@ -25,10 +25,14 @@ from services.core.state import (
 )
 
 
-def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission) -> tuple[str, ...]:
-    """Quota reserved; returns the admission checks that must be Ready before it is admitted."""
+def commit_admission(state: State, rec: WorkloadRecord, adm: o.Admission, replaced_slice: str = "") -> tuple[str, ...]:
+    """Quota reserved; returns the admission checks that must be Ready before it is admitted.
+    ``replaced_slice``: the workload slice this one replaces, finished at once (services/core/scaleup.py)."""
     now = state.now
     reserve_quota(state, rec, adm, now)
+    old = state.workloads.get(replaced_slice) if replaced_slice else None
+    if old is not None:
+        scaleup.finish_replaced(state, old, rec.key)
     rec.sticky = False
     rec.last_tried = None  # an admitted workload's scan is over; if evicted, it starts afresh
     names = checks.start_checks(state, rec, adm)

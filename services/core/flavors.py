@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import partial
 
 from events import objects as o
 from events.messages import PendingReason
@@ -24,6 +25,7 @@ from events.validation import INT64_MAX
 from services.core.dra import add_claims
 from services.core.quota import FR, Node
 from services.core.resources import per_pod_requests
+from services.core.scaleup import OldSlice
 from services.core.state import State, WorkloadRecord
 
 
@@ -351,10 +353,13 @@ def _find_flavor(  # noqa: PLR0913
     reasons: list[str],
     start: int = 0,
     pinned: tuple[str, str] | None = None,
+    original: Callable[[str], str] | None = None,
 ) -> _FlavorTry:
     """Try the group's flavors from index ``start``; the result records the last index tried
     (-1 once the search reached the last flavor), which the next attempt resumes after.
-    ``pinned`` (resource, flavor): only that flavor may be taken (Kueue's NominationMapping)."""
+    ``pinned`` (resource, flavor): only that flavor may be taken (Kueue's NominationMapping).
+    ``original``: why a flavor is not the one the replaced workload slice holds ("" when it is;
+    services/core/scaleup.py)."""
     ff = cq.flavor_fungibility
     best: _FlavorTry | None = None
     group_blocker: PendingReason | None = None  # Kueue's resolveNoFitReason: the least severe NoFit flavor
@@ -373,6 +378,8 @@ def _find_flavor(  # noqa: PLR0913
             mismatch = f"untolerated taint {_taint_text(taint)} in flavor {fq.name}"
         elif not _affinity_matches(ps, dict(flavor.node_labels)):
             mismatch = f"flavor {fq.name} doesn't match node affinity"
+        elif original is not None:
+            mismatch = original(fq.name)
         if mismatch:
             reasons.append(mismatch)
             group_blocker = _least_severe(group_blocker, PendingReason.NO_MATCHING_FLAVOR)
@@ -420,11 +427,13 @@ Nomination = dict[tuple[int, str], str]
 def assign(
     state: State, cq: o.ClusterQueue, rec: WorkloadRecord, policy: Policy, oracle: Oracle,
     counts: list[int] | None = None, resume: dict[tuple[int, int], int] | None = None,
-    nomination: Nomination | None = None,
+    nomination: Nomination | None = None, replacing: OldSlice | None = None,
 ) -> Assignment:
     """Kueue's ``FlavorAssigner.Assign`` for one workload in one ClusterQueue. With a
     ``nomination``, each resource group keeps the flavor it was nominated with (Kueue's
-    ``shouldSkipBasedOnNominationMapping``, used when an assignment is recomputed in a cycle)."""
+    ``shouldSkipBasedOnNominationMapping``, used when an assignment is recomputed in a cycle).
+    ``replacing``: the workload slice this one replaces; each podSet keeps its flavors and asks
+    the quota only for what it adds to it (services/core/scaleup.py)."""
     node = state.cq_node(cq.name)
     usage: dict[FR, int] = {}
     result: list[PodSetAssignment] = []
@@ -455,8 +464,12 @@ def assign(
             if nomination:
                 first = min(wanted)
                 pinned = (first, nomination.get((i, first), ""))
+            original = None
+            if replacing is not None:
+                wanted = replacing.delta(ps.name, wanted)
+                original = partial(replacing.mismatch, ps.name, resources=sorted(wanted))
             found = _find_flavor(state, cq, node, group, ps, wanted, usage, policy, oracle, psa.reasons, start,
-                                 pinned)
+                                 pinned, original)
             tried[(i, gi)] = found.tried
             blocker = _most_severe(blocker, found.group_blocker)
             psa.mode = min(psa.mode, found.mode)

@@ -8,8 +8,8 @@ its cache then counts each podSet's admitted usage scaled to the new count
 usage divided by the admitted count, times the new one), so the quota freed is available to the
 next cycle. This module holds that arithmetic; the fold applies it (``state.py``).
 
-Scaling up an admitted elastic Job (Kueue: a new workload slice that replaces the old one once
-admitted) is not simulated: the workload keeps its admission and usage.
+Scaling up an admitted elastic Job makes a new workload slice that replaces the old one once
+admitted: services/core/scaleup.py.
 """
 
 from __future__ import annotations

@@ -32,12 +32,12 @@ from services.core import records, state
 from services.core.records import WorkloadRecord, canonical_fields
 from services.core.state import State
 
-FORMAT: Final = 7
+FORMAT: Final = 8
 """The snapshot format: 1 was the hand-listed encoding (snapshots without a format field), 2 this one
 before ``WorkloadRecord.last_cycle``, 3 before deactivation (``State.deactivating``,
 ``WorkloadRecord.deactivated``, ...), 4 before admission checks (``WorkloadRecord.checks``, ...) —
 deactivation alone wrote 4 —, 5 before admission fair sharing (``State.afs``), 6 before MultiKueue
-(``State.multikueue``), 7 this one."""
+(``State.multikueue``), 7 before elastic scale-up (``State.slices``), 8 this one."""
 
 
 _encoder = msgspec.json.Encoder(order="sorted")

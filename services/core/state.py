@@ -100,6 +100,8 @@ class State:
     checks_changed: dict[str, None] = field(default_factory=dict)  # admission checks to settle in the next cycle
     afs: dict[str, LocalQueueUsage] = field(default_factory=dict)  # admission fair sharing's ledger by LocalQueue
     multikueue: MultiKueueState = field(default_factory=MultiKueueState)  # services.core.placement
+    # Scaled-up elastic workloads: first slice's key -> its newest slice's key (services.core.scaleup).
+    slices: dict[str, str] = field(default_factory=dict)
     # --- not canonical ---
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
@@ -186,7 +188,15 @@ def fold(state: State, event: ClusterEvent) -> State:
         state.ensure_indexed()
     if state.afs:
         admissionfair.advance(state, state.now)  # samples due before this event see the usage before it
+    if state.slices:
+        from services.core.scaleup import retarget
+
+        event = retarget(state, event)  # a Job's news once a newer workload slice replaced its first
     _FOLD[type(event)](state, event)
+    if state.slices:
+        from services.core.scaleup import drop_pending_slice
+
+        drop_pending_slice(state, event)
     if state.afs or state.config.admission_fair_sharing:
         admissionfair.after_fold(state)
     return state
@@ -336,6 +346,9 @@ def _requeue_with(state: State, rec: WorkloadRecord, priority: int) -> None:
 
 
 def _apply_workload(state: State, wl: o.Workload) -> None:
+    from services.core.scaleup import route
+
+    wl = route(state, wl)  # an elastic workload scaled up: its new slice (services/core/scaleup.py)
     key = f"{wl.namespace}/{wl.name}"
     if wl.maximum_execution_time_seconds is not None:
         state.timed = True
@@ -489,6 +502,11 @@ def _cluster_queues_under(node: Node) -> list[str]:
     for child in node.children:
         out.extend(_cluster_queues_under(child))
     return out
+
+
+def unqueue(state: State, rec: WorkloadRecord) -> None:
+    """Take a workload out of its ClusterQueue's queue (a replaced workload slice, say)."""
+    _unqueue(state, rec)
 
 
 def _unqueue(state: State, rec: WorkloadRecord) -> None:

@@ -1,12 +1,14 @@
-"""A running elastic Job scaled down: its Workload republished with the smaller podSet counts.
+"""A running elastic Job scaled: its Workload republished with the new podSet counts.
 
 A running Job is frozen for the watcher (``Translation.frozen``): Kueue does not take a started
 Job's spec into its Workload, and the actuator's injected scheduling must not flow back. Kueue's
 workload slices (ElasticJobsViaWorkloadSlices) make one exception: a Job annotated
 ``kueue.x-k8s.io/elastic-job: "true"`` that lowers ``spec.parallelism`` has its admitted
 Workload's podSet counts lowered in place (``EnsureWorkloadSlices``), so the quota its gone pods
-held is released (services/core/slices.py). The Workload published for it is the one published
-before, with only the counts changed, so nothing else of the running Job's spec flows back.
+held is released (services/core/slices.py); scaled up, Kueue makes a new workload slice that
+replaces the admitted one once admitted, which the scheduler's fold does when the counts grow
+(services/core/scaleup.py). The Workload published for it is the one published before, with only
+the counts changed, so nothing else of the running Job's spec flows back.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ import msgspec
 
 from events import objects as o
 from events.cluster import ELASTIC_JOB_ANNOTATION
-from services.core.slices import scaled_down
 
-__all__ = ["ELASTIC_JOB_ANNOTATION", "is_elastic", "scaled_down_workload"]
+__all__ = ["ELASTIC_JOB_ANNOTATION", "is_elastic", "rescaled_workload"]
 
 
 def is_elastic(meta: Mapping[str, Any]) -> bool:
@@ -28,13 +29,16 @@ def is_elastic(meta: Mapping[str, Any]) -> bool:
     return isinstance(annotations, Mapping) and annotations.get(ELASTIC_JOB_ANNOTATION) == "true"
 
 
-def scaled_down_workload(published: bytes, now: o.Workload) -> o.Workload | None:
-    """The Workload ``published`` before with ``now``'s podSet counts, if ``now`` scales it down."""
+def rescaled_workload(published: bytes, now: o.Workload) -> o.Workload | None:
+    """The Workload ``published`` before with ``now``'s podSet counts, if ``now`` has the same
+    podSets with other counts (Kueue's ``EnsureWorkloadSlices`` takes only count changes)."""
     try:
         before = msgspec.json.decode(published, type=o.Workload)
     except msgspec.DecodeError:
         return None
-    if not scaled_down(before.pod_sets, now.pod_sets):
+    old = {ps.name: ps.count for ps in before.pod_sets}
+    new = {ps.name: ps.count for ps in now.pod_sets}
+    if sorted(old) != sorted(new) or old == new:
         return None
     counts = {ps.name: ps.count for ps in now.pod_sets}
     return msgspec.structs.replace(before, pod_sets=tuple(

@@ -453,15 +453,28 @@ def _applied(tr: Translation, env: Envelope, ev: ObjectApplied, after: Entry | N
     if after is None:
         out.append(env)
         return Entry(target=target, body=body)
+    if after.body != body and isinstance(ev.object, o.LocalQueue) and _fair_sharing_news_only(after.body, ev.object):
+        return after  # the admission fair sharing status the actuator writes: the scheduler's own news
     if after.body != body and not tr.frozen:
         out.append(env)
         return replace(after, body=body)
     if after.body != body and tr.elastic and isinstance(ev.object, o.Workload):
-        shrunk = elastic.scaled_down_workload(after.body, ev.object)
-        if shrunk is not None:
-            out.append(msgspec.structs.replace(env, event=msgspec.structs.replace(ev, object=shrunk)))
-            return replace(after, body=encode(shrunk))
+        rescaled = elastic.rescaled_workload(after.body, ev.object)
+        if rescaled is not None:
+            out.append(msgspec.structs.replace(env, event=msgspec.structs.replace(ev, object=rescaled)))
+            return replace(after, body=encode(rescaled))
     return after
+
+
+def _fair_sharing_news_only(published: bytes, now: o.LocalQueue) -> bool:
+    """Whether the LocalQueue changed only in ``status.fairSharing.admissionFairSharingStatus``: the
+    scheduler seeds a LocalQueue's ledger from it once (services/core/admissionfair.py), and after
+    that it is what the actuator writes from the scheduler's own decisions."""
+    try:
+        before = msgspec.json.decode(published, type=o.LocalQueue)
+    except msgspec.DecodeError:
+        return False
+    return msgspec.structs.replace(before, afs_consumed=now.afs_consumed) == now
 
 
 class Published:

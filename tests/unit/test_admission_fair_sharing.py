@@ -16,7 +16,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from events import objects as o
-from events.messages import ClockTicked, CycleCompleted, ObjectApplied, WorkloadFinished
+from events.messages import ClockTicked, CycleCompleted, ObjectApplied, UpdateLocalQueueFairSharing, WorkloadFinished
 from services.app.cli import main
 from services.app.simulate import admission_fair_sharing_rows, result_list
 from services.core import admissionfair as afs
@@ -309,3 +309,29 @@ def test_applying_recorded_cycles_and_snapshots_reproduce_the_ledger(tmp_path: P
         assert encode_state(shadow) == encoded
         assert encode_state(decode_state(encoded)) == encoded
     assert live.afs["default/lq-a"].consumed and live.afs["default/lq-b"].consumed
+
+
+def _fair_sharing_news(state: State) -> list[tuple[str, tuple[tuple[str, str], ...], int]]:
+    return [(f"{d.namespace}/{d.name}", d.consumed_resources, d.last_update)
+            for d in run_cycle(state).decisions if isinstance(d, UpdateLocalQueueFairSharing)]
+
+
+def test_each_sample_is_said_once_to_the_local_queues_status():
+    """Kueue's LocalQueue controller writes status.fairSharing at every usageSamplingInterval: a
+    decision says each LocalQueue's status when a sample changed it, and only then."""
+    state = _afs_state()
+    _submit(state, "w", "lq-a", "4", 0)
+    first = _fair_sharing_news(state)
+    # Every LocalQueue's status starts when the ledger does (Kueue initializes it); lq-a's entry
+    # penalty settled at the admission, in that same cycle.
+    penalty = afs.quantity(state.afs["default/lq-a"].consumed["cpu"])
+    assert first == [("default/lq-a", (("cpu", penalty),), 0), ("default/lq-b", (), 0)]
+    assert _fair_sharing_news(state) == []  # nothing sampled since: nothing said
+    fold(state, ClockTicked(time=200_000))
+    assert _fair_sharing_news(state) == []  # before the next sample
+    fold(state, ClockTicked(time=300_000))
+    news = _fair_sharing_news(state)
+    assert [(key, when) for key, _, when in news] == [("default/lq-a", 300_000), ("default/lq-b", 300_000)]
+    assert news[0][1] == (("cpu", afs.quantity(state.afs["default/lq-a"].consumed["cpu"])),)
+    again = decode_state(encode_state(state))
+    assert _fair_sharing_news(again) == []  # what was said is part of the snapshot

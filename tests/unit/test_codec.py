@@ -40,6 +40,7 @@ from events.messages import (
     ProvisioningRequestCondition,
     ProvisioningRequestObserved,
     RemovePlacement,
+    UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
     WorkloadActivation,
     WorkloadFinished,
@@ -105,6 +106,10 @@ DECISIONS = [
     PlacementWaiting(id="c1-7", cycle=1, namespace="ns", name="w", cluster_queue="cq", check="mk", message="m"),
     RemovePlacement(id="c1-8", cycle=1, namespace="ns", name="w", cluster_queue="cq", cluster="w1", check="mk",
                     reason=PlacementEnd.WORKER_LOST, message="Admitting remote lost"),
+    AdmitWorkload(id="c1-9", cycle=1, namespace="ns", name="w-slice-2", cluster_queue="cq", admission=ADM,
+                  replaced_slice="ns/w"),
+    UpdateLocalQueueFairSharing(id="c1-10", cycle=1, namespace="ns", name="lq", cluster_queue="cq",
+                                consumed_resources=(("cpu", "31999m"),), last_update=300_000),
     CycleCompleted(cycle=1, input_offset=10, time=9, decisions=5, admitted_heads=("ns/w",),
                    heads=(HeadOutcome(key="ns/y", cluster_queue="cq", parked=True, last_tried=((0, 0, -1),)),)),
 ]

@@ -88,6 +88,9 @@ def _objects() -> list[Builder | o.AnyObject]:
         a_workload("ns", "slow").queue("lq-slow").request(cpu="1").created(3).max_exec(3600),
         a_workload("ns", "too-big").queue("lq-a").request(cpu="100").created(4),
         a_workload("ns", "unclassed").queue("lq-a").request(cpu="1").priority_class("missing").created(5),
+        a_cluster_queue("cq-e").flavor("f", cpu="4"),
+        a_local_queue("ns", "lq-e", "cq-e"),
+        a_workload("ns", "elastic").queue("lq-e").request(2, cpu="1").elastic().created(3),
     ]
 
 
@@ -115,7 +118,8 @@ def history() -> list[ClusterEvent | str]:
     events.append(_event(a_workload("ns", "urgent").queue("lq-a").request(cpu="4").priority(100).created(11), 91))
     events.append(_event(a_workload("ns", "wide").queue("lq-b").request(cpu="3").created(12), 92))
     events.append(WorkloadFinished(time=20_000, namespace="ns", name="done"))
-    events += [PodsReady(time=T0 + 15_000, namespace="ns", name=n) for n in ("low-1", "low-2", "drained", "offline")]
+    events += [PodsReady(time=T0 + 15_000, namespace="ns", name=n) for n in ("low-1", "low-2", "drained", "offline",
+                                                                              "elastic")]
     events.append(ClockTicked(time=T0 + 80_000))  # slow's pods never became ready: the timeout evicts it
     events += ["cycle"] * 4  # drained is evicted; urgent preempts and waits; wide is parked
     events.append(EvictionCompleted(time=20_000, namespace="ns", name="drained"))
@@ -128,6 +132,8 @@ def history() -> list[ClusterEvent | str]:
     events.append("deactivate ns/too-big")  # the scheduler deactivates a pending workload
     # A user deactivates an admitted one: its eviction waits for the next cycle.
     events.append(_event(a_workload("ns", "offline").queue("lq-b").request(cpu="1").created(3).active(False), 93))
+    # The elastic workload scales up: a new slice (State.slices) that replaces it once admitted.
+    events.append(_event(a_workload("ns", "elastic").queue("lq-e").request(3, cpu="1").elastic().created(3), 94))
     return events
 
 

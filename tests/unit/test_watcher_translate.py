@@ -573,7 +573,7 @@ ELASTIC = {"kueue.x-k8s.io/elastic-job": "true"}
 
 @pytest.mark.parametrize(("annotations", "parallelism", "want"), [
     pytest.param(ELASTIC, 2, [2], id="an elastic Job scaled down republishes its Workload with the smaller count"),
-    pytest.param(ELASTIC, 6, [], id="an elastic Job scaled up is not republished (no new slice yet)"),
+    pytest.param(ELASTIC, 6, [6], id="an elastic Job scaled up republishes it too (the fold makes a new slice)"),
     pytest.param({}, 2, [], id="a Job that is not elastic stays frozen while it runs"),
     pytest.param({"kueue.x-k8s.io/elastic-job": "false"}, 2, [], id="the annotation must be true"),
 ])
