@@ -1,0 +1,159 @@
+"""LeaderWorkerSet on a cluster, pure (``services.actuator.lws`` through ``podgroups.plan_pods``): a
+Workload per replica made from the set, its pods labelled into their replica's group as Kueue's
+LeaderWorkerSet reconciler does, scaled-down replicas' Workloads deleted, a deleted set's orphaned."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from events.cluster import ADMISSION_GATE, QUEUE_NAME_LABEL
+from events.jobkinds import pods as p
+from events.jobkinds import serving as s
+from events.jobkinds.naming import workload_name
+from services.actuator.podgroups import gone_for_good, plan_pods, pod_set_of
+
+Q = {QUEUE_NAME_LABEL: "user-queue"}
+NS = "default"
+
+
+def template(cpu: str) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "c", "image": "nginx", "resources": {"requests": {"cpu": cpu}}}]}}
+
+
+def lws(replicas: int = 2, size: int = 3, leader: bool = True, labels: dict[str, str] | None = None,
+        uid: str = "uid-lws") -> dict[str, Any]:
+    lwt: dict[str, Any] = {"size": size, "workerTemplate": template("1")}
+    if leader:
+        lwt["leaderTemplate"] = template("2")
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "srv", "namespace": NS, "uid": uid, "labels": dict(Q if labels is None else labels)},
+            "spec": {"replicas": replicas, "leaderWorkerTemplate": lwt}}
+
+
+def lws_pod(name: str, index: str | None, worker: bool, extra_labels: dict[str, str] | None = None,
+            extra_annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod as the LWS controller makes it (and the webhook left it: queued, gated)."""
+    labels = {**Q, s.LWS_NAME_LABEL: "srv", **(extra_labels or {})}
+    if index is not None:
+        labels[s.LWS_GROUP_INDEX_LABEL] = index
+    annotations = {s.LWS_LEADER_NAME_ANNOTATION: f"srv-{index}"} if worker else {}
+    sts = f"srv-{index}" if not worker else f"srv-{index}-workers"
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "uid": f"uid-{name}", "resourceVersion": "5",
+                         "labels": labels, "annotations": {**annotations, **(extra_annotations or {})},
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts,
+                                              "uid": f"uid-{sts}", "controller": True}]},
+            "spec": {**template("1")["spec"], "schedulingGates": [{"name": ADMISSION_GATE}]}}
+
+
+def wl_name(index: int, uid: str = "uid-lws") -> str:
+    return workload_name("LeaderWorkerSet", "leaderworkerset.x-k8s.io", f"srv-{index}", uid)
+
+
+def test_the_workload_name_is_kueues() -> None:
+    assert s.lws_workload_name("srv", "uid-lws", 1) == wl_name(1)
+    assert wl_name(0).startswith("leaderworkerset-srv-0-") and len(wl_name(0)) == len("leaderworkerset-srv-0-") + 5
+
+
+@pytest.mark.parametrize(("leader", "want"), [
+    pytest.param(True, [("leader", 1, "2"), ("worker", 2, "1")], id="with a leader template: leader 1, workers size-1"),
+    pytest.param(False, [("main", 3, "1")], id="without one: main of size pods from the worker template"),
+])
+def test_a_queued_set_gets_a_workload_per_replica(leader: bool, want: list[tuple[str, int, str]]) -> None:
+    plan = plan_pods([], [], [], leaderworkersets=[lws(leader=leader)])
+    assert [b["metadata"]["name"] for b in plan.create] == [wl_name(0), wl_name(1)]
+    for body in plan.create:
+        [owner] = body["metadata"]["ownerReferences"]
+        assert (owner["apiVersion"], owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            "leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "srv", "uid-lws", True)
+        assert body["metadata"]["annotations"] == {p.IS_GROUP_WORKLOAD: "true"}
+        assert body["spec"]["queueName"] == "user-queue"
+        got = [(ps["name"], ps["count"], ps["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"])
+               for ps in body["spec"]["podSets"]]
+        assert got == want
+
+
+def test_an_unqueued_set_or_one_in_kube_system_is_left_alone() -> None:
+    assert plan_pods([], [], [], leaderworkersets=[lws(labels={})]).create == []
+    in_kube_system = lws()
+    in_kube_system["metadata"]["namespace"] = "kube-system"
+    assert plan_pods([], [], [], leaderworkersets=[in_kube_system]).create == []
+
+
+def _existing(*indexes: int, uid: str = "uid-lws") -> list[dict[str, Any]]:
+    return [{"metadata": {"name": wl_name(i, uid), "namespace": NS, "ownerReferences": [
+        {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "srv", "uid": uid}]}}
+        for i in indexes]
+
+
+def test_scaling_down_deletes_the_replicas_past_the_new_count_and_up_creates_them() -> None:
+    down = plan_pods([], [], _existing(0, 1, 2), leaderworkersets=[lws(replicas=1)])
+    assert down.create == [] and down.delete == [(NS, wl_name(1)), (NS, wl_name(2))]
+    up = plan_pods([], [], _existing(0), leaderworkersets=[lws(replicas=3)])
+    assert [b["metadata"]["name"] for b in up.create] == [wl_name(1), wl_name(2)] and up.delete == []
+    zero = plan_pods([], [], _existing(0, 1), leaderworkersets=[lws(replicas=0)])
+    assert zero.create == [] and zero.delete == [(NS, wl_name(0)), (NS, wl_name(1))]
+
+
+def test_another_objects_workloads_are_not_the_sets_to_delete() -> None:
+    other = _existing(5, uid="uid-other")  # same namespace, owned by an older set of the same name
+    plan = plan_pods([], [], other, leaderworkersets=[lws(replicas=1)])
+    assert plan.delete == [] and [wl["metadata"]["name"] for wl in plan.orphans] == [wl_name(5, "uid-other")]
+
+
+def test_a_deleted_sets_workloads_are_orphans_until_its_namespace_has_no_such_set() -> None:
+    plan = plan_pods([], [], _existing(0, 1), leaderworkersets=[])
+    assert [wl["metadata"]["name"] for wl in plan.orphans] == [wl_name(0), wl_name(1)]
+    unqueued = lws(labels={})  # lost its queue label: still there, still the owner
+    assert not gone_for_good(plan.orphans[0], [], [], [unqueued])
+    assert gone_for_good(plan.orphans[0], [], [], [])
+
+
+@pytest.mark.parametrize(("worker", "leader", "role"), [
+    pytest.param(False, True, "leader", id="the leader (no leader-name annotation)"),
+    pytest.param(True, True, "worker", id="a worker (the LWS controller names its leader)"),
+    pytest.param(True, False, "main", id="without a leader template every pod is main"),
+])
+def test_a_sets_pod_is_labelled_into_its_replicas_group(worker: bool, leader: bool, role: str) -> None:
+    plan = plan_pods([lws_pod("srv-1-1", "1", worker)], [], _existing(0, 1),
+                     leaderworkersets=[lws(leader=leader)])
+    [(ns, name, patch)] = plan.label
+    assert (ns, name) == (NS, "srv-1-1")
+    group = wl_name(1)
+    assert patch == {"metadata": {"resourceVersion": "5",
+                                  "labels": {p.MANAGED: "true", p.GROUP_NAME: group, p.PREBUILT_WORKLOAD: group},
+                                  "annotations": {p.GROUP_TOTAL_COUNT: "3", p.ROLE_HASH: role, p.SERVING: "true"}}}
+
+
+def test_a_pod_in_its_group_already_is_a_serving_member_that_never_finishes() -> None:
+    labels = {p.MANAGED: "true", p.GROUP_NAME: wl_name(0), p.PREBUILT_WORKLOAD: wl_name(0)}
+    annotations = {p.GROUP_TOTAL_COUNT: "3", p.ROLE_HASH: "worker", p.SERVING: "true"}
+    member = lws_pod("srv-0-1", "0", True, labels, annotations)
+    member["status"] = {"phase": "Succeeded"}
+    plan = plan_pods([member], [], _existing(0, 1), leaderworkersets=[lws()])
+    assert plan.label == [] and plan.create == [] and plan.finish == [] and plan.errors == []
+    assert pod_set_of(member, {"metadata": {"annotations": {p.IS_GROUP_WORKLOAD: "true"}}}) == "worker"
+
+
+def test_a_pod_without_its_group_index_yet_or_of_an_unqueued_set_is_not_touched() -> None:
+    assert plan_pods([lws_pod("srv-0", None, False)], [], [], leaderworkersets=[lws()]).label == []
+    plan = plan_pods([lws_pod("srv-0", "0", False)], [], [], leaderworkersets=[])
+    assert plan.label == [] and plan.create == []  # not made a plain pod's Workload either
+
+
+def test_the_sets_statefulsets_are_not_queued_statefulsets() -> None:
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+           "metadata": {"name": "srv-0", "namespace": NS, "uid": "uid-srv-0",
+                        "labels": {**Q, s.LWS_NAME_LABEL: "srv"}},
+           "spec": {"replicas": 1, "template": template("1")}}
+    assert plan_pods([], [sts], [], leaderworkersets=[lws(replicas=0)]).create == []
+
+
+def test_a_set_kueue_cannot_read_is_reported_naming_the_field() -> None:
+    bad = lws()
+    bad["spec"]["leaderWorkerTemplate"]["size"] = 0
+    plan = plan_pods([], [], [], leaderworkersets=[bad])
+    assert plan.create == [] and len(plan.errors) == 1
+    assert plan.errors[0].startswith("LeaderWorkerSet default/srv: spec.leaderWorkerTemplate.size: ")
