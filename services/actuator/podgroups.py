@@ -65,6 +65,7 @@ from services.runtime.clock import wall_clock_ms
 
 _log = structlog.get_logger(__name__)
 MERGE_PATCH: Final = "application/merge-patch+json"
+FORBIDDEN: Final = 403
 WORKLOADS: Final = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
 Json = dict[str, Any]
 
@@ -417,11 +418,15 @@ class PodGroupReconciler:
         return [x for x in (data or {}).get("items") or [] if isinstance(x, dict)]
 
     async def _optional(self, path: str, selector: str | None = None) -> list[Json]:
-        """A kind whose CRD may not be installed (LeaderWorkerSet): none when the server has no such kind."""
+        """A kind whose CRD may not be installed (LeaderWorkerSet): none when the server has no such kind,
+        or when the role does not grant it yet (RBAC applied before this version: said once)."""
         try:
             return await self._items(path, selector)
         except KubeApiError as e:
-            if e.not_found:
+            if e.status == FORBIDDEN and path not in self._reported:
+                self._reported.add(path)
+                _log.warning("pod_group.not_allowed", path=path, error=str(e))
+            if e.not_found or e.status == FORBIDDEN:
                 return []
             raise
 
