@@ -8,6 +8,10 @@ Routes (each takes and returns an ``admission.k8s.io/v1`` AdmissionReview):
   (:func:`review.mutate_pod`);
 - ``POST /mutate-apps-v1``: a queued Deployment's or StatefulSet's pod template gets the queue
   label and ``pod-suspending-parent``, so its pods are created gated (:func:`review.mutate_serving`);
+- ``POST /mutate-leaderworkerset``: a queued LeaderWorkerSet's leader and worker templates get the
+  queue label, ``pod-suspending-parent`` and ``pod-group-serving`` (:func:`serving_review.mutate_lws`);
+- ``POST /validate-serving``: StatefulSets and LeaderWorkerSets, refused as Kueue's webhooks refuse
+  them (queue name, immutable templates and sizes; :func:`serving_review.validate_serving`);
 - ``POST /validate-kueue``: Kueue objects and T9k Queues, checked as ``simulate`` checks them;
 - ``POST /validate-t9k-job``: Jobs on a T9k Queue, refused at creation by the Queue's rules;
 - ``GET /healthz``.
@@ -34,7 +38,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from events import t9k
 from events.cluster import ELASTIC_QUOTA_TREE_LABEL, KUEUE_GROUP, QUEUE_NAME_LABEL
 from events.elasticquota import DEFAULT_LOCAL_QUEUE
-from services.webhook import review
+from services.webhook import review, serving_review
 
 log = structlog.get_logger("kueuelog.webhook")
 
@@ -70,6 +74,15 @@ class Cluster:
                 raise
             return False
         return ELASTIC_QUOTA_TREE_LABEL in ((lq.get("metadata") or {}).get("labels") or {})
+
+    async def workload_exists(self, namespace: str, name: str) -> bool:
+        try:
+            await self.custom.get_namespaced_custom_object(KUEUE_GROUP, "v1beta2", namespace, "workloads", name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return False
+        return True
 
     async def lookup(self, queue: str, namespace: str) -> review.Lookup:
         found = await self.queue(queue)
@@ -136,6 +149,14 @@ def application(cluster: Cluster | None) -> web.Application:
     async def validate(body: review.Review) -> dict[str, Any]:
         return review.validate_object(body)
 
+    async def mutate_lws(body: review.Review) -> dict[str, Any]:
+        return serving_review.mutate_lws(body)
+
+    async def validate_serving(body: review.Review) -> dict[str, Any]:
+        wanted = serving_review.statefulset_scaled_up_from_zero(body["request"])
+        exists = cluster is not None and wanted is not None and await cluster.workload_exists(*wanted)
+        return serving_review.validate_serving(body, workload_exists=exists)
+
     async def validate_job(body: review.Review) -> dict[str, Any]:
         request = body["request"]
         job = request.get("object") or {}
@@ -153,6 +174,8 @@ def application(cluster: Cluster | None) -> web.Application:
     app.router.add_post("/mutate-batch-v1-job", _handler(mutate))
     app.router.add_post("/mutate-v1-pod", _handler(mutate_pod))
     app.router.add_post("/mutate-apps-v1", _handler(mutate_serving))
+    app.router.add_post("/mutate-leaderworkerset", _handler(mutate_lws))
+    app.router.add_post("/validate-serving", _handler(validate_serving))
     app.router.add_post("/validate-kueue", _handler(validate))
     app.router.add_post("/validate-t9k-job", _handler(validate_job))
     app.router.add_get("/healthz", healthz)
