@@ -20,6 +20,8 @@ with one, and the Workloads, and :func:`plan_pods` decides, purely:
 - a pod or group that finished as Kueue decides gets ``Finished`` on its Workload;
 - a queued LeaderWorkerSet has a Workload per replica and its pods join their replica's group
   (:mod:`services.actuator.lws`);
+- a gated pod of a group whose Workload is admitted already (made after the admission) is released
+  (:mod:`services.actuator.group_release`);
 - a Workload whose pods (or StatefulSet, or LeaderWorkerSet) are all gone is deleted (the garbage collector's job
   in a full cluster), which frees its quota; gone means missing from its namespace's full lists,
   not only from the queued ones (an ElasticQuotaTree's pods carry no queue-name label).
@@ -56,6 +58,7 @@ from events.jobkinds import pods as p
 from events.jobkinds import serving as s
 from events.jobkinds.base import Finished
 from events.jobkinds.pod_documents import owner_ref, priority_fields, workload_body
+from services.actuator import group_release as gr
 from services.actuator import lws as lw
 from services.actuator.job_reconciler import Finished as WorkloadFinished
 from services.actuator.job_reconciler import finished_status
@@ -102,6 +105,7 @@ class PodPlan:
     finish: list[tuple[Json, WorkloadFinished]] = field(default_factory=list)  # (Workload, Finished)
     delete: list[tuple[str, str]] = field(default_factory=list)  # (namespace, Workload)
     orphans: list[Json] = field(default_factory=list)  # Workloads whose owners the queued lists lack
+    late: list[tuple[Json, str]] = field(default_factory=list)  # (gated pod, its admitted group's Workload)
     errors: list[str] = field(default_factory=list)
 
 
@@ -264,8 +268,10 @@ def plan_pods(pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[
     lws_by = lw.queued(leaderworkersets)
     lw.plan_workloads(lws_by, by_name, plan.create, plan.delete, plan.errors)
     groups: dict[tuple[str, str], list[tuple[p.PodInfo, bool]]] = {}
+    raw_by: dict[tuple[str, str], Mapping[str, Any]] = {}
     for raw in sorted(pods, key=lambda x: (str(_meta(x).get("namespace")), str(_meta(x).get("name")))):
         info = p.pod_info(raw)
+        raw_by[(info.namespace, info.name)] = raw
         if not p.managed(info) or _meta(raw).get("deletionTimestamp") or not _ours(raw, info, sts_by, plan, lws_by):
             continue
         gated = any(isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE
@@ -281,7 +287,10 @@ def plan_pods(pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[
             _single(info, by_name.get((info.namespace, p.pod_workload_name(info))), gated, plan)
     for (ns, _group_name), members in sorted(groups.items()):
         name = p.group_workload_name([i for i, _ in members])
-        _group(members, by_name.get((ns, name)), plan)
+        wl = by_name.get((ns, name))
+        _group(members, wl, plan)
+        if wl is not None and gr.admitted(wl):  # a member made after the admission (group_release.py)
+            plan.late += [(dict(raw_by[(ns, i.name)]), name) for i, gated in members if gated]
     pod_uids = {str(_meta(x).get("uid")) for x in pods}
     sts_uids = {str(_meta(x).get("uid")) for x in statefulsets}
     lws_uids = {str(_meta(x).get("uid")) for x in leaderworkersets}
@@ -396,6 +405,7 @@ class PodGroupStats:
     passes: int = 0
     labelled: int = 0
     created: int = 0
+    released: int = 0  # pods of an admitted group made after its admission
     finished: int = 0
     deleted: int = 0
     refused: int = 0
@@ -451,6 +461,8 @@ class PodGroupReconciler:
                 self._reported.add(message)
                 self.stats.refused += 1
                 _log.warning("pod_group.refused", error=message)
+        if plan.late:
+            self.stats.released += await gr.release_late(self.api, plan.late, pod_release_patch, pod_set_of)
         for ns, name, patch in plan.label:
             with contextlib.suppress(KubeApiError):  # 409: changed meanwhile, next pass
                 await raw_call(self.api, "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", body=patch,

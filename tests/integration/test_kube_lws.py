@@ -2,8 +2,9 @@
 ``tests/integration/lws_crd.py``): the pod group reconciler (``services.actuator.podgroups`` with
 ``services.actuator.lws``) makes a Workload per replica as Kueue names it and labels the set's pods
 into their replica's group; the actuator's port (``KubePort``) admits one replica by lifting the
-scheduling gate from exactly its pods, with the flavor's node labels, and evicts it by deleting its
-running pods; a scale-down deletes the Workloads past the new count, a deleted set all of them.
+scheduling gate from exactly its pods, with the flavor's node labels (a pod made after the admission
+is released by the reconciler), and evicts it by deleting its running pods; a scale-down deletes the
+Workloads past the new count, a deleted set all of them.
 
 No LWS controller runs on the local control plane (nor a kubelet or a webhook): the test plays the
 LWS controller as ``test_kube_pod_groups`` plays the StatefulSet's, creating each replica's pods
@@ -74,17 +75,19 @@ async def test_leaderworkerset_a_group_per_replica_admitted_evicted_scaled_delet
             assert wl["metadata"]["annotations"][p.IS_GROUP_WORKLOAD] == "true"
             assert wl["spec"]["queueName"] == setup.lq
 
-        # The LWS controller's part: each replica's leader and worker, gated at creation.
+        # The LWS controller's part: each replica's leader and worker, gated at creation (replica 1's
+        # worker only later, after its Workload is admitted).
         for i in range(2):
             await core.create_namespaced_pod(ns, _lws_pod(f"srv-{i}", i, None, setup.lq))
-            await core.create_namespaced_pod(ns, _lws_pod(f"srv-{i}-1", i, f"srv-{i}", setup.lq))
+        await core.create_namespaced_pod(ns, _lws_pod("srv-0-1", 0, "srv-0", setup.lq))
 
         async def labelled() -> bool:
             for i, name in enumerate(names):
                 pods = (await core.list_namespaced_pod(ns, label_selector=f"{p.GROUP_NAME}={name}")).items
                 roles = sorted((x.metadata.name, x.metadata.annotations.get(p.ROLE_HASH),
                                 x.metadata.annotations.get(p.GROUP_TOTAL_COUNT)) for x in pods)
-                if roles != [(f"srv-{i}", "leader", "2"), (f"srv-{i}-1", "worker", "2")]:
+                want = [(f"srv-{i}", "leader", "2"), (f"srv-{i}-1", "worker", "2")]
+                if roles != (want if i == 0 else want[:1]):
                     return False
             return True
 
@@ -97,10 +100,22 @@ async def test_leaderworkerset_a_group_per_replica_admitted_evicted_scaled_delet
             pod = await core.read_namespaced_pod(name, ns)
             assert not _gated(pod) and pod.spec.node_selector == {"zone": "a"}
             await core.patch_namespaced_pod_status(name, ns, {"status": {"phase": "Running"}})
-        for name in ("srv-1", "srv-1-1"):  # the other replica is its own Workload, still queued
-            assert _gated(await core.read_namespaced_pod(name, ns))
+        assert _gated(await core.read_namespaced_pod("srv-1", ns))  # the other replica is its own Workload
         wl = await _workload(co, ns, names[0])
         assert wl is not None and wl["status"]["admission"]["clusterQueue"] == setup.cq
+
+        # Replica 1 admitted with only its leader there; its worker, made after, is released too.
+        await port.start(AdmitWorkload(id="c1-1", cycle=1, namespace=ns, name=names[1], cluster_queue=setup.cq,
+                                       admission=admission(setup.cq, setup.rf, ("leader", 1), ("worker", 1))))
+        assert not _gated(await core.read_namespaced_pod("srv-1", ns))
+        await core.create_namespaced_pod(ns, _lws_pod("srv-1-1", 1, "srv-1", setup.lq))
+
+        async def late_released() -> bool:
+            pod = await core.read_namespaced_pod("srv-1-1", ns)
+            return not _gated(pod) and pod.spec.node_selector == {"zone": "a"} and \
+                pod.metadata.labels.get(p.GROUP_NAME) == names[1]
+
+        await eventually(late_released, what="the worker made after its replica's admission to be released")
 
         await asyncio.sleep(1)  # serving: its running (or even succeeded) pods never finish it
         await core.patch_namespaced_pod_status("srv-0-1", ns, {"status": {"phase": "Succeeded"}})

@@ -12,6 +12,8 @@ from events.cluster import ADMISSION_GATE, QUEUE_NAME_LABEL
 from events.jobkinds import pods as p
 from events.jobkinds import serving as s
 from events.jobkinds.naming import workload_name
+from services.actuator import group_release as gr
+from services.actuator.kubeplan import FlavorScheduling
 from services.actuator.podgroups import gone_for_good, plan_pods, pod_set_of
 
 Q = {QUEUE_NAME_LABEL: "user-queue"}
@@ -157,3 +159,52 @@ def test_a_set_kueue_cannot_read_is_reported_naming_the_field() -> None:
     plan = plan_pods([], [], [], leaderworkersets=[bad])
     assert plan.create == [] and len(plan.errors) == 1
     assert plan.errors[0].startswith("LeaderWorkerSet default/srv: spec.leaderWorkerTemplate.size: ")
+
+
+# --- pods made after their group's admission (services.actuator.group_release) ----------------
+
+
+def _admitted(name: str, admitted: bool = True) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": NS, "annotations": {p.IS_GROUP_WORKLOAD: "true"},
+                         "ownerReferences": [{"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                                              "name": "srv", "uid": "uid-lws"}]},
+            "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+                {"name": "leader", "flavors": {"cpu": "on-demand"}, "count": 1},
+                {"name": "worker", "flavors": {"cpu": "spot", "memory": "on-demand"}, "count": 2}]},
+                "conditions": [{"type": "QuotaReserved", "status": "True"},
+                               {"type": "Admitted", "status": "True" if admitted else "False"}]}}
+
+
+def _member(name: str, index: str, worker: bool, gated: bool = True) -> dict[str, Any]:
+    group = wl_name(int(index))
+    body = lws_pod(name, index, worker, {p.MANAGED: "true", p.GROUP_NAME: group, p.PREBUILT_WORKLOAD: group},
+                   {p.GROUP_TOTAL_COUNT: "3", p.ROLE_HASH: "worker" if worker else "leader", p.SERVING: "true"})
+    if not gated:
+        body["spec"].pop("schedulingGates")
+    return body
+
+
+def test_a_gated_member_of_an_admitted_group_is_released_late() -> None:
+    pods = [_member("srv-0", "0", False, gated=False), _member("srv-0-1", "0", True), _member("srv-1-1", "1", True)]
+    plan = plan_pods(pods, [], [_admitted(wl_name(0)), _admitted(wl_name(1), admitted=False)],
+                     leaderworkersets=[lws()])
+    assert [(pod["metadata"]["name"], wl) for pod, wl in plan.late] == [("srv-0-1", wl_name(0))]
+
+
+def test_an_evicted_group_has_nothing_to_release() -> None:
+    evicted = _admitted(wl_name(0))
+    del evicted["status"]["admission"]
+    assert not gr.admitted(evicted) and gr.admitted(_admitted(wl_name(0)))
+    assert plan_pods([_member("srv-0-1", "0", True)], [], [evicted], leaderworkersets=[lws()]).late == []
+
+
+def test_the_late_pod_gets_its_podsets_flavors_scheduling() -> None:
+    wl = _admitted(wl_name(0))
+    flavors = {"on-demand": FlavorScheduling("on-demand", (("tier", "od"),)),
+               "spot": FlavorScheduling("spot", (("tier", "spot"), ("zone", "b")),
+                                        ({"key": "spot", "operator": "Exists", "effect": "NoSchedule"},))}
+    assert gr.flavors_of(wl) == ["on-demand", "spot"]
+    got = gr.scheduling(wl, flavors)
+    assert got["leader"] == ({"tier": "od"}, [])
+    assert got["worker"] == ({"tier": "spot", "zone": "b"}, [{"key": "spot", "operator": "Exists",
+                                                              "effect": "NoSchedule"}])
