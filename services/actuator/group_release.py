@@ -8,7 +8,8 @@ and a replacement pod can come while the Workload stays admitted. Kueue's pod gr
 ungates such pods too; here each pass of :class:`services.actuator.podgroups.PodGroupReconciler`
 releases a gated member of a group whose Workload is admitted (``status.admission`` and
 ``Admitted=True``), with that podSet's flavors' node labels and tolerations, after reading the
-Workload again (so that one evicted meanwhile is not released), in one conditional merge patch.
+Workload again (so that one evicted meanwhile is not released), in one conditional merge patch;
+never more pods of a podSet than its count (:func:`late_members`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,27 @@ def admitted(wl: Mapping[str, Any]) -> bool:
         return False
     return any(isinstance(c, Mapping) and c.get("type") == ConditionType.ADMITTED
                and c.get("status") == ConditionStatus.TRUE for c in _items(status.get("conditions")))
+
+
+def late_members(members: Sequence[tuple[p.PodInfo, bool]], wl: Mapping[str, Any]) -> list[p.PodInfo]:
+    """The gated members (``(pod, gated)``, in name order) to release: per podSet (role), only as many
+    as the Workload admits beyond those running already; an excess pod (a StatefulSet scaled up
+    around Kueue's webhook) stays gated, as in Kueue, and never runs without quota."""
+    room: dict[str, int] = {}
+    for ps in _items(p.obj_of(wl.get("spec")).get("podSets")):
+        ps = p.obj_of(ps)
+        count = ps.get("count")
+        room[str(ps.get("name"))] = count if isinstance(count, int) and not isinstance(count, bool) else 0
+    for info, gated in members:
+        if not gated and not info.terminated:
+            room[p.role_of(info)] = room.get(p.role_of(info), 0) - 1
+    out = []
+    for info, gated in members:
+        role = p.role_of(info)
+        if gated and room.get(role, 0) > 0:
+            room[role] -= 1
+            out.append(info)
+    return out
 
 
 def flavors_of(wl: Mapping[str, Any]) -> list[str]:

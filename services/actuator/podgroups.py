@@ -116,6 +116,8 @@ def _sts_labels(pod: Mapping[str, Any], sts: Mapping[str, Any]) -> Json | None:
     labels, annotations = s.statefulset_pod_labels(str(smeta.get("name")), str(smeta.get("uid")),
                                                    p.obj_of(smeta.get("labels")), total)
     have_l, have_a = p.obj_of(meta.get("labels")), p.obj_of(meta.get("annotations"))
+    if have_l.get(p.GROUP_NAME) == labels[p.GROUP_NAME]:
+        return None  # in its group already: Kueue keeps the total count it joined with (a resize does not relabel)
     if all(have_l.get(k) == v for k, v in labels.items()) and all(have_a.get(k) == v for k, v in annotations.items()):
         return None
     return {"metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": labels, "annotations": annotations}}
@@ -290,7 +292,7 @@ def plan_pods(pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[
         wl = by_name.get((ns, name))
         _group(members, wl, plan)
         if wl is not None and gr.admitted(wl):  # a member made after the admission (group_release.py)
-            plan.late += [(dict(raw_by[(ns, i.name)]), name) for i, gated in members if gated]
+            plan.late += [(dict(raw_by[(ns, i.name)]), name) for i in gr.late_members(members, wl)]
     pod_uids = {str(_meta(x).get("uid")) for x in pods}
     sts_uids = {str(_meta(x).get("uid")) for x in statefulsets}
     lws_uids = {str(_meta(x).get("uid")) for x in leaderworkersets}

@@ -165,7 +165,8 @@ def test_a_set_kueue_cannot_read_is_reported_naming_the_field() -> None:
 
 
 def _admitted(name: str, admitted: bool = True) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": NS, "annotations": {p.IS_GROUP_WORKLOAD: "true"},
+    return {"spec": {"podSets": [{"name": "leader", "count": 1}, {"name": "worker", "count": 2}]},
+            "metadata": {"name": name, "namespace": NS, "annotations": {p.IS_GROUP_WORKLOAD: "true"},
                          "ownerReferences": [{"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
                                               "name": "srv", "uid": "uid-lws"}]},
             "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
@@ -208,3 +209,59 @@ def test_the_late_pod_gets_its_podsets_flavors_scheduling() -> None:
     assert got["leader"] == ({"tier": "od"}, [])
     assert got["worker"] == ({"tier": "spot", "zone": "b"}, [{"key": "spot", "operator": "Exists",
                                                               "effect": "NoSchedule"}])
+
+
+def test_never_more_pods_released_than_the_podset_admits() -> None:
+    running = [_member("srv-0-1", "0", True, gated=False), _member("srv-0-2", "0", True, gated=False)]
+    extra = _member("srv-0-3", "0", True)  # a third worker where the Workload admits two
+    plan = plan_pods([*running, extra], [], [_admitted(wl_name(0))], leaderworkersets=[lws()])
+    assert plan.late == []
+    finished = _member("srv-0-2", "0", True, gated=False)
+    finished["status"] = {"phase": "Failed"}  # a finished worker frees its place
+    plan = plan_pods([running[0], finished, extra], [], [_admitted(wl_name(0))], leaderworkersets=[lws()])
+    assert [pod["metadata"]["name"] for pod, _ in plan.late] == ["srv-0-3"]
+
+
+def _sts(replicas: int) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "web", "namespace": NS, "uid": "uid-web", "labels": dict(Q)},
+            "spec": {"replicas": replicas, "template": template("1")}}
+
+
+def _sts_pod(i: int, total: int, gated: bool) -> dict[str, Any]:
+    group = s.statefulset_workload_name("web", "uid-web")
+    body = lws_pod(f"web-{i}", None, False)
+    body["metadata"]["labels"] = {**Q, p.MANAGED: "true", p.GROUP_NAME: group, p.PREBUILT_WORKLOAD: group}
+    body["metadata"]["annotations"] = {p.GROUP_TOTAL_COUNT: str(total), p.FAST_ADMISSION: "true", p.SERVING: "true",
+                                       p.ROLE_HASH: "main"}
+    body["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web",
+                                            "uid": "uid-web", "controller": True}]
+    if not gated:
+        body["spec"].pop("schedulingGates")
+    return body
+
+
+def test_a_statefulset_resized_around_the_webhook_keeps_its_workload_and_its_pods_labels() -> None:
+    """Kueue's webhook refuses a resize between non-zero counts; one made anyway (the scale
+    subresource, which no webhook of Kueue's covers) changes neither the Workload's count nor the
+    total count its pods joined with, and the pod past the admitted count stays gated."""
+    name = s.statefulset_workload_name("web", "uid-web")
+    wl = {"metadata": {"name": name, "namespace": NS, "annotations": {p.IS_GROUP_WORKLOAD: "true"},
+                       "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web",
+                                            "uid": "uid-web"}]},
+          "spec": {"podSets": [{"name": "main", "count": 2}]},
+          "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+              {"name": "main", "flavors": {"cpu": "on-demand"}, "count": 2}]},
+              "conditions": [{"type": "Admitted", "status": "True"}]}}
+    new_pod = lws_pod("web-2", None, False)
+    new_pod["metadata"]["labels"] = dict(Q)
+    new_pod["metadata"]["ownerReferences"] = _sts_pod(0, 2, False)["metadata"]["ownerReferences"]
+    plan = plan_pods([_sts_pod(0, 2, False), _sts_pod(1, 2, False), new_pod], [_sts(3)], [wl])
+    assert plan.create == [] and plan.delete == [] and plan.late == []
+    assert [(name_, patch["metadata"]["annotations"][p.GROUP_TOTAL_COUNT]) for _, name_, patch in plan.label] == [
+        ("web-2", "3")]  # only the new pod joins, with the count of its day
+    joined = _sts_pod(2, 3, True)
+    plan = plan_pods([_sts_pod(0, 2, False), _sts_pod(1, 2, False), joined], [_sts(3)], [wl])
+    assert plan.label == [] and plan.late == []  # two admitted, two running: the third waits
+    plan = plan_pods([_sts_pod(0, 2, False), joined], [_sts(3)], [wl])
+    assert [pod["metadata"]["name"] for pod, _ in plan.late] == ["web-2"]  # web-1 gone: room for one
