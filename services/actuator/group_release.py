@@ -20,12 +20,13 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from events.cluster import ConditionStatus, ConditionType
+from events.cluster import KUEUE_GROUP, KUEUE_VERSION, ConditionStatus, ConditionType
 from events.jobkinds import pods as p
 from services.actuator.kubeapi import InvalidObject, KubeApiError
 from services.actuator.kubeplan import FlavorScheduling, flavor_scheduling
 from services.actuator.tree_reconciler import raw_call
 
+KUEUE_API = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
 Json = dict[str, Any]
 Scheduling = dict[str, tuple[dict[str, str], list[Json]]]
 
@@ -94,7 +95,7 @@ async def _flavor(api: client.ApiClient, name: str, cache: dict[str, FlavorSched
         return
     cache[name] = None
     with contextlib.suppress(KubeApiError, InvalidObject):  # a flavor gone or malformed: its pods wait
-        obj = await raw_call(api, "GET", f"/apis/kueue.x-k8s.io/v1beta1/resourceflavors/{name}")
+        obj = await raw_call(api, "GET", f"{KUEUE_API}/resourceflavors/{name}")
         cache[name] = flavor_scheduling(obj or {})
 
 
@@ -110,7 +111,7 @@ async def release_late(api: client.ApiClient, late: Sequence[tuple[Json, str]], 
     for pod, wl_name in late:
         ns, name = str(p.obj_of(pod.get("metadata")).get("namespace")), str(p.obj_of(pod.get("metadata")).get("name"))
         try:
-            wl = await raw_call(api, "GET", f"/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads/{wl_name}")
+            wl = await raw_call(api, "GET", f"{KUEUE_API}/namespaces/{ns}/workloads/{wl_name}")
         except KubeApiError:
             continue
         if not isinstance(wl, Mapping) or not admitted(wl):
