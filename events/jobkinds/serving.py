@@ -105,6 +105,17 @@ def parent_annotation(framework: str) -> dict[str, str]:
     return {SUSPENDED_BY_PARENT: framework}
 
 
+def managed_by_another_framework(sts: Mapping[str, Any]) -> bool:
+    """A StatefulSet whose pod template another integration marks as its own (a LeaderWorkerSet's,
+    made from its marked templates): Kueue's StatefulSet webhooks and reconciler leave it alone."""
+    spec = sts.get("spec")
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    meta = template.get("metadata") if isinstance(template, Mapping) else None
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    parent = annotations.get(SUSPENDED_BY_PARENT) if isinstance(annotations, Mapping) else None
+    return parent is not None and parent != "statefulset"
+
+
 def statefulset_workload_name(name: str, uid: str) -> str:
     return workload_name("StatefulSet", "apps", name, uid)
 

@@ -259,7 +259,8 @@ def plan_pods(pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[
     plan = PodPlan()
     pods = [x for x in pods if str(_meta(x).get("namespace")) not in skip]
     statefulsets = [x for x in statefulsets if str(_meta(x).get("namespace")) not in skip
-                    and not p.obj_of(_meta(x).get("labels")).get(s.LWS_NAME_LABEL)]  # an LWS's are the set's
+                    and not p.obj_of(_meta(x).get("labels")).get(s.LWS_NAME_LABEL)  # an LWS's are the set's
+                    and not s.managed_by_another_framework(x)]
     leaderworkersets = [x for x in leaderworkersets if str(_meta(x).get("namespace")) not in skip]
     workloads = [x for x in workloads if str(_meta(x).get("namespace")) not in skip]
     by_name = {(str(_meta(w).get("namespace")), str(_meta(w).get("name"))): w for w in workloads}

@@ -13,6 +13,7 @@ at Kueue ff69552e with its default feature gates, ``LWSImmutableGroupSize`` on).
     ``spec.replicas`` outside 0..1000000;
   - the queue-name label removed, or changed while the object has ready replicas; a
     ``kueue.x-k8s.io/priority-class`` label removed, or added while it has ready replicas;
+  - (a StatefulSet another integration marks as its own, a LeaderWorkerSet's, is left alone);
   - on a queued object: a change to what its pods are admitted by (the pod templates' requests,
     ports, node selector, affinity, tolerations, ...: Kueue's ``SpecShape``), a LeaderWorkerSet's
     ``size``, its leader template added or removed; a StatefulSet's ``replicas`` changed from one
@@ -184,6 +185,8 @@ def refusal(request: Mapping[str, Any], *, workload_exists: bool = False) -> str
     obj, old = request.get("object"), request.get("oldObject")
     if request.get("operation") not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping):
         return None
+    if obj.get("kind") == s.STATEFULSET[1] and s.managed_by_another_framework(obj):
+        return None  # a LeaderWorkerSet's: the set is what Kueue validates
     try:
         _on_create(obj)
         if request.get("operation") == "UPDATE" and isinstance(old, Mapping):

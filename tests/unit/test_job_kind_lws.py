@@ -265,3 +265,11 @@ def test_a_statefulset_resized_around_the_webhook_keeps_its_workload_and_its_pod
     assert plan.label == [] and plan.late == []  # two admitted, two running: the third waits
     plan = plan_pods([_sts_pod(0, 2, False), joined], [_sts(3)], [wl])
     assert [pod["metadata"]["name"] for pod, _ in plan.late] == ["web-2"]  # web-1 gone: room for one
+
+
+def test_a_statefulset_with_another_frameworks_template_gets_no_workload_of_its_own() -> None:
+    made_by_lws = _sts(2)
+    made_by_lws["spec"]["template"]["metadata"] = {"annotations": {p.SUSPENDED_BY_PARENT: s.LWS_FRAMEWORK}}
+    assert plan_pods([], [made_by_lws], []).create == []
+    assert [b["metadata"]["name"] for b in plan_pods([], [_sts(2)], []).create] == [
+        s.statefulset_workload_name("web", "uid-web")]

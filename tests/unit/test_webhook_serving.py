@@ -170,3 +170,15 @@ def test_up_from_zero_waits_for_the_previous_workload_to_go() -> None:
         "StatefulSet team-a/web: spec.replicas: workload from previous scale-down is still being deleted")
     assert sr.statefulset_scaled_up_from_zero(review(sts(3), sts(2))["request"]) is None
     assert sr.statefulset_scaled_up_from_zero(review(sts(3, labels={}), sts(0, labels={}))["request"]) is None
+
+
+def test_a_leaderworkersets_statefulset_is_the_sets_not_a_queued_statefulsets() -> None:
+    """Kueue's ``managedByAnotherFramework``: the LWS controller's StatefulSets carry the set's marked
+    templates; resizing them is the LWS controller's business, and they get no StatefulSet marks."""
+    from services.webhook import review as rv
+    old, new = sts(2), sts(3)
+    for body in (old, new):
+        body["spec"]["template"]["metadata"] = {"annotations": {p.SUSPENDED_BY_PARENT: s.LWS_FRAMEWORK}}
+    assert sr.validate_serving(review(new, old))["response"]["allowed"] is True
+    assert patch_of(rv.mutate_serving(review(new))) is None
+    assert sr.validate_serving(review(sts(3), sts(2)))["response"]["allowed"] is False
