@@ -211,6 +211,14 @@ def _nonempty(value: object) -> object:
 
 def role_hash(spec: Mapping[str, Any]) -> str:
     """Kueue's role of a pod: the first 8 hex digits of SHA-256 over its admission shape."""
+    text = json.dumps({"spec": spec_shape(spec)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def spec_shape(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a pod spec that matter for admission (Kueue's ``SpecShape``): what the role hash
+    is made of, and what a queued pod group's template may not change."""
     tolerations = spec.get("tolerations")
     shape: dict[str, Any] = {
         "affinity": _nonempty(spec.get("affinity")),
@@ -232,9 +240,7 @@ def role_hash(spec: Mapping[str, Any]) -> str:
         requests = resources.get("requests")
         shape["resources"] = ({str(k): canonical_quantity(v) for k, v in requests.items()}
                               if isinstance(requests, Mapping) and requests else None)
-    text = json.dumps({"spec": shape}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
+    return shape
 
 
 def role_of(pod: PodInfo) -> str:

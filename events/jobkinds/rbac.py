@@ -21,12 +21,14 @@ VERBS = {"watcher": ["list", "watch"], "actuator": ["get", "list", "watch", "pat
 POD_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch", "delete"]},
     {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["list"]},
+    {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "verbs": ["list"]},
     {"apiGroups": [KUEUE_GROUP], "resources": ["workloads"], "verbs": ["list", "create", "delete"]},
 ]
 """The actuator's pod integration (``--job-kinds Pod``, ``services/actuator/podgroups.py``): queued pods
-listed, labelled into a StatefulSet's group, released (gate lifted) and stopped (deleted); StatefulSets
-listed; Workloads listed, created for pods, groups and StatefulSets and deleted when their owners are
-gone (``Finished`` is written on workloads/status, granted in ``deploy/base``)."""
+listed, labelled into a StatefulSet's (or LeaderWorkerSet replica's) group, released (gate lifted) and
+stopped (deleted); StatefulSets and LeaderWorkerSets listed; Workloads listed, created for pods, groups,
+StatefulSets and LeaderWorkerSet replicas and deleted when their owners are gone (``Finished`` is
+written on workloads/status, granted in ``deploy/base``)."""
 
 
 RUNTIME_VERBS = {"watcher": ["list", "watch"], "actuator": ["get"]}

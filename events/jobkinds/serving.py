@@ -16,7 +16,12 @@ pods with the scheduling gate, and none of their Workloads ever finishes.
 - **LeaderWorkerSet** (``pkg/controller/jobs/leaderworkerset``): one Workload per replica
   (group index), ``leaderworkerset-<name>-<index>-<hash>``, podSets ``leader`` (1 pod, from
   ``leaderTemplate``) and ``worker`` (``size`` - 1) when there is a leader template, else
-  ``main`` (``size`` pods); ``replicas`` and ``size`` default to 1.
+  ``main`` (``size`` pods); ``replicas`` and ``size`` default to 1. On a cluster its pods (the LWS
+  controller's, labelled with the set's name and their group index) join their replica's group with
+  :func:`lws_pod_labels` (Kueue's ``setDefault``: group name = prebuilt Workload = that replica's
+  Workload, total count = ``size``, role ``leader`` / ``worker`` (``main`` without a leader
+  template)); its webhook puts the queue (and priority-class) label, ``pod-suspending-parent`` and
+  ``pod-group-serving`` on both pod templates (:func:`lws_template_metadata`).
 """
 
 from __future__ import annotations
@@ -46,6 +51,15 @@ STATEFULSET: Final = ("apps/v1", "StatefulSet")
 LWS_GROUP: Final = "leaderworkerset.x-k8s.io"
 LEADERWORKERSET: Final = (f"{LWS_GROUP}/v1", "LeaderWorkerSet")
 KINDS: Final = (DEPLOYMENT, STATEFULSET, LEADERWORKERSET)
+LWS_FRAMEWORK: Final = f"{LWS_GROUP}/leaderworkerset"
+"""Kueue's framework name for LeaderWorkerSet (the ``pod-suspending-parent`` value of its pods)."""
+LWS_NAME_LABEL: Final = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX_LABEL: Final = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_LEADER_NAME_ANNOTATION: Final = "leaderworkerset.sigs.k8s.io/leader-name"
+"""What the LWS controller puts on its pods: the set's name and the replica (group) index on every
+pod, the leader's name on each worker (so a pod without it is a leader)."""
+LWS_MAX_REPLICAS: Final = 1_000_000
+"""Kueue's bound on a LeaderWorkerSet's ``spec.replicas`` (its webhook refuses more)."""
 MAX_REPLICAS: Final = 10_000
 """The most pods (or groups) ``simulate`` makes of one object (ours)."""
 
@@ -91,6 +105,17 @@ def parent_annotation(framework: str) -> dict[str, str]:
     return {SUSPENDED_BY_PARENT: framework}
 
 
+def managed_by_another_framework(sts: Mapping[str, Any]) -> bool:
+    """A StatefulSet whose pod template another integration marks as its own (a LeaderWorkerSet's,
+    made from its marked templates): Kueue's StatefulSet webhooks and reconciler leave it alone."""
+    spec = sts.get("spec")
+    template = spec.get("template") if isinstance(spec, Mapping) else None
+    meta = template.get("metadata") if isinstance(template, Mapping) else None
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    parent = annotations.get(SUSPENDED_BY_PARENT) if isinstance(annotations, Mapping) else None
+    return parent is not None and parent != "statefulset"
+
+
 def statefulset_workload_name(name: str, uid: str) -> str:
     return workload_name("StatefulSet", "apps", name, uid)
 
@@ -131,3 +156,42 @@ def lws_workloads(where: Where, name: str, uid: str, body: Mapping[str, Any]) ->
     text(where, name, ("metadata", "name"), required=True)
     return [GroupWorkload(workload_name("LeaderWorkerSet", LWS_GROUP, f"{name}-{i}", uid), tuple(sets), i)
             for i in range(n)]
+
+
+def lws_workload_name(name: str, uid: str, index: int | str) -> str:
+    """Kueue's name of a LeaderWorkerSet replica's Workload."""
+    return workload_name("LeaderWorkerSet", LWS_GROUP, f"{name}-{index}", uid)
+
+
+def lws_size(where: Where, body: Mapping[str, Any]) -> int:
+    at: tuple[PathPart, ...] = ("spec", "leaderWorkerTemplate")
+    lwt = mapping(where, _spec(where, body).get("leaderWorkerTemplate"), at, required=True)
+    return count(where, lwt.get("size"), (*at, "size"), 1, minimum=1)
+
+
+def lws_has_leader(body: Mapping[str, Any]) -> bool:
+    spec = body.get("spec")
+    lwt = spec.get("leaderWorkerTemplate") if isinstance(spec, Mapping) else None
+    return isinstance(lwt, Mapping) and lwt.get("leaderTemplate") is not None
+
+
+def lws_pod_labels(lws_name: str, lws_uid: str, body: Mapping[str, Any], where: Where, index: str,
+                   pod_annotations: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, annotations) that put one of a LeaderWorkerSet's pods into its replica's group, as
+    Kueue's LeaderWorkerSet reconciler does (``setDefault``); the serving mark too, which its
+    webhook puts on the templates (so a pod made before the webhook ran never finishes either)."""
+    group = lws_workload_name(lws_name, lws_uid, index)
+    role = MAIN
+    if lws_has_leader(body):
+        role = "worker" if LWS_LEADER_NAME_ANNOTATION in pod_annotations else "leader"
+    labels = {MANAGED: "true", GROUP_NAME: group, PREBUILT_WORKLOAD: group}
+    annotations = {GROUP_TOTAL_COUNT: str(lws_size(where, body)), ROLE_HASH: role, SERVING: "true"}
+    return labels, annotations
+
+
+def lws_template_metadata(labels: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, annotations) Kueue's LeaderWorkerSet webhook puts on its leader and worker pod templates."""
+    out = {QUEUE_NAME_LABEL: labels[QUEUE_NAME_LABEL]}
+    if labels.get(PRIORITY_CLASS_LABEL):
+        out[PRIORITY_CLASS_LABEL] = labels[PRIORITY_CLASS_LABEL]
+    return out, {SUSPENDED_BY_PARENT: LWS_FRAMEWORK, SERVING: "true"}

@@ -18,7 +18,11 @@ with one, and the Workloads, and :func:`plan_pods` decides, purely:
   a group Kueue refuses (mismatched total counts or queues) is reported, naming the pod and the
   annotation, and gets none;
 - a pod or group that finished as Kueue decides gets ``Finished`` on its Workload;
-- a Workload whose pods (or StatefulSet) are all gone is deleted (the garbage collector's job
+- a queued LeaderWorkerSet has a Workload per replica and its pods join their replica's group
+  (:mod:`services.actuator.lws`);
+- a gated pod of a group whose Workload is admitted already (made after the admission) is released
+  (:mod:`services.actuator.group_release`);
+- a Workload whose pods (or StatefulSet, or LeaderWorkerSet) are all gone is deleted (the garbage collector's job
   in a full cluster), which frees its quota; gone means missing from its namespace's full lists,
   not only from the queued ones (an ElasticQuotaTree's pods carry no queue-name label).
 
@@ -54,6 +58,8 @@ from events.jobkinds import pods as p
 from events.jobkinds import serving as s
 from events.jobkinds.base import Finished
 from events.jobkinds.pod_documents import owner_ref, priority_fields, workload_body
+from services.actuator import group_release as gr
+from services.actuator import lws as lw
 from services.actuator.job_reconciler import Finished as WorkloadFinished
 from services.actuator.job_reconciler import finished_status
 from services.actuator.kubeapi import KubeApiError
@@ -62,6 +68,7 @@ from services.runtime.clock import wall_clock_ms
 
 _log = structlog.get_logger(__name__)
 MERGE_PATCH: Final = "application/merge-patch+json"
+FORBIDDEN: Final = 403
 WORKLOADS: Final = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
 Json = dict[str, Any]
 
@@ -98,6 +105,7 @@ class PodPlan:
     finish: list[tuple[Json, WorkloadFinished]] = field(default_factory=list)  # (Workload, Finished)
     delete: list[tuple[str, str]] = field(default_factory=list)  # (namespace, Workload)
     orphans: list[Json] = field(default_factory=list)  # Workloads whose owners the queued lists lack
+    late: list[tuple[Json, str]] = field(default_factory=list)  # (gated pod, its admitted group's Workload)
     errors: list[str] = field(default_factory=list)
 
 
@@ -108,6 +116,8 @@ def _sts_labels(pod: Mapping[str, Any], sts: Mapping[str, Any]) -> Json | None:
     labels, annotations = s.statefulset_pod_labels(str(smeta.get("name")), str(smeta.get("uid")),
                                                    p.obj_of(smeta.get("labels")), total)
     have_l, have_a = p.obj_of(meta.get("labels")), p.obj_of(meta.get("annotations"))
+    if have_l.get(p.GROUP_NAME) == labels[p.GROUP_NAME]:
+        return None  # in its group already: Kueue keeps the total count it joined with (a resize does not relabel)
     if all(have_l.get(k) == v for k, v in labels.items()) and all(have_a.get(k) == v for k, v in annotations.items()):
         return None
     return {"metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": labels, "annotations": annotations}}
@@ -176,13 +186,15 @@ def _group(members: list[tuple[p.PodInfo, bool]], wl: Mapping[str, Any] | None, 
         plan.finish.append((dict(wl), WorkloadFinished(name, ended.succeeded, ended.message)))
 
 
-def _gone(wl: Mapping[str, Any], pod_uids: set[str], sts_uids: set[str]) -> bool:
+def _gone(wl: Mapping[str, Any], pod_uids: set[str], sts_uids: set[str], lws_uids: set[str]) -> bool:
     """A Workload of ours whose owners are all gone."""
     refs = [r for r in _items_of(_meta(wl).get("ownerReferences")) if isinstance(r, Mapping)]
-    ours = [r for r in refs if (r.get("apiVersion"), r.get("kind")) in (("v1", "Pod"), s.STATEFULSET)]
+    uids = {"Pod": pod_uids, "StatefulSet": sts_uids, "LeaderWorkerSet": lws_uids}
+    ours = [r for r in refs if (r.get("apiVersion"), r.get("kind")) in (("v1", "Pod"), s.STATEFULSET,
+                                                                         s.LEADERWORKERSET)]
     if not ours or len(ours) != len(refs):
         return False
-    return all(str(r.get("uid")) not in (pod_uids if r.get("kind") == "Pod" else sts_uids) for r in ours)
+    return all(str(r.get("uid")) not in uids[str(r.get("kind"))] for r in ours)
 
 
 def _statefulsets(sts_by: Mapping[tuple[str, str], Mapping[str, Any]],
@@ -201,16 +213,32 @@ def _statefulsets(sts_by: Mapping[tuple[str, str], Mapping[str, Any]],
             plan.delete.append((ns, wl_name))  # scaled to zero: its quota is freed
 
 
+def _lws_pod(raw: Mapping[str, Any], lws: Mapping[str, Any] | None, plan: PodPlan) -> bool:
+    """A LeaderWorkerSet's pod: on (as a group member) once it is in its replica's group."""
+    try:
+        label_patch = lw.pod_patch(raw, lws) if lws is not None else None
+    except p.GroupError as e:
+        plan.errors.append(str(e))
+        return False
+    if label_patch is not None:
+        plan.label.append((str(_meta(raw).get("namespace")), str(_meta(raw).get("name")), label_patch))
+        return False
+    return lws is not None and p.GROUP_NAME in p.obj_of(_meta(raw).get("labels"))
+
+
 def _ours(raw: Mapping[str, Any], info: p.PodInfo, sts_by: Mapping[tuple[str, str], Mapping[str, Any]],
-          plan: PodPlan) -> bool:
-    """Whether the pass goes on with this pod: a plain pod, a ReplicaSet's, or a StatefulSet's already
-    in its group (one not yet in it is labelled into it first); a Job's (or another managed kind's)
-    pod is its owner's."""
+          plan: PodPlan, lws_by: Mapping[tuple[str, str], Mapping[str, Any]]) -> bool:
+    """Whether the pass goes on with this pod: a plain pod, a ReplicaSet's, or a StatefulSet's (or a
+    LeaderWorkerSet's) already in its group (one not yet in it is labelled into it first); a Job's
+    (or another managed kind's) pod is its owner's."""
     owner = _controller(raw)
     if owner is None or owner.get("kind") == "ReplicaSet":
         return True
     if owner.get("kind") != "StatefulSet":
         return False
+    of_lws, lws = lw.set_of(raw, lws_by)
+    if of_lws:
+        return _lws_pod(raw, lws, plan)
     parent = sts_by.get((info.namespace, str(owner.get("name"))))
     try:
         label_patch = _sts_labels(raw, parent) if parent is not None else None
@@ -224,22 +252,30 @@ def _ours(raw: Mapping[str, Any], info: p.PodInfo, sts_by: Mapping[tuple[str, st
 
 
 def plan_pods(pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[str, Any]],
-              workloads: Sequence[Mapping[str, Any]], *, skip: frozenset[str] = frozenset()) -> PodPlan:
+              workloads: Sequence[Mapping[str, Any]], *, skip: frozenset[str] = frozenset(),
+              leaderworkersets: Sequence[Mapping[str, Any]] = ()) -> PodPlan:
     """One pass of the pod integration (see the module docstring), pure. ``skip``: namespaces left
     to another front end (an ElasticQuotaTree's, whose pod reconciler makes every pod's Workload)."""
     plan = PodPlan()
     pods = [x for x in pods if str(_meta(x).get("namespace")) not in skip]
-    statefulsets = [x for x in statefulsets if str(_meta(x).get("namespace")) not in skip]
+    statefulsets = [x for x in statefulsets if str(_meta(x).get("namespace")) not in skip
+                    and not p.obj_of(_meta(x).get("labels")).get(s.LWS_NAME_LABEL)  # an LWS's are the set's
+                    and not s.managed_by_another_framework(x)]
+    leaderworkersets = [x for x in leaderworkersets if str(_meta(x).get("namespace")) not in skip]
     workloads = [x for x in workloads if str(_meta(x).get("namespace")) not in skip]
     by_name = {(str(_meta(w).get("namespace")), str(_meta(w).get("name"))): w for w in workloads}
     sts_by = {(str(_meta(x).get("namespace")), str(_meta(x).get("name"))): x for x in statefulsets
               if str(_meta(x).get("namespace")) not in p.UNMANAGED_NAMESPACES
               and isinstance(p.obj_of(_meta(x).get("labels")).get(QUEUE_NAME_LABEL), str)}
     _statefulsets(sts_by, by_name, plan)
+    lws_by = lw.queued(leaderworkersets)
+    lw.plan_workloads(lws_by, by_name, plan.create, plan.delete, plan.errors)
     groups: dict[tuple[str, str], list[tuple[p.PodInfo, bool]]] = {}
+    raw_by: dict[tuple[str, str], Mapping[str, Any]] = {}
     for raw in sorted(pods, key=lambda x: (str(_meta(x).get("namespace")), str(_meta(x).get("name")))):
         info = p.pod_info(raw)
-        if not p.managed(info) or _meta(raw).get("deletionTimestamp") or not _ours(raw, info, sts_by, plan):
+        raw_by[(info.namespace, info.name)] = raw
+        if not p.managed(info) or _meta(raw).get("deletionTimestamp") or not _ours(raw, info, sts_by, plan, lws_by):
             continue
         gated = any(isinstance(g, Mapping) and g.get("name") == ADMISSION_GATE
                     for g in _items_of(info.spec.get("schedulingGates")))
@@ -254,20 +290,25 @@ def plan_pods(pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[
             _single(info, by_name.get((info.namespace, p.pod_workload_name(info))), gated, plan)
     for (ns, _group_name), members in sorted(groups.items()):
         name = p.group_workload_name([i for i, _ in members])
-        _group(members, by_name.get((ns, name)), plan)
+        wl = by_name.get((ns, name))
+        _group(members, wl, plan)
+        if wl is not None and gr.admitted(wl):  # a member made after the admission (group_release.py)
+            plan.late += [(dict(raw_by[(ns, i.name)]), name) for i in gr.late_members(members, wl)]
     pod_uids = {str(_meta(x).get("uid")) for x in pods}
     sts_uids = {str(_meta(x).get("uid")) for x in statefulsets}
+    lws_uids = {str(_meta(x).get("uid")) for x in leaderworkersets}
     for key, wl in sorted(by_name.items()):
-        if _gone(wl, pod_uids, sts_uids) and key not in plan.delete:
+        if _gone(wl, pod_uids, sts_uids, lws_uids) and key not in plan.delete:
             plan.orphans.append(dict(wl))  # checked against every pod and StatefulSet before it goes
     return plan
 
 
-def gone_for_good(wl: Mapping[str, Any], pods: Sequence[Mapping[str, Any]],
-                  statefulsets: Sequence[Mapping[str, Any]]) -> bool:
+def gone_for_good(wl: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], statefulsets: Sequence[Mapping[str, Any]],
+                  leaderworkersets: Sequence[Mapping[str, Any]] = ()) -> bool:
     """Whether an orphan candidate's owners are missing from the namespace's full lists too (a pod
     without a queue-name label, an ElasticQuotaTree's, is not in the queued list)."""
-    return _gone(wl, {str(_meta(x).get("uid")) for x in pods}, {str(_meta(x).get("uid")) for x in statefulsets})
+    return _gone(wl, {str(_meta(x).get("uid")) for x in pods}, {str(_meta(x).get("uid")) for x in statefulsets},
+                 {str(_meta(x).get("uid")) for x in leaderworkersets})
 
 
 # --- release and stop ------------------------------------------------------------------------
@@ -367,6 +408,7 @@ class PodGroupStats:
     passes: int = 0
     labelled: int = 0
     created: int = 0
+    released: int = 0  # pods of an admitted group made after its admission
     finished: int = 0
     deleted: int = 0
     refused: int = 0
@@ -388,17 +430,31 @@ class PodGroupReconciler:
         data = await raw_call(self.api, "GET", path, query=query)
         return [x for x in (data or {}).get("items") or [] if isinstance(x, dict)]
 
+    async def _optional(self, path: str, selector: str | None = None) -> list[Json]:
+        """A kind whose CRD may not be installed (LeaderWorkerSet): none when the server has no such kind,
+        or when the role does not grant it yet (RBAC applied before this version: said once)."""
+        try:
+            return await self._items(path, selector)
+        except KubeApiError as e:
+            if e.status == FORBIDDEN and path not in self._reported:
+                self._reported.add(path)
+                _log.warning("pod_group.not_allowed", path=path, error=str(e))
+            if e.not_found or e.status == FORBIDDEN:
+                return []
+            raise
+
     async def reconcile(self) -> PodPlan:
         self.stats.passes += 1
         pods = await self._items("/api/v1/pods", QUEUE_NAME_LABEL)
         statefulsets = await self._items("/apis/apps/v1/statefulsets", QUEUE_NAME_LABEL)
+        leaderworkersets = await self._optional(f"{lw.LWS_PATH}/leaderworkersets", QUEUE_NAME_LABEL)
         workloads = await self._items(f"{WORKLOADS}/workloads")
         skip: frozenset[str] = frozenset()
         if self.elastic_quota_tree:
             queues = await self._items(f"{WORKLOADS}/localqueues", ELASTIC_QUOTA_TREE_LABEL)
             skip = frozenset(str(_meta(q).get("namespace")) for q in queues
                              if _meta(q).get("name") == DEFAULT_LOCAL_QUEUE)
-        plan = plan_pods(pods, statefulsets, workloads, skip=skip)
+        plan = plan_pods(pods, statefulsets, workloads, skip=skip, leaderworkersets=leaderworkersets)
         await self._apply(plan)
         return plan
 
@@ -408,6 +464,8 @@ class PodGroupReconciler:
                 self._reported.add(message)
                 self.stats.refused += 1
                 _log.warning("pod_group.refused", error=message)
+        if plan.late:
+            self.stats.released += await gr.release_late(self.api, plan.late, pod_release_patch, pod_set_of)
         for ns, name, patch in plan.label:
             with contextlib.suppress(KubeApiError):  # 409: changed meanwhile, next pass
                 await raw_call(self.api, "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", body=patch,
@@ -429,8 +487,9 @@ class PodGroupReconciler:
         for ns in sorted({str(_meta(wl).get("namespace")) for wl in plan.orphans}):
             pods = await self._items(f"/api/v1/namespaces/{ns}/pods")
             sets = await self._items(f"/apis/apps/v1/namespaces/{ns}/statefulsets")
+            lwss = await self._optional(f"{lw.LWS_PATH}/namespaces/{ns}/leaderworkersets")
             plan.delete += [(ns, str(_meta(wl).get("name"))) for wl in plan.orphans
-                            if _meta(wl).get("namespace") == ns and gone_for_good(wl, pods, sets)]
+                            if _meta(wl).get("namespace") == ns and gone_for_good(wl, pods, sets, lwss)]
         for ns, name in plan.delete:
             with contextlib.suppress(KubeApiError):
                 await raw_call(self.api, "DELETE", f"{WORKLOADS}/namespaces/{ns}/workloads/{name}")

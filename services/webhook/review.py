@@ -207,6 +207,8 @@ def mutate_serving(review: Review) -> dict[str, Any]:
     template = spec.get("template") if isinstance(spec, dict) else None
     if QUEUE_NAME_LABEL not in labels or namespace in kpods.UNMANAGED_NAMESPACES or not isinstance(template, dict):
         return response(review, allowed=True)
+    if obj.get("kind") == "StatefulSet" and serving.managed_by_another_framework(obj):
+        return response(review, allowed=True)  # a LeaderWorkerSet's StatefulSet: its pods are the set's
     framework = "statefulset" if obj.get("kind") == "StatefulSet" else "deployment"
     tmeta: Mapping[str, Any] | None = template.get("metadata") if isinstance(template.get("metadata"), dict) else None
     want = {"labels": serving.propagated_labels(labels), "annotations": serving.parent_annotation(framework)}

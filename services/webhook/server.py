@@ -13,6 +13,10 @@ Routes (each takes and returns an ``admission.k8s.io/v1`` AdmissionReview):
   (JobSet, Kubeflow, MPIJob, Ray, AppWrapper, SparkApplication; :mod:`services.webhook.kinds`): a
   queued one is created held, with ``managedBy`` for MultiKueue where its ClusterQueue uses it, and
   refused at creation as ``simulate`` refuses it, or on an update of its queue while it runs;
+- ``POST /mutate-leaderworkerset``: a queued LeaderWorkerSet's leader and worker templates get the
+  queue label, ``pod-suspending-parent`` and ``pod-group-serving`` (:func:`serving_review.mutate_lws`);
+- ``POST /validate-serving``: StatefulSets and LeaderWorkerSets, refused as Kueue's webhooks refuse
+  them (queue name, immutable templates and sizes; :func:`serving_review.validate_serving`);
 - ``POST /validate-kueue``: Kueue objects and T9k Queues, checked as ``simulate`` checks them;
 - ``POST /validate-t9k-job``: Jobs on a T9k Queue, refused at creation by the Queue's rules;
 - ``GET /healthz``.
@@ -39,7 +43,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from events import t9k
 from events.cluster import ELASTIC_QUOTA_TREE_LABEL, KUEUE_GROUP, MULTIKUEUE_CONTROLLER, QUEUE_NAME_LABEL
 from events.elasticquota import DEFAULT_LOCAL_QUEUE
-from services.webhook import kinds, review
+from services.webhook import kinds, review, serving_review
 
 log = structlog.get_logger("kueuelog.webhook")
 
@@ -104,6 +108,14 @@ class Cluster:
                 raise
             return None
         return found
+    async def workload_exists(self, namespace: str, name: str) -> bool:
+        try:
+            await self.custom.get_namespaced_custom_object(KUEUE_GROUP, "v1beta2", namespace, "workloads", name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return False
+        return True
 
     async def lookup(self, queue: str, namespace: str) -> review.Lookup:
         found = await self.queue(queue)
@@ -146,6 +158,21 @@ def _handler(decide: Decide) -> Callable[[web.Request], Awaitable[web.Response]]
     return handle
 
 
+async def _mutate_job(cluster: Cluster | None, body: review.Review) -> dict[str, Any]:
+    request = body["request"]
+    job = request.get("object") or {}
+    if cluster is None or request.get("operation") != "CREATE" or not isinstance(job, dict):
+        return review.mutate_job(body)
+    queue = review.t9k_queue_of(job)
+    if queue is not None:
+        return review.mutate_job(body, await cluster.queue(queue))
+    namespace = str(request.get("namespace", ""))
+    lq = ((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL)
+    if isinstance(lq, str):
+        return review.mutate_job(body, multikueue=await cluster.multikueue(namespace, lq))
+    return review.mutate_job(body, bound=await cluster.bound(namespace))
+
+
 async def _mutate_job_kind(cluster: Cluster | None, body: review.Review) -> dict[str, Any]:
     request = body["request"]
     obj = request.get("object") or {}
@@ -157,18 +184,7 @@ async def _mutate_job_kind(cluster: Cluster | None, body: review.Review) -> dict
 
 def application(cluster: Cluster | None) -> web.Application:
     async def mutate(body: review.Review) -> dict[str, Any]:
-        request = body["request"]
-        job = request.get("object") or {}
-        if cluster is None or request.get("operation") != "CREATE" or not isinstance(job, dict):
-            return review.mutate_job(body)
-        queue = review.t9k_queue_of(job)
-        if queue is not None:
-            return review.mutate_job(body, await cluster.queue(queue))
-        namespace = str(request.get("namespace", ""))
-        lq = ((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL)
-        if isinstance(lq, str):
-            return review.mutate_job(body, multikueue=await cluster.multikueue(namespace, lq))
-        return review.mutate_job(body, bound=await cluster.bound(namespace))
+        return await _mutate_job(cluster, body)
 
     async def mutate_job_kind(body: review.Review) -> dict[str, Any]:
         return await _mutate_job_kind(cluster, body)
@@ -187,6 +203,14 @@ def application(cluster: Cluster | None) -> web.Application:
 
     async def validate(body: review.Review) -> dict[str, Any]:
         return review.validate_object(body)
+
+    async def mutate_lws(body: review.Review) -> dict[str, Any]:
+        return serving_review.mutate_lws(body)
+
+    async def validate_serving(body: review.Review) -> dict[str, Any]:
+        wanted = serving_review.statefulset_scaled_up_from_zero(body["request"])
+        exists = cluster is not None and wanted is not None and await cluster.workload_exists(*wanted)
+        return serving_review.validate_serving(body, workload_exists=exists)
 
     async def validate_job(body: review.Review) -> dict[str, Any]:
         request = body["request"]
@@ -207,6 +231,8 @@ def application(cluster: Cluster | None) -> web.Application:
     app.router.add_post("/mutate-apps-v1", _handler(mutate_serving))
     app.router.add_post("/mutate-job-kinds", _handler(mutate_job_kind))
     app.router.add_post("/validate-job-kinds", _handler(validate_job_kind))
+    app.router.add_post("/mutate-leaderworkerset", _handler(mutate_lws))
+    app.router.add_post("/validate-serving", _handler(validate_serving))
     app.router.add_post("/validate-kueue", _handler(validate))
     app.router.add_post("/validate-t9k-job", _handler(validate_job))
     app.router.add_get("/healthz", healthz)

@@ -173,7 +173,7 @@ async def test_statefulset_one_group_released_together_and_stopped(kube_api_clie
     wl_name = s.statefulset_workload_name("web", sts.metadata.uid)
     owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web", "uid": sts.metadata.uid,
              "controller": True}
-    async with reconciler(api):
+    async with reconciler(api) as r:
         wl = await eventually(lambda: _workload(co, ns, wl_name), what="the StatefulSet's Workload")
         assert wl_name.startswith("statefulset-web-")
         assert [(ps["name"], ps["count"]) for ps in wl["spec"]["podSets"]] == [("main", 2)]
@@ -203,6 +203,27 @@ async def test_statefulset_one_group_released_together_and_stopped(kube_api_clie
         conditions = {c["type"] for c in ((await _workload(co, ns, wl_name)) or {}).get("status", {}).get(
             "conditions", [])}
         assert "Finished" not in conditions
+
+        # Resized around Kueue's webhook (the scale subresource, which no webhook covers): the Workload
+        # keeps its count, the pods their total count, and the pod past the admitted two stays gated.
+        await apps.patch_namespaced_stateful_set_scale("web", ns, {"spec": {"replicas": 3}})
+        await core.create_namespaced_pod(ns, gated_pod("web-2", {"app": "web", QUEUE_NAME_LABEL: setup.lq}, {},
+                                                       owner=owner))
+
+        async def joined() -> bool:
+            pod = await core.read_namespaced_pod("web-2", ns)
+            return (pod.metadata.labels or {}).get(p.GROUP_NAME) == wl_name
+
+        await eventually(joined, what="the extra pod to join the group")
+        seen = r.stats.passes
+        await eventually(lambda: r.stats.passes >= seen + 2, what="two more reconciler passes")
+        assert _gated(await core.read_namespaced_pod("web-2", ns))
+        assert (await core.read_namespaced_pod("web-2", ns)).metadata.annotations[p.GROUP_TOTAL_COUNT] == "3"
+        assert (await core.read_namespaced_pod("web-0", ns)).metadata.annotations[p.GROUP_TOTAL_COUNT] == "2"
+        wl = await _workload(co, ns, wl_name)
+        assert wl is not None and [ps["count"] for ps in wl["spec"]["podSets"]] == [2]
+        await apps.patch_namespaced_stateful_set_scale("web", ns, {"spec": {"replicas": 2}})
+        await core.delete_namespaced_pod("web-2", ns, grace_period_seconds=0)  # the controller's part
 
         await port.stop(EvictWorkload(id="c2-0", cycle=2, namespace=ns, name=wl_name, cluster_queue=setup.cq,
                                       reason="Preempted", message="to make room"))

@@ -484,3 +484,63 @@ async def test_queued_job_kinds_are_created_held_managed_by_multikueue_and_refus
     assert "field is immutable" in str(moved.value.body)
     for plural, name in (("clusterqueues", f"mk-cq-{scope}"), ("admissionchecks", check)):
         await co.delete_cluster_custom_object(KUEUE_GROUP, "v1beta2", plural, name)
+async def _denied(call: Any) -> str:
+    with pytest.raises(ApiException) as e:
+        await call
+    assert e.value.status == 403, e.value.body
+    return str(e.value.body)
+
+
+async def test_a_queued_leaderworkerset_and_statefulset_as_kueues_webhooks_treat_them(webhooks: Webhooks) -> None:
+    """A queued LeaderWorkerSet's templates are marked (queue, pod-suspending-parent, serving), so a
+    pod made from them (the test plays the LWS controller) is created gated; its group size may not
+    change, its replicas may. A queued StatefulSet is resized only through zero, and up from zero only
+    once its previous Workload is gone."""
+    from events.cluster import QUEUE_NAME_LABEL
+    from events.jobkinds import pods as kpods
+    from events.jobkinds import serving
+    from tests.integration.lws_crd import GROUP, PLURAL, VERSION, ensure_lws_crd
+
+    await ensure_lws_crd(webhooks.api)
+    ns, core, apps = webhooks.namespace, client.CoreV1Api(webhooks.api), client.AppsV1Api(webhooks.api)
+    co = client.CustomObjectsApi(webhooks.api)
+    merge = "application/merge-patch+json"
+    container = {"name": "main", "image": "registry.k8s.io/e2e-test-images/agnhost:2.53",
+                 "resources": {"requests": {"cpu": "1"}}}
+    template = {"metadata": {"labels": {"app": "srv"}}, "spec": {"containers": [container]}}
+    made = await co.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "srv", "labels": {QUEUE_NAME_LABEL: "lq"}},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "leaderTemplate": template,
+                                                         "workerTemplate": template}}})
+    for key in ("leaderTemplate", "workerTemplate"):
+        tmeta = made["spec"]["leaderWorkerTemplate"][key]["metadata"]
+        assert tmeta["labels"] == {"app": "srv", QUEUE_NAME_LABEL: "lq"}
+        assert tmeta["annotations"] == {kpods.SUSPENDED_BY_PARENT: serving.LWS_FRAMEWORK, kpods.SERVING: "true"}
+    pod = await core.create_namespaced_pod(ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "srv-0", "labels": {**tmeta["labels"], serving.LWS_NAME_LABEL: "srv",
+                                    serving.LWS_GROUP_INDEX_LABEL: "0"}, "annotations": tmeta["annotations"]},
+        "spec": {"containers": [container]}})
+    assert [g.name for g in pod.spec.scheduling_gates or []] == [ADMISSION_GATE]
+    why = await _denied(co.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "srv", {
+        "spec": {"leaderWorkerTemplate": {"size": 3}}}, _content_type=merge))
+    assert f"LeaderWorkerSet {ns}/srv: spec.leaderWorkerTemplate.size: field is immutable" in why
+    await co.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "srv", {"spec": {"replicas": 3}},
+                                            _content_type=merge)
+
+    sts = await apps.create_namespaced_stateful_set(ns, {
+        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "web", "labels": {QUEUE_NAME_LABEL: "lq"}},
+        "spec": {"replicas": 2, "serviceName": "web", "selector": {"matchLabels": {"app": "srv"}},
+                 "template": template}})
+    why = await _denied(apps.patch_namespaced_stateful_set("web", ns, {"spec": {"replicas": 3}}))
+    assert f"StatefulSet {ns}/web: spec.replicas: field is immutable" in why
+    await apps.patch_namespaced_stateful_set("web", ns, {"spec": {"replicas": 0}})
+    name = serving.statefulset_workload_name("web", sts.metadata.uid)
+    await co.create_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", ns, "workloads", {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload", "metadata": {"name": name},
+        "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 2, "template": template}]}})
+    why = await _denied(apps.patch_namespaced_stateful_set("web", ns, {"spec": {"replicas": 2}}))
+    assert "spec.replicas: workload from previous scale-down is still being deleted" in why
+    await co.delete_namespaced_custom_object("kueue.x-k8s.io", "v1beta1", ns, "workloads", name)
+    scaled = await apps.patch_namespaced_stateful_set("web", ns, {"spec": {"replicas": 2}})
+    assert scaled.spec.replicas == 2
