@@ -121,6 +121,16 @@ def _finished_on_workers(log: KafkaLog, topics: Topics) -> set[str]:
             if isinstance(e.event, WorkloadFinished) and e.cluster.startswith("worker-")}
 
 
+def _state_at(log: KafkaLog, topics: Topics, offset: int) -> Scheduler:
+    """The scheduler's state with the events below ``offset`` folded and the decisions made on them
+    applied (a replay up to there)."""
+    s = Scheduler(log, topics)
+    for _ in s.replay(0, verify=False, until_input=offset):
+        pass
+    s.fold_until(offset)
+    return s
+
+
 def _job(i: int, queue: int, cpu: str, duration: str) -> o.Workload:
     body = mc.job_manifest(f"job-{i:02d}", queue, cpu, "2025-01-01T00:00:00Z", duration=duration)
     obj = normalize(Document(file="<test>", index=i, body=body))
@@ -245,8 +255,7 @@ def test_a_worker_silent_past_worker_lost_timeout_is_replaced_once_and_its_late_
         late = log.end_offset(topics.cluster_events)
         _wait(lambda: caught_up(log, GROUP, topics.cluster_events) and log.position(GROUP, topics.cluster_events)
               >= late, 60, "the scheduler to fold the late report", [back, second, *services])
-        folded = Scheduler(log, topics)
-        folded.fold_until(late)
+        folded = _state_at(log, topics, late)
         still = folded.state.workloads[key]
         assert not still.finished, "worker-1's late report finished a workload placed on worker-2"
         assert folded.state.multikueue.placements[key].cluster == "worker-2"
@@ -254,9 +263,10 @@ def test_a_worker_silent_past_worker_lost_timeout_is_replaced_once_and_its_late_
               [back, second, *services])
         _wait(lambda: caught_up(log, GROUP, topics.cluster_events), 60, "the scheduler to catch up",
               [back, second, *services])
-    except AssertionError:
+    except (AssertionError, KeyError):
         procs.stop_all()
         print(procs.outputs())
+        print("\n".join(repr(d) for d in _decisions(log, topics) if not isinstance(d, CycleCompleted)))
         raise
     finally:
         procs.stop_all()
@@ -266,8 +276,7 @@ def test_a_worker_silent_past_worker_lost_timeout_is_replaced_once_and_its_late_
     assert removed[0] == ("worker-1", "WorkerLost") and ("worker-2", "WorkloadFinished") in removed, removed
     sim = [decode_sim_record(v) for v in _records(log, sim_cluster_topic(topics))]
     assert Counter(r.cluster for r in sim if isinstance(r, StartWorkload)) == {"worker-1": 1, "worker-2": 1}
-    recovered = Scheduler(log, topics)
-    recovered.fold_until(log.position(GROUP, topics.cluster_events))
+    recovered = _state_at(log, topics, log.position(GROUP, topics.cluster_events))
     assert recovered.state.workloads[key].finished
     assert recovered.state.multikueue.cluster_names == {key: "worker-2"}
     assert list(Scheduler(log, topics).replay(0, verify=True)) == []
