@@ -23,6 +23,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
+from events.cluster import SIM_DURATION_ANNOTATION
 from events.codec import encode
 from events.envelope import Envelope, Topics, event_key
 from events.messages import ClockTicked
@@ -102,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--heartbeat", type=float, default=1.0, metavar="SECONDS",
                    help="each worker's heartbeat interval (its watcher's --heartbeat)")
     p.add_argument("--default-duration", type=float, default=60.0, metavar="SECONDS",
-                   help="how long a workload runs without a kueuelog.io/sim-duration annotation")
+                   help=f"how long a workload runs without a {SIM_DURATION_ANNOTATION} annotation")
     args = p.parse_args(argv)
     names = [n for n in args.workers.split(",") if n]
     if not names or not 0 < args.heartbeat <= 3600:
