@@ -22,6 +22,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,49 +48,74 @@ from services.runtime.log import caught_up
 from services.scheduler.service import GROUP, Scheduler
 from services.simcluster import multicluster as mc
 from tests.infra.kafka import LocalKafka
-from tests.integration.test_scheduler_sigkill import _wait
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 KUEUELOG = [sys.executable, "-m", "services.app.cli"]
 
 
 class Procs:
-    """The services as processes on the broker, each with its output in a file."""
+    """The services as processes on the broker, by role, each with its output in a file. A service
+    that steps down on its own (exit 5, saying it lost its leadership or was fenced: a heartbeat
+    starved past its session on a loaded machine) is the protocol working: it is started again."""
 
     def __init__(self, bootstrap: str, prefix: str, out_dir: Path) -> None:
         self.bootstrap, self.prefix, self.out_dir = bootstrap, prefix, out_dir
         self.env = {**os.environ, "KUEUELOG_KAFKA_SESSION_TIMEOUT_MS": "2000",
                     "KUEUELOG_KAFKA_HEARTBEAT_INTERVAL_MS": "300"}
-        self.count = 0
-        self.running: list[subprocess.Popen[bytes]] = []
+        self.live: dict[str, subprocess.Popen[bytes]] = {}
+        self.argv: dict[str, list[str]] = {}
+        self.started: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.stepped_down = 0
 
-    def _start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        self.count += 1
-        out = open(self.out_dir / f"{name}-{self.count}.out", "wb")  # noqa: SIM115 - closed with the process
+    def _start(self, role: str, argv: list[str]) -> None:
+        path = self.out_dir / f"{role.replace(':', '-')}-{len(self.started) + 1}.out"
+        out = open(path, "wb")  # noqa: SIM115 - closed with the process
         p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=Path.cwd(),
                              start_new_session=True)
-        self.running.append(p)
-        return p
+        self.live[role], self.argv[role] = p, argv
+        self.started.append((p, path))
 
-    def service(self, service: str) -> subprocess.Popen[bytes]:
-        return self._start(service, [*KUEUELOG, "run", service, "--bootstrap-servers", self.bootstrap,
-                                     "--topic-prefix", self.prefix])
+    def service(self, service: str) -> None:
+        self._start(service, [*KUEUELOG, "run", service, "--bootstrap-servers", self.bootstrap,
+                              "--topic-prefix", self.prefix])
 
-    def workers(self, *names: str, duration_s: float) -> subprocess.Popen[bytes]:
-        return self._start("workers", [sys.executable, "-m", "services.simcluster.workers", "--bootstrap-servers",
-                                       self.bootstrap, "--topic-prefix", self.prefix, "--workers", ",".join(names),
-                                       "--heartbeat", "0.5", "--default-duration", str(duration_s)])
+    def workers(self, *names: str, duration_s: float) -> None:
+        self._start("workers:" + ",".join(names), [
+            sys.executable, "-m", "services.simcluster.workers", "--bootstrap-servers", self.bootstrap,
+            "--topic-prefix", self.prefix, "--workers", ",".join(names), "--heartbeat", "0.5",
+            "--default-duration", str(duration_s)])
 
-    @staticmethod
-    def kill(p: subprocess.Popen[bytes]) -> None:
+    def kill(self, role: str) -> None:
+        p = self.live.pop(role)
         p.send_signal(signal.SIGKILL)
         p.wait()
 
+    def wait(self, predicate: Callable[[], bool], seconds: float, what: str) -> None:
+        """Until ``predicate``; every live role must stay up (or step down, and is restarted)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            for role, p in list(self.live.items()):
+                if p.poll() is None:
+                    continue
+                text = self._output(p)
+                if p.returncode == 5 and ("leadership" in text or "fenced" in text):
+                    self.stepped_down += 1
+                    self._start(role, self.argv[role])
+                    continue
+                raise AssertionError(f"{role} exited with {p.returncode} while waiting for {what}:\n{text[-3000:]}")
+            time.sleep(0.05)
+        raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+
+    def _output(self, p: subprocess.Popen[bytes]) -> str:
+        return next(path for q, path in self.started if q is p).read_text(errors="replace")
+
     def stop_all(self) -> None:
-        for p in self.running:
+        for p, _ in self.started:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        for p in self.running:
+        for p, _ in self.started:
             try:
                 p.wait(30)
             except subprocess.TimeoutExpired:
@@ -97,8 +123,7 @@ class Procs:
                 p.wait()
 
     def outputs(self) -> str:
-        return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-2000:]}"
-                         for f in sorted(self.out_dir.glob("*.out")))
+        return "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-2000:]}" for _, path in self.started)
 
 
 def _records(log: KafkaLog, topic: str) -> Iterator[bytes]:
@@ -194,8 +219,8 @@ def test_a_service_sigkilled_mid_placement_places_every_workload_exactly_once(
     log, topics = _open(kafka_broker, kafka_topic_prefix.rstrip("-"), [*world, *(("", j) for j in jobs)])
     workloads = {f"{j.namespace}/{j.name}" for j in jobs}
     procs = Procs(kafka_broker.bootstrap_servers, topics.prefix, tmp_path)
-    sims = procs.workers(*workers, duration_s=3)
-    helpers = [sims, procs.service("actuator" if victim == "scheduler" else "scheduler")]
+    procs.workers(*workers, duration_s=3)
+    procs.service("actuator" if victim == "scheduler" else "scheduler")
     # What the victim has done so far: the scheduler's decisions written, the actuator's consumed.
     progress: Callable[[], int] = ((lambda: log.end_offset(topics.decisions)) if victim == "scheduler"
                                    else (lambda: log.position("actuator", topics.decisions)))
@@ -204,16 +229,18 @@ def test_a_service_sigkilled_mid_placement_places_every_workload_exactly_once(
         for _ in range(8):
             if _finished_on_workers(log, topics) >= workloads:
                 break
-            before, grow = progress(), rng.randint(1, 25)
-            p = procs.service(victim)
-            _wait(lambda b=before, g=grow: progress() >= b + g or _finished_on_workers(log, topics) >= workloads,
-                  120, f"the {victim} to make progress", [*helpers, p])
-            procs.kill(p)
+            target = progress() + rng.randint(1, 25)
+
+            def moved(t: int = target) -> bool:
+                return progress() >= t or _finished_on_workers(log, topics) >= workloads
+
+            procs.service(victim)
+            procs.wait(moved, 120, f"the {victim} to make progress")
+            procs.kill(victim)
             kills += 1
-        last = procs.service(victim)
-        _wait(lambda: _finished_on_workers(log, topics) >= workloads, 300, "every workload to finish",
-              [*helpers, last])
-        _wait(lambda: caught_up(log, GROUP, topics.cluster_events), 60, "the scheduler to catch up", [*helpers, last])
+        procs.service(victim)
+        procs.wait(lambda: _finished_on_workers(log, topics) >= workloads, 300, "every workload to finish")
+        procs.wait(lambda: caught_up(log, GROUP, topics.cluster_events), 60, "the scheduler to catch up")
     except AssertionError:
         procs.stop_all()
         print(procs.outputs())
@@ -234,9 +261,10 @@ def test_a_worker_silent_past_worker_lost_timeout_is_replaced_once_and_its_late_
                         [("", config), *mc.world(2, 1, worker_cpu="2"), ("", job)])
     key = f"{job.namespace}/{job.name}"
     procs = Procs(kafka_broker.bootstrap_servers, topics.prefix, tmp_path)
-    first = procs.workers("worker-1", duration_s=2)
-    second = procs.workers("worker-2", duration_s=20)
-    services = [procs.service("scheduler"), procs.service("actuator")]
+    procs.workers("worker-1", duration_s=2)
+    procs.workers("worker-2", duration_s=20)
+    procs.service("scheduler")
+    procs.service("actuator")
 
     def running_on(cluster: str) -> bool:
         return any(isinstance(e.event, PodsReady) and e.cluster == cluster for e in _events(log, topics))
@@ -245,24 +273,20 @@ def test_a_worker_silent_past_worker_lost_timeout_is_replaced_once_and_its_late_
         return [e for e in _events(log, topics) if isinstance(e.event, kind) and e.cluster == cluster]
 
     try:
-        _wait(lambda: running_on("worker-1"), 120, "the job to run on worker-1", [first, second, *services])
-        procs.kill(first)  # its watcher falls silent; its run (2 s) ends while nobody listens
-        _wait(lambda: running_on("worker-2"), 120, "the job to run on worker-2 once worker-1 is lost",
-              [second, *services])
-        back = procs.workers("worker-1", duration_s=2)  # back: it reports the end of the run it had
-        _wait(lambda: bool(reported("worker-1", WorkloadFinished)), 120, "worker-1's late report",
-              [back, second, *services])
+        procs.wait(lambda: running_on("worker-1"), 120, "the job to run on worker-1")
+        procs.kill("workers:worker-1")  # its watcher falls silent; its run (2 s) ends while nobody listens
+        procs.wait(lambda: running_on("worker-2"), 120, "the job to run on worker-2 once worker-1 is lost")
+        procs.workers("worker-1", duration_s=2)  # back: it reports the end of the run it had
+        procs.wait(lambda: bool(reported("worker-1", WorkloadFinished)), 120, "worker-1's late report")
         late = log.end_offset(topics.cluster_events)
-        _wait(lambda: caught_up(log, GROUP, topics.cluster_events) and log.position(GROUP, topics.cluster_events)
-              >= late, 60, "the scheduler to fold the late report", [back, second, *services])
+        procs.wait(lambda: log.position(GROUP, topics.cluster_events) >= late, 60,
+                   "the scheduler to fold the late report")
         folded = _state_at(log, topics, late)
         still = folded.state.workloads[key]
         assert not still.finished, "worker-1's late report finished a workload placed on worker-2"
         assert folded.state.multikueue.placements[key].cluster == "worker-2"
-        _wait(lambda: bool(reported("worker-2", WorkloadFinished)), 120, "the job to finish on worker-2",
-              [back, second, *services])
-        _wait(lambda: caught_up(log, GROUP, topics.cluster_events), 60, "the scheduler to catch up",
-              [back, second, *services])
+        procs.wait(lambda: bool(reported("worker-2", WorkloadFinished)), 120, "the job to finish on worker-2")
+        procs.wait(lambda: caught_up(log, GROUP, topics.cluster_events), 60, "the scheduler to catch up")
     except (AssertionError, KeyError):
         procs.stop_all()
         print(procs.outputs())
