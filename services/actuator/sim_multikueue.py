@@ -34,6 +34,7 @@ from events.messages import (
     EvictionCompleted,
     EvictWorkload,
     MarkPending,
+    PlacementEnd,
     PlaceWorkload,
     RemovePlacement,
     UpdateWorkloadStatus,
@@ -51,7 +52,7 @@ class SimMultiKueuePort:
     cluster_name: str = "sim"
     tuning: Tuning = SIM_TUNING
     takes_pending_marks: bool = field(default=False, init=False)
-    placed: set[str] = field(default_factory=set, init=False)  # workloads ever placed on a worker
+    placed: set[str] = field(default_factory=set, init=False)  # workloads placed on a worker, not finished
     _manager: SimClusterPort = field(init=False)
 
     def __post_init__(self) -> None:
@@ -62,7 +63,18 @@ class SimMultiKueuePort:
         return self.cluster_name
 
     def recover(self, history: Iterator[AnyDecision]) -> None:
-        self.placed = {f"{d.namespace}/{d.name}" for d in history if isinstance(d, PlaceWorkload)}
+        self.placed = set()
+        for d in history:
+            if isinstance(d, PlaceWorkload | RemovePlacement):
+                self._note(d)
+
+    def _note(self, d: PlaceWorkload | RemovePlacement) -> None:
+        """A finished workload is done with: forgotten, so the set holds what may still be placed."""
+        key = f"{d.namespace}/{d.name}"
+        if isinstance(d, PlaceWorkload):
+            self.placed.add(key)
+        elif d.reason == PlacementEnd.WORKLOAD_FINISHED:
+            self.placed.discard(key)
 
     async def before_batch(self) -> None:
         """Nothing is ever deferred."""
@@ -70,8 +82,8 @@ class SimMultiKueuePort:
     async def apply(self, decision: PlaceWorkload | RemovePlacement) -> Sequence[Staged]:
         key = f"{decision.namespace}/{decision.name}"
         topic = sim_cluster_topic(self.topics)
+        self._note(decision)
         if isinstance(decision, PlaceWorkload):
-            self.placed.add(key)
             return [(topic, key, encode(StartWorkload(
                 time=decision.time, cluster=decision.cluster, decision_id=decision.id, namespace=decision.namespace,
                 name=decision.name, admission=decision.admission)))]

@@ -8,20 +8,25 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import msgspec
+
+from events import objects as o
 from events.codec import decode_decision, decode_envelope, encode
 from events.envelope import Envelope, Topics
 from events.messages import (
     AdmitChecked,
     EvictionCompleted,
+    EvictionReason,
     EvictWorkload,
     ObjectApplied,
+    PlacementEnd,
     PlaceWorkload,
     PodsReady,
     RemovePlacement,
     WorkloadFinished,
 )
 from events.simcluster import StartWorkload, StopWorkload, decode_sim_record, sim_cluster_topic
-from services.actuator.loop import Actuator
+from services.actuator.loop import Actuator, complete
 from services.actuator.sim_multikueue import SimMultiKueuePort
 from services.runtime.log import Log
 from services.runtime.sqlite import SqliteLog
@@ -129,3 +134,46 @@ def test_a_silent_worker_is_lost_its_workload_runs_on_the_other_once_and_its_lat
     assert starts == {"worker-1": 1, "worker-2": 1}
     assert w.scheduler.state.multikueue.placements[f"{first.namespace}/{first.name}"].cluster == "worker-2"
     assert list(Scheduler(w.log, T).replay(0, verify=True)) == []
+
+
+def _port_after(history: list[PlaceWorkload | RemovePlacement]) -> SimMultiKueuePort:
+    port = SimMultiKueuePort(T)
+    port.recover(iter(history))
+    return port
+
+
+def test_the_port_recovers_which_workloads_are_placed_and_forgets_the_finished() -> None:
+    admission = o_admission()
+    place = PlaceWorkload(id="c1-0", cycle=1, namespace="ns", name="a", cluster="worker-1", check="mk",
+                          admission=admission)
+    place_b = PlaceWorkload(id="c1-1", cycle=1, namespace="ns", name="b", cluster="worker-2", check="mk",
+                            admission=admission)
+    done = RemovePlacement(id="c2-0", cycle=2, namespace="ns", name="b", cluster="worker-2", check="mk",
+                           reason=PlacementEnd.WORKLOAD_FINISHED)
+    lost = RemovePlacement(id="c2-1", cycle=2, namespace="ns", name="a", cluster="worker-1", check="mk",
+                           reason=PlacementEnd.WORKER_LOST)
+    assert _port_after([place, place_b, done, lost]).placed == {"ns/a"}  # lost: still MultiKueue's, requeued
+
+
+def test_an_eviction_of_a_placed_workload_completes_at_once_any_other_goes_to_the_managers_cluster() -> None:
+    admission = o_admission()
+    port = _port_after([PlaceWorkload(id="c1-0", cycle=1, namespace="ns", name="a", cluster="worker-1", check="mk",
+                                      admission=admission)])
+    evict = EvictWorkload(id="c3-0", cycle=3, time=7, namespace="ns", name="a", reason=EvictionReason.ADMISSION_CHECK,
+                          message="m")
+    ((topic, _, value),) = complete(port.stop(evict))
+    env = decode_envelope(value)
+    assert (topic, env.cluster, env.event) == (T.cluster_events, "sim",
+                                               EvictionCompleted(time=7, namespace="ns", name="a"))
+    other = msgspec.structs.replace(evict, name="b")
+    ((topic, _, value),) = complete(port.stop(other))
+    cmd = decode_sim_record(value)
+    assert (topic, cmd) == (sim_cluster_topic(T), StopWorkload(time=7, cluster="sim", decision_id="c3-0",
+                                                               namespace="ns", name="b", reason="AdmissionCheck"))
+    checked = AdmitChecked(id="c4-0", cycle=4, namespace="ns", name="a", admission=admission)
+    assert complete(port.start(checked)) == ()  # it runs on its worker, not on the manager
+
+
+def o_admission() -> o.Admission:
+    return o.Admission(cluster_queue="cq", pod_set_assignments=(
+        o.PodSetAssignment(name="main", flavors=(("cpu", "pool"),), resource_usage=(("cpu", 1000),), count=1),))
