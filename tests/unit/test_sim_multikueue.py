@@ -11,12 +11,12 @@ from pathlib import Path
 import msgspec
 
 from events import objects as o
+from events.cluster import EvictionReason
 from events.codec import decode_decision, decode_envelope, encode
 from events.envelope import Envelope, Topics
 from events.messages import (
     AdmitChecked,
     EvictionCompleted,
-    EvictionReason,
     EvictWorkload,
     ObjectApplied,
     PlacementEnd,
