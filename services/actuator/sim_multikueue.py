@@ -17,7 +17,9 @@ cluster is reached the way the manager's own simulated cluster is:
   (:class:`~services.actuator.sim_port.SimClusterPort`).
 
 Which workloads are MultiKueue's is read from the decisions themselves (a ``PlaceWorkload`` names
-it), also from those before the committed position at recovery, so a restart changes nothing.
+it), also from those before the committed position at recovery, so a restart changes nothing
+(recovery reads them once, as the Kubernetes port does for its queue counts; the plain simulated
+port read none).
 """
 
 from __future__ import annotations
