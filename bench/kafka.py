@@ -24,8 +24,10 @@ The bench starts its own broker (``tests.infra.kafka.LocalKafka``) and stops it 
 
 5. Kueue's large-scale scenario (``bench.scenarios.large_scale``: 1,000 ClusterQueues, 50,000
    workloads) in real time, as 3. is run (``procs``); ``--quick``: 40 ClusterQueues.
+6. MultiKueue placements through Kafka (``bench.multicluster_kafka``): 10 simulated worker clusters,
+   scheduler and actuator as processes; placements/s and submission -> running on the worker.
 
-``python -m bench.kafka [--quick] [--only latency,throughput,baseline,large-scale,failover] [--profile DIR]
+``python -m bench.kafka [--quick] [--only latency,throughput,baseline,large-scale,failover,multicluster] [--profile DIR]
 [--baseline-mode split|all|both]``;
 ``KUEUELOG_BENCH_QUICK=1`` is the same as ``--quick`` (a smoke run well under two minutes).
 """
@@ -1113,7 +1115,7 @@ def warm_up(bootstrap: str, transactions: int = 400) -> float:
 
 # --- entry points -------------------------------------------------------------------------------
 
-BENCHES = ("latency", "throughput", "baseline", "large-scale", "failover")
+BENCHES = ("latency", "throughput", "baseline", "large-scale", "failover", "multicluster")
 
 
 def main(*, quick: bool | None = None, only: Sequence[str] = BENCHES, profile: Path | None = None,
@@ -1153,6 +1155,11 @@ def main(*, quick: bool | None = None, only: Sequence[str] = BENCHES, profile: P
             kills, terms = (5, 2) if quick else (20, 5)
             yield from asyncio.run(measure_failover(broker.bootstrap_servers, Path(tmp), kills, terms)).lines()
             yield from measure_baseline(broker, sizes, None, Path(tmp), "procs", standby=True).lines()
+        if "multicluster" in only:  # MultiKueue placements, 10 simulated workers (bench.multicluster_kafka)
+            from bench import multicluster_kafka
+
+            yield from multicluster_kafka.main(broker.bootstrap_servers, Path(tmp), quick=quick,
+                                               broker_pid=broker.pid)
     yield f"Kafka benchmarks done in {time.perf_counter() - t:.0f} s"
 
 

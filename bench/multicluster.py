@@ -10,7 +10,8 @@ placement committed (``PlaceWorkload`` on the decisions topic: what the worker's
 p50 and p99. Kueue's MultiKueue dispatches about 1.3 workloads/s on its own performance harness
 (``test/performance/multikueue``), for comparison.
 
-``python -m bench.multicluster [--jobs N] [--wave W]``.
+``python -m bench.multicluster [--jobs N] [--wave W]``. The same world through Kafka, with the
+services as processes and to running on the worker: ``bench.multicluster_kafka``.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from events.envelope import Topics
-from services.actuator.loop import Actuator, P
+from services.actuator.loop import Actuator, P, Placer
 from services.runtime.log import Log, LogError
 from services.runtime.supervise import (
     POLL_SECONDS,
@@ -59,9 +59,10 @@ async def run_loop(actuator: Actuator[P], stop: asyncio.Event, *, bell: Bell | N
 async def run_actuator(log: Log, stop: asyncio.Event, *, port: P, topics: Topics | None = None,
                        bell: Bell | None = None, poll_seconds: float = POLL_SECONDS,
                        status: ServiceStatus | None = None, long_poll: bool = False,
-                       role: str | None = None) -> Actuator[P]:
-    """Applies decisions through ``port`` until ``stop``; returns the actuator (for its stats)."""
-    actuator = Actuator(log, port, topics=topics)
+                       role: str | None = None, placer: Placer | None = None) -> Actuator[P]:
+    """Applies decisions through ``port`` (MultiKueue placements through ``placer``) until ``stop``;
+    returns the actuator (for its stats)."""
+    actuator = Actuator(log, port, topics=topics, placer=placer)
     await run_loop(actuator, stop, bell=bell, poll_seconds=poll_seconds, status=status, long_poll=long_poll,
                    role=role)
     return actuator

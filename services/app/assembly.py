@@ -635,10 +635,13 @@ async def _actuator(settings: ActuatorSettings, context: _Context, cfg: client.C
     topics = settings.log.topics
     if cfg is None:
         from services.actuator.runner import run_actuator
-        from services.actuator.sim_port import SimClusterPort
+        from services.actuator.sim_multikueue import SimMultiKueuePort
 
-        await run_actuator(context.log, context.stop, port=SimClusterPort(topics, settings.cluster), topics=topics,
-                           status=context.status, long_poll=True, role=settings.leads)
+        # The simulated cluster, and MultiKueue placements on simulated workers (each its own
+        # ``SimConfig.cluster`` on the same topic).
+        port = SimMultiKueuePort(topics, settings.cluster)
+        await run_actuator(context.log, context.stop, port=port, topics=topics, status=context.status,
+                           long_poll=True, role=settings.leads, placer=port)
         return
     from services.actuator.service import ActuatorService
     from services.runtime.kubeclient import api_client

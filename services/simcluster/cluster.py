@@ -103,6 +103,9 @@ class SimConfig:
     batch_size: int = 500
     # The simulated autoscaler: how each provisioning class answers (events.simautoscaler).
     provisioning: tuple[tuple[str, Behaviour], ...] = ()
+    # The consumer group its position is committed under: one per simulated cluster when several
+    # share the sim-cluster topic (the MultiKueue workers of ``services.simcluster.workers``).
+    group: str = GROUP
 
 
 @dataclass(slots=True)
@@ -277,7 +280,7 @@ class SimCluster:
                 if isinstance(record, StatusRecord) and self._mine(record):
                     fold_status(self.state, record, self.behaviours)
             offset = batch[-1].offset + 1
-        self.next_offset = self.log.position(GROUP, self.topic)
+        self.next_offset = self.log.position(self.config.group, self.topic)
         self._stale = False
 
     # --- the live step -----------------------------------------------------------------------
@@ -449,7 +452,7 @@ class SimCluster:
         if out.status:
             appends[self.topic] = out.status
         try:
-            self.log.transact(appends, {(GROUP, self.topic): self.next_offset})
+            self.log.transact(appends, {(self.config.group, self.topic): self.next_offset})
         except BaseException:
             # The state already holds what was not committed: rebuild it from the log next time.
             self._stale = True
