@@ -39,6 +39,7 @@ from events.messages import (
     PlacementEnd,
     PlaceWorkload,
     RemovePlacement,
+    UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
 )
 from events.simcluster import StartWorkload, StopWorkload, sim_cluster_topic
@@ -109,8 +110,8 @@ class SimMultiKueuePort:
     async def mark_pending(self, decision: MarkPending) -> None:
         """Never called (``takes_pending_marks`` is False)."""
 
-    async def write_status(self, decision: UpdateWorkloadStatus) -> None:
-        """The simulated clusters keep no Workload status."""
+    async def write_status(self, decision: UpdateWorkloadStatus | UpdateLocalQueueFairSharing) -> None:
+        """The simulated clusters keep no Workload or LocalQueue status."""
 
     async def after_batch(self) -> None:
         """Nothing to flush."""
