@@ -3,7 +3,7 @@ schedulers' release and adoption, and a restart of the router at every point."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import msgspec
@@ -71,7 +71,7 @@ def events(log: Log) -> list[Envelope]:
 
 
 @pytest.fixture
-def shards(tmp_path: Path) -> list[Log]:
+def shards(tmp_path: Path) -> Iterator[list[Log]]:
     log = SqliteLog(tmp_path / "log", durable=False)
     yield embedded_shards(log, 2)
     log.close()
@@ -79,8 +79,8 @@ def shards(tmp_path: Path) -> list[Log]:
 
 def test_the_router_places_a_moved_tree_on_its_new_shard_and_holds_its_events_until_adopted() -> None:
     router = ShardRouter(BEFORE)
-    for doc_obj in objects(cluster()):
-        router.route(Envelope(id=f"seed-{doc_obj[1].name}", source="t", event=ObjectApplied(object=doc_obj[1])))
+    for i, (_, obj) in enumerate(objects(cluster())):
+        router.route(Envelope(id=f"seed-{i}", source="t", event=ObjectApplied(object=obj)))
     router.map = AFTER
     [(shard, marker)] = router.start_hand_overs()
     assert shard == 0 and isinstance(marker.event, TreeHandOver)
