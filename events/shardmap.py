@@ -193,6 +193,20 @@ class HandOver:
     adopted: bool = False
 
 
+class _HandedRecord(msgspec.Struct):
+    obj: o.Workload
+
+
+class _Handed(msgspec.Struct):
+    workloads: dict[str, _HandedRecord] = {}
+
+
+def handed_workloads(state: msgspec.Raw | bytes) -> list[o.Workload]:
+    """The Workloads in a handed-over tree's state (as their last applied object), by key."""
+    handed = msgspec.json.decode(state, type=_Handed)
+    return [handed.workloads[key].obj for key in sorted(handed.workloads)]
+
+
 def hand_over_id(root: str, n: int) -> str:
     return f"hand-over:{root}:{n}"
 

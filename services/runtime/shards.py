@@ -39,7 +39,15 @@ import structlog
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
 from events.envelope import Envelope, Topics, event_key
 from events.messages import ObjectDeleted, TreeAdopted, TreeHandOver
-from events.shardmap import HandOver, ShardMap, ShardMapError, ShardRouter, TreeReleased, parse_shard_map
+from events.shardmap import (
+    HandOver,
+    ShardMap,
+    ShardMapError,
+    ShardRouter,
+    TreeReleased,
+    handed_workloads,
+    parse_shard_map,
+)
 from services.runtime.log import Leadership, Log, Record, RecordWaiter
 
 _log = structlog.get_logger(__name__)
@@ -63,10 +71,6 @@ def hand_over_topic(topics: Topics) -> str:
 def held_topic(topics: Topics) -> str:
     """Where a tree's events wait on its new shard until the tree is adopted there."""
     return f"{topics.prefix}.hand-over-held"
-
-
-class _Handed(msgspec.Struct, kw_only=True):
-    workloads: dict[str, msgspec.Raw] = {}
 
 
 @dataclass
@@ -313,7 +317,7 @@ class RoutingLog:
         return len(records)
 
     def _watch(self, ho: HandOver, state: msgspec.Raw) -> None:
-        workloads = frozenset(msgspec.json.decode(state, type=_Handed).workloads)
+        workloads = frozenset(wl.key for wl in handed_workloads(state))
         self._forwards[ho.id] = _Forward(ho, workloads, self._markers.get(ho.id, 0))
 
     def _forward(self, fwd: _Forward) -> int:

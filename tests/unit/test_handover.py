@@ -13,7 +13,7 @@ from events import objects as o
 from events.codec import decode_decision, decode_envelope, encode
 from events.envelope import Envelope, Topics, event_key
 from events.messages import AdmitWorkload, ObjectApplied, TreeAdopted, TreeHandOver, WorkloadFinished
-from events.shardmap import ShardMap, ShardRouter, TreeReleased, hand_over_id
+from events.shardmap import ShardMap, ShardRouter, TreeReleased, hand_over_id, handed_workloads
 from services.app.logview import replay
 from services.core.handover import tree_parts
 from services.runtime.log import Log
@@ -113,6 +113,7 @@ def test_a_tree_handed_over_is_decided_by_its_new_shard_from_the_state_it_had(sh
     assert "a1" not in old.state.cluster_queues and old.state.released == []
     [released] = [msgspec.json.decode(r.value, type=TreeReleased) for r in shards[0].read(hand_over_topic(T), 0)]
     assert released.handover == hand_over_id("a", 0)
+    assert [wl.name for wl in handed_workloads(released.state)] == ["a0", "a1", "a2", "a3"]
     assert admitted(shards[0]) == ["ns/a0", "ns/a1"]  # nothing decided for it after the marker
 
     assert routing.pump() == 2  # the state, then the held finish, on shard 1
