@@ -29,6 +29,7 @@ shard's own services report about the tree's workloads after the marker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -48,7 +49,7 @@ from events.shardmap import (
     handed_workloads,
     parse_shard_map,
 )
-from services.runtime.log import Leadership, Log, Record, RecordWaiter
+from services.runtime.log import Leadership, Log, LogError, Record, RecordWaiter
 
 _log = structlog.get_logger(__name__)
 SHARD_MAP_KEY: Final = "shard-map"
@@ -289,6 +290,17 @@ class RoutingLog:
             written += self._forward(fwd)
         return written
 
+    async def pump_until(self, stop: asyncio.Event, interval_s: float = 0.5) -> None:
+        """:meth:`pump` every ``interval_s`` until ``stop``: a hand-over goes on while nothing is
+        published (a log that fails is tried again at the next turn)."""
+        while not stop.is_set():
+            try:
+                self.pump()
+            except LogError as e:
+                _log.warning("shards.pump_failed", error=str(e))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+
     def _read_released(self) -> dict[str, msgspec.Raw]:
         """TreeReleased records written since the last look, by hand-over id."""
         out: dict[str, msgspec.Raw] = {}
@@ -407,7 +419,8 @@ class RoutingLog:
     def _report_moves(self) -> None:
         for move in self.router.moves[self._reported_moves:]:
             _log.warning("shards.move_not_carried_out", object=move.what, placed=move.placed, wanted=move.wanted,
-                         detail="the object stays on its shard: moving a tree needs a hand-over (not implemented)")
+                         detail="the object stays on its shard (a map naming another shard for a "
+                                "whole tree hands the tree over)")
         self._reported_moves = len(self.router.moves)
 
 
