@@ -371,6 +371,10 @@ class RoutingLog:
         everywhere: dict[str, tuple[bytes, list[int]]] = {}  # envelope id -> (record, shards it is on)
         adopted: dict[str, msgspec.Raw] = {}
         for shard, log in enumerate(self.shards):
+            # Held events first: a tree in transit has them only there, and once it is adopted
+            # they are older than everything its new shard's cluster-events say about it.
+            for _, value in self._read_all(log, held_topic(self.topics)):
+                self.router.placed_on(decode_envelope(value), shard)
             offset = 0
             while batch := log.read_values(self.topics.cluster_events, offset, 5000):
                 for off, value in batch:

@@ -20,7 +20,7 @@ from services.runtime.log import Log
 from services.runtime.shards import RoutingLog, embedded_shards, hand_over_topic, held_topic
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
-from services.simcluster.arrivals import seed_all
+from services.simcluster.arrivals import envelope, seed_all
 from tests.builders import Builder, a_cluster_queue, a_cohort, a_flavor, a_local_queue, a_namespace, a_workload
 from tests.shardrun import objects
 
@@ -194,3 +194,16 @@ def test_the_hand_over_records_are_not_copied_to_every_shard() -> None:
     marker = Envelope(id="m", source="shard-router", event=TreeHandOver(root="a", to_shard=1, handover="x"))
     assert not ShardRouter.everywhere(marker)
     assert o.Cohort(name="a").name == "a"
+
+
+def test_a_router_restarted_while_a_tree_is_in_transit_knows_what_it_held(shards: list[Log]) -> None:
+    seed_all(RoutingLog(shards, BEFORE), objects(cluster()))
+    settle(shards)
+    [(doc, obj)] = objects([workload("late", "qa", 50)])
+    publish(RoutingLog(shards, AFTER), envelope(doc, obj, time=50_000, cluster="sim"))  # held: only on the held topic
+    again = RoutingLog(shards, AFTER)  # restarted before the tree was adopted
+    assert again.router.placement()["Workload/ns/late"] == 1
+    assert again.route(encode(finished("late"))) == ()  # still held, for the new shard
+    settle(shards[:1])
+    again.pump()
+    assert again.route(encode(finished("late"))) == (1,)
