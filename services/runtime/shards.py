@@ -371,10 +371,7 @@ class RoutingLog:
         everywhere: dict[str, tuple[bytes, list[int]]] = {}  # envelope id -> (record, shards it is on)
         adopted: dict[str, msgspec.Raw] = {}
         for shard, log in enumerate(self.shards):
-            # Held events first: a tree in transit has them only there, and once it is adopted
-            # they are older than everything its new shard's cluster-events say about it.
-            for _, value in self._read_all(log, held_topic(self.topics)):
-                self.router.placed_on(decode_envelope(value), shard)
+            self._learn_held(log, shard)
             offset = 0
             while batch := log.read_values(self.topics.cluster_events, offset, 5000):
                 for off, value in batch:
@@ -404,6 +401,12 @@ class RoutingLog:
                 _log.warning("shards.repaired", shard=shard, records=len(records),
                              detail="a publisher stopped half way through an append: finished now")
                 self.shards[shard].append(self.topics.cluster_events, records)
+
+    def _learn_held(self, log: Log, shard: int) -> None:
+        """Held events first: a tree in transit has them only there, and once it is adopted they are
+        older than everything its new shard's cluster-events say about it."""
+        for _, value in self._read_all(log, held_topic(self.topics)):
+            self.router.placed_on(decode_envelope(value), shard)
 
     def _learn(self, env: Envelope, shard: int, offset: int, adopted: dict[str, msgspec.Raw]) -> None:
         self.router.placed_on(env, shard)
