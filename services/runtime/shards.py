@@ -319,12 +319,16 @@ class RoutingLog:
     def _adopt(self, ho: HandOver, state: msgspec.Raw) -> int:
         """The tree's state, then its held events, on the new shard, in one atomic append."""
         adopted = self.router.adopt(ho.id, state)
-        held = [(key, value) for key, value in self._read_all(self.shards[ho.target], held_topic(self.topics))
-                if key == ho.id]
-        records = [(event_key(adopted), encode(adopted)), *[(event_key(decode_envelope(v)), v) for _, v in held]]
+        records = [(event_key(adopted), encode(adopted))]
+        seen: set[str] = set()  # a watcher restarted mid-transit may have published an object again
+        for key, value in self._read_all(self.shards[ho.target], held_topic(self.topics)):
+            env = decode_envelope(value)
+            if key == ho.id and env.id not in seen:
+                seen.add(env.id)
+                records.append((event_key(env), value))
         self.shards[ho.target].append(self.topics.cluster_events, records)
         _log.info("shards.hand_over_adopted", tree=ho.root, source=ho.source, target=ho.target,
-                  handover=ho.id, held=len(held))
+                  handover=ho.id, held=len(records) - 1)
         self._watch(ho, state)
         return len(records)
 
