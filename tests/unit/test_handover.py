@@ -207,3 +207,18 @@ def test_a_router_restarted_while_a_tree_is_in_transit_knows_what_it_held(shards
     settle(shards[:1])
     again.pump()
     assert again.route(encode(finished("late"))) == (1,)
+
+
+def test_a_large_tree_state_is_one_record_others_stay_bounded() -> None:
+    from events.codec import MalformedRecord
+    from events.validation import MAX_RECORD_BYTES
+
+    big = b'{"workloads":{"' + b"x" * MAX_RECORD_BYTES + b'":null}}'
+    adopted = encode(Envelope(id="h:adopted", source="shard-router",
+                              event=TreeAdopted(root="a", from_shard=0, handover="h", state=msgspec.Raw(big))))
+    env = decode_envelope(adopted)
+    assert isinstance(env.event, TreeAdopted) and len(bytes(env.event.state)) == len(big)
+    other = encode(Envelope(id="big", source="t", event=WorkloadFinished(namespace="ns", name="w",
+                                                                        message="x" * MAX_RECORD_BYTES)))
+    with pytest.raises(MalformedRecord, match="larger than"):
+        decode_envelope(other)
