@@ -222,3 +222,23 @@ def test_a_large_tree_state_is_one_record_others_stay_bounded() -> None:
                                                                         message="x" * MAX_RECORD_BYTES)))
     with pytest.raises(MalformedRecord, match="larger than"):
         decode_envelope(other)
+
+
+def test_explain_follows_a_workload_across_its_hand_over(shards: list[Log]) -> None:
+    from services.app.explainer import explain
+
+    seed_all(RoutingLog(shards, BEFORE), objects(cluster()))
+    settle(shards)
+    routing = RoutingLog(shards, AFTER)
+    publish(routing, finished("a0"))
+    settle(shards[:1])
+    routing.pump()
+    settle(shards)
+    old, new = explain(shards[0], T, "ns/a2"), explain(shards[1], T, "ns/a2")
+    assert old.answer is not None and old.answer.status == "handed-over"
+    assert "handed over to shard 1 (hand-over:a:0)" in old.answer.paragraph()
+    assert any(e.kind == "HandedOver" for e in old.timeline)
+    assert new.answer is not None and new.answer.status == "admitted"
+    assert [e.kind for e in new.timeline][0] == "Adopted"
+    untouched = explain(shards[1], T, "ns/b0")  # another tree's workload: nothing about hand-overs
+    assert not any(e.kind in ("HandedOver", "Adopted") for e in untouched.timeline)
