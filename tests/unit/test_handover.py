@@ -239,6 +239,6 @@ def test_explain_follows_a_workload_across_its_hand_over(shards: list[Log]) -> N
     assert "handed over to shard 1 (hand-over:a:0)" in old.answer.paragraph()
     assert any(e.kind == "HandedOver" for e in old.timeline)
     assert new.answer is not None and new.answer.status == "admitted"
-    assert [e.kind for e in new.timeline][0] == "Adopted"
+    assert new.timeline[0].kind == "Adopted"
     untouched = explain(shards[1], T, "ns/b0")  # another tree's workload: nothing about hand-overs
     assert not any(e.kind in ("HandedOver", "Adopted") for e in untouched.timeline)
