@@ -269,10 +269,12 @@ class ShardRouter:
         event of a tree being handed over: it is held for its new shard (:meth:`held`)."""
         self.now = max(self.now, env.event.time)
         shards = self._route(env)
-        return () if self.held(env) is not None else shards
+        ho = self.held(env)
+        return () if ho is not None and shards == (ho.target,) else shards
 
     def held(self, env: Envelope) -> HandOver | None:
-        """The hand-over in progress of the tree ``env`` is about, if any (after it was routed)."""
+        """The hand-over in progress of the tree ``env`` is about, if any (after it was routed; an
+        event is held when its tree is in transit and it goes to the tree's new shard)."""
         if not self._transit:
             return None
         root = self._root_of_event(env)
@@ -468,10 +470,13 @@ class ShardRouter:
         return out
 
     def _begin(self, ho: HandOver, keys: Mapping[str, int]) -> None:
+        """The tree's objects on the shard it leaves are its new shard's from now. One placed on a
+        third shard (a move not carried out, see :attr:`moves`) keeps it: its state is there."""
         self.hand_overs[ho.id] = ho
         self._transit[ho.root] = ho
-        for key in keys:
-            self._placed[key] = ho.target
+        for key, shard in keys.items():
+            if shard == ho.source:
+                self._placed[key] = ho.target
 
     def adopt(self, handover: str, state: msgspec.Raw) -> Envelope:
         """The old shard released the tree: the event that gives it to the new shard (to be

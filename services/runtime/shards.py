@@ -199,9 +199,8 @@ class RoutingLog:
         held: list[list[tuple[str, bytes]]] = [[] for _ in self.shards]
         for key, value in records:
             shards = self.route(value)
-            if not shards:  # its tree is being handed over: held on the new shard
-                ho = self.router.held(decode_envelope(value))
-                assert ho is not None
+            ho = None if shards else self.router.held(decode_envelope(value))
+            if ho is not None:  # its tree is being handed over: held on the new shard
                 held[ho.target].append((ho.id, value))
             for shard in shards:
                 batches[shard].append((key, value))

@@ -242,3 +242,23 @@ def test_explain_follows_a_workload_across_its_hand_over(shards: list[Log]) -> N
     assert new.timeline[0].kind == "Adopted"
     untouched = explain(shards[1], T, "ns/b0")  # another tree's workload: nothing about hand-overs
     assert not any(e.kind in ("HandedOver", "Adopted") for e in untouched.timeline)
+
+
+def test_a_part_of_the_tree_left_on_a_third_shard_keeps_its_shard() -> None:
+    """A ClusterQueue placed alone on shard 2, then given the cohort of a tree on shard 0 (a move
+    not carried out): handing the tree to shard 1 leaves it, and its events, on shard 2, where
+    its state is."""
+    three = ShardMap(shards=3, trees=(("a", 0), ("x", 2)))
+    router = ShardRouter(three)
+    for i, obj in enumerate([o.Cohort(name="a"), o.ClusterQueue(name="a1", cohort="a"), o.ClusterQueue(name="x"),
+                             o.ClusterQueue(name="x", cohort="a")]):
+        router.route(Envelope(id=f"s{i}", source="t", event=ObjectApplied(object=obj)))
+    assert router.placement()["ClusterQueue/x"] == 2 and router.moves
+    router.map = ShardMap(shards=3, trees=(("a", 1), ("x", 2)))
+    [(shard, _)] = router.start_hand_overs()
+    assert shard == 0
+    assert router.placement()["ClusterQueue/a1"] == 1 and router.placement()["ClusterQueue/x"] == 2
+    assert router.route(Envelope(id="u", source="t", event=ObjectApplied(object=o.ClusterQueue(name="x",
+                                                                                            cohort="a")))) == (2,)
+    assert router.route(Envelope(id="v", source="t", event=ObjectApplied(object=o.ClusterQueue(name="a1",
+                                                                                            cohort="a")))) == ()
