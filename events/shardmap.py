@@ -411,7 +411,7 @@ class ShardRouter:
         home = self._wl_home.get(key)
         if home is None:
             return None
-        cq = self._lq.get(home[0]) or home[1]
+        cq = home[1] or self._lq.get(home[0], "")  # the ClusterQueue holding its quota, else its queue's
         return self.root_of_cluster_queue(cq) if cq in self._cohort else None
 
     def _root_of_key(self, key: str) -> str | None:

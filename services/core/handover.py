@@ -48,11 +48,12 @@ def root_of_cluster_queue(state: State, name: str) -> str:
 
 
 def _workload_cluster_queue(state: State, wl: o.Workload, admitted_to: str) -> str:
+    """Where a workload counts: the ClusterQueue holding its quota, else its LocalQueue's."""
+    if admitted_to:
+        return admitted_to
     lq = state.local_queues.get(f"{wl.namespace}/{wl.queue_name}")
     if lq is not None:
         return lq.cluster_queue
-    if admitted_to:
-        return admitted_to
     cq = state.cluster_queues.get(wl.queue_name)
     return wl.queue_name if cq is not None and cq.t9k is not None else ""
 
