@@ -13,7 +13,7 @@ from events import objects as o
 from events.codec import decode_decision, decode_envelope, encode
 from events.envelope import Envelope, Topics, event_key
 from events.messages import AdmitWorkload, ObjectApplied, TreeAdopted, TreeHandOver, WorkloadFinished
-from events.shardmap import ShardMap, ShardRouter, TreeReleased, hand_over_id, handed_workloads
+from events.shardmap import ShardMap, ShardRouter, TreeReleased, hand_over_id, handed_workloads, stable_shard
 from services.app.logview import replay
 from services.core.handover import tree_parts
 from services.runtime.log import Log
@@ -262,3 +262,18 @@ def test_a_part_of_the_tree_left_on_a_third_shard_keeps_its_shard() -> None:
                                                                                             cohort="a")))) == (2,)
     assert router.route(Envelope(id="v", source="t", event=ObjectApplied(object=o.ClusterQueue(name="a1",
                                                                                             cohort="a")))) == ()
+
+
+def test_a_map_with_more_shards_hands_over_the_trees_whose_hash_moved(tmp_path: Path) -> None:
+    log = SqliteLog(tmp_path / "grow", durable=False)
+    builders: list[Builder] = [a_namespace("ns"), a_flavor("default")]
+    for t in range(8):
+        builders += [a_cohort(f"t{t}"), a_cluster_queue(f"cq{t}").flavor("default", cpu="2").cohort(f"t{t}")]
+    seed_all(RoutingLog(embedded_shards(log, 2), ShardMap(shards=2)), objects(builders))
+    grown = RoutingLog(embedded_shards(log, 3), ShardMap(shards=3))
+    moved = sorted(ho.root for ho in grown.router.hand_overs.values())
+    want = sorted(f"t{t}" for t in range(8) if stable_shard(f"t{t}", 2) != stable_shard(f"t{t}", 3))
+    assert moved == want and moved
+    for ho in grown.router.hand_overs.values():
+        assert (ho.source, ho.target) == (stable_shard(ho.root, 2), stable_shard(ho.root, 3))
+    log.close()
