@@ -4,7 +4,8 @@ protocol around it).
 :func:`release` runs when a shard folds the :class:`~events.messages.TreeHandOver` marker for a
 tree: every part of the state that belongs to the tree — its Cohorts, ClusterQueues, LocalQueues,
 the Workloads queued in or admitted to it (with their admissions, conditions, queue order and
-back-off), their admission fair sharing ledgers and the ClusterQueues' generations — is taken out
+back-off, and where MultiKueue placed them), their admission fair sharing ledgers and the
+ClusterQueues' generations — is taken out
 of the state, with no decision, and returned as a partial state in the snapshot encoding. From
 that event on this shard cannot decide for the tree: it no longer knows it.
 
@@ -87,6 +88,9 @@ def release(state: State, event: TreeHandOver) -> None:
         mine, theirs = getattr(part, name), getattr(state, name)
         for key in [k for k in theirs if k in part.workloads]:
             mine[key] = theirs.pop(key)
+    mk, part_mk = state.multikueue, part.multikueue  # where its workloads run (the workers are everyone's)
+    part_mk.placements = {k: mk.placements.pop(k) for k in workloads if k in mk.placements}
+    part_mk.cluster_names = {k: mk.cluster_names.pop(k) for k in workloads if k in mk.cluster_names}
     _reindex(state)
     state.released.append((event.handover, encode_state(part)))
 
@@ -119,6 +123,8 @@ def adopt(state: State, event: TreeAdopted) -> None:
     state.workloads.update(part.workloads)
     for name in ("held", "deactivating", "backing_off", "checks_changed"):
         getattr(state, name).update(getattr(part, name))
+    state.multikueue.placements.update(part.multikueue.placements)
+    state.multikueue.cluster_names.update(part.multikueue.cluster_names)
     state.timed = state.timed or part.timed
     state.seq = max(state.seq, part.seq)
     _reindex(state)

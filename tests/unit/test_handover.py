@@ -277,3 +277,19 @@ def test_a_map_with_more_shards_hands_over_the_trees_whose_hash_moved(tmp_path: 
     for ho in grown.router.hand_overs.values():
         assert (ho.source, ho.target) == (stable_shard(ho.root, 2), stable_shard(ho.root, 3))
     log.close()
+
+
+def test_where_multikueue_placed_a_handed_over_workload_goes_with_it(shards: list[Log]) -> None:
+    seed_all(RoutingLog(shards, BEFORE), objects(cluster()))
+    settle(shards)
+    routing = RoutingLog(shards, AFTER)
+    old = Scheduler(shards[0], T)
+    old.recover()  # up to the marker
+    old.state.multikueue.cluster_names["ns/a1"] = "worker-1"
+    old.state.multikueue.cluster_names["ns/b0"] = "worker-2"  # not of the tree handed over: stays
+    while old.step():
+        pass
+    assert old.state.multikueue.cluster_names == {"ns/b0": "worker-2"}
+    routing.pump()
+    new = settle(shards[1:])[0]
+    assert new.state.multikueue.cluster_names == {"ns/a1": "worker-1"}
