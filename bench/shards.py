@@ -13,7 +13,10 @@ process per shard runs that shard's scheduler, actuator and simulated cluster
 idle. Reported: wall time until every shard is done, and per shard its process CPU, cycles and
 decisions. The decisions of every run are compared per workload with the 1-shard run.
 
-``python -m bench.shards [--cohorts C] [--queues Q] [--shards 1,2,4]``
+``--embedded`` runs the same over the embedded log instead (one SQLite file, shard N its topics
+``….shard-N``, each shard's process its own writer): for sizes the shared broker is too slow for.
+
+``python -m bench.shards [--cohorts C] [--queues Q] [--shards 1,2,4] [--embedded]``
 """
 
 from __future__ import annotations
@@ -69,12 +72,36 @@ def balanced(shards: int, cohorts: int) -> ShardMap:
     return ShardMap(shards=shards, trees=tuple((f"cohort-{c}", c % shards) for c in range(cohorts)))
 
 
-def publish(bootstrap: str, prefix: str, shard_map: ShardMap, objs: Sequence[o.AnyObject]) -> None:
+EMBEDDED = "embedded:"  # a "bootstrap" naming a directory: the embedded log there
+
+
+def open_shard(bootstrap: str, prefix: str, shards: int, shard: int) -> Any:
+    """Shard ``shard``'s log: a KafkaLog partition, or with ``embedded:DIR`` the embedded log's view."""
+    if bootstrap.startswith(EMBEDDED):
+        from services.runtime.shards import ShardView
+        from services.runtime.sqlite import SqliteLog
+
+        log = SqliteLog(bootstrap[len(EMBEDDED):], durable=False)
+        return log if shard == 0 else ShardView(log, shard, owns=True)
     from services.runtime.kafka import KafkaLog, KafkaSettings
+
+    return KafkaLog(KafkaSettings(bootstrap_servers=bootstrap, shards=shards), prefix=prefix, shard=shard,
+                    role="all")
+
+
+def publish(bootstrap: str, prefix: str, shard_map: ShardMap, objs: Sequence[o.AnyObject]) -> None:
     from services.runtime.shards import RoutingLog
 
-    settings = KafkaSettings(bootstrap_servers=bootstrap, shards=shard_map.shards)
-    logs = [KafkaLog(settings, prefix=prefix, shard=s) for s in range(shard_map.shards)]
+    if bootstrap.startswith(EMBEDDED):
+        from services.runtime.shards import embedded_shards
+        from services.runtime.sqlite import SqliteLog
+
+        logs = embedded_shards(SqliteLog(bootstrap[len(EMBEDDED):], durable=False), shard_map.shards)
+    else:
+        from services.runtime.kafka import KafkaLog, KafkaSettings
+
+        settings = KafkaSettings(bootstrap_servers=bootstrap, shards=shard_map.shards)
+        logs = [KafkaLog(settings, prefix=prefix, shard=s) for s in range(shard_map.shards)]
     router = RoutingLog(logs, shard_map, topics=Topics(prefix=prefix))
     try:
         envs = [Envelope(id=f"bench:{i}", source="bench", cluster="sim",
@@ -91,10 +118,9 @@ def worker(bootstrap: str, prefix: str, shards: int, shard: int) -> dict[str, An
     from events.codec import decode_decision
     from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload
     from services.app.driver import drive_until_idle
-    from services.runtime.kafka import KafkaLog, KafkaSettings
 
     topics = Topics(prefix=prefix)
-    log = KafkaLog(KafkaSettings(bootstrap_servers=bootstrap, shards=shards), prefix=prefix, shard=shard, role="all")
+    log = open_shard(bootstrap, prefix, shards, shard)
     try:
         t0, c0 = time.monotonic(), time.process_time()
         result = drive_until_idle(log, topics=topics)
@@ -119,6 +145,8 @@ def worker(bootstrap: str, prefix: str, shards: int, shard: int) -> dict[str, An
 
 def run(bootstrap: str, shards: int, cohorts: int, queues: int) -> dict[str, Any]:
     prefix = f"bench-shards-{shards}-{time.monotonic_ns()}"
+    if bootstrap.startswith(EMBEDDED):
+        bootstrap = f"{bootstrap}/{prefix}"  # a fresh log per shard count
     objs = scenario(cohorts, queues)
     t0 = time.monotonic()
     publish(bootstrap, prefix, balanced(shards, cohorts), objs)
@@ -162,9 +190,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--queues", type=int, default=5)
     p.add_argument("--shards", default="1,2,4")
     p.add_argument("--bootstrap-servers", help="an existing broker (default: start a local one)")
+    p.add_argument("--embedded", action="store_true", help="the embedded log instead of Kafka")
     args = p.parse_args(argv)
     counts = [int(x) for x in args.shards.split(",")]
-    if args.bootstrap_servers:
+    if args.embedded:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="kueuelog-bench-shards-") as tmp:
+            results = [run(f"{EMBEDDED}{tmp}", n, args.cohorts, args.queues) for n in counts]
+    elif args.bootstrap_servers:
         results = [run(args.bootstrap_servers, n, args.cohorts, args.queues) for n in counts]
     else:
         from bench.kafka import local_broker

@@ -10,7 +10,8 @@ a record, because the scheduler must treat them differently:
   skip a fact;
 - old schema versions are upcast before they are converted.
 
-Decoding is bounded: a cluster event larger than ``MAX_RECORD_BYTES`` or nested
+Decoding is bounded: a cluster event larger than ``MAX_RECORD_BYTES`` (a tree's
+state handed over between shards: ``MAX_HAND_OVER_BYTES``) or nested
 deeper than ``MAX_NESTING`` is malformed before msgspec sees it, so that no
 record can exhaust the stack (msgspec recurses) or the memory, and a poison
 record is a dead letter rather than a crash on every restart. Decision records
@@ -29,7 +30,7 @@ import msgspec
 
 from events.envelope import SCHEMA_VERSION, Envelope
 from events.messages import ClusterEvent, DecisionRecord
-from events.validation import json_nesting_problem
+from events.validation import MAX_HAND_OVER_BYTES, MAX_RECORD_BYTES, json_nesting_problem
 
 
 class MalformedRecord(ValueError):
@@ -68,8 +69,14 @@ def encode(value: Any) -> bytes:
     return _encoder.encode(value)
 
 
+_ADOPTED: Final = b'"event":{"type":"shard.adopted"'
+
+
 def _bounded(data: bytes) -> None:
-    problem = json_nesting_problem(data)
+    # A tree's state handed over between shards may be larger than any other event; its tag
+    # comes within the envelope's first fields.
+    limit = MAX_HAND_OVER_BYTES if _ADOPTED in data[:1024] else MAX_RECORD_BYTES
+    problem = json_nesting_problem(data, limit)
     if problem is not None:
         raise MalformedRecord(problem)
 

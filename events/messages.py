@@ -125,6 +125,27 @@ class ProvisioningRequestObserved(Event, frozen=True, tag="provisioning-request.
     class_details: tuple[tuple[str, str], ...] = ()
 
 
+class TreeHandOver(Event, frozen=True, tag="shard.hand-over"):
+    """The shard map moved the cohort tree whose root is ``root`` to shard ``to_shard``: the shard
+    that folds this stops deciding for the tree here and hands its state over
+    (``services.core.handover``; ``events.shardmap`` has the protocol). ``handover`` is its id."""
+
+    root: str
+    to_shard: int
+    handover: str
+
+
+class TreeAdopted(Event, frozen=True, tag="shard.adopted"):
+    """A cohort tree's state as shard ``from_shard`` had it when it folded the hand-over
+    ``handover``: the shard that folds this decides for the tree from here. ``state`` is a partial
+    scheduler state in the snapshot encoding (``services.core.snapshot``)."""
+
+    root: str
+    from_shard: int
+    handover: str
+    state: msgspec.Raw = msgspec.Raw(b"{}")
+
+
 ClusterEvent = (
     ObjectApplied
     | ObjectDeleted
@@ -138,6 +159,8 @@ ClusterEvent = (
     | ActuationFailed
     | AdmissionCheckUpdated
     | ProvisioningRequestObserved
+    | TreeHandOver
+    | TreeAdopted
 )
 
 

@@ -33,13 +33,34 @@ on, then each as last seen on its tree's shard, right after the event that made 
 never had their ClusterQueue), so no decision is lost or doubled.
 
 Any other change that would put a placed object elsewhere (a ClusterQueue given a cohort on
-another shard, a Cohort another parent, a LocalQueue another ClusterQueue, a map that names
-another shard for an existing tree) is recorded in :attr:`ShardRouter.moves` and not carried
-out: the object keeps its shard. Moving a tree that may hold quota needs the old shard's state
-at the moment of the move (a hand-over, not implemented); until then a tree is moved by draining
-it, deleting its queues and creating them again. Publish Cohorts before their ClusterQueues
-(the watcher lists them first), or a ClusterQueue placed by a parentless cohort's name stays
-there when the parent comes.
+another shard, a Cohort another parent, a LocalQueue another ClusterQueue) is recorded in
+:attr:`ShardRouter.moves` and not carried out: the object keeps its shard. Publish Cohorts before
+their ClusterQueues (the watcher lists them first), or a ClusterQueue placed by a parentless
+cohort's name stays there when the parent comes.
+
+**Hand-over.** A map that names another shard for a tree already placed moves the whole tree, in
+a logged order that loses and doubles nothing (:class:`HandOver`, driven by
+``services.runtime.shards.RoutingLog``):
+
+1. the router writes a :class:`~events.messages.TreeHandOver` marker (id ``hand-over:ROOT:N``, N
+   counting the tree's hand-overs) on the tree's old shard, and from then routes the tree's
+   events to the new shard, *held*: appended to the new shard's ``hand-over-held`` topic, which no
+   scheduler reads;
+2. the old shard's scheduler, folding the marker, takes the tree out of its state (it cannot
+   decide for it after that offset) and writes the tree's state at that offset as a
+   :class:`TreeReleased` record on its ``hand-over`` topic, atomically with the commit of the
+   batch that folded it (``services.core.handover``);
+3. the router, finding that record, appends to the new shard's cluster-events, in one atomic
+   append, a :class:`~events.messages.TreeAdopted` carrying that state followed by the held events
+   in order; the new shard's scheduler folds the state first, so it never decides for the tree
+   before it has it. From then the tree's events go to the new shard directly;
+4. events about the tree's workloads that the old shard's own services (actuator, simulated
+   cluster) append to the old shard after the marker are forwarded to the new shard (id
+   ``ID:to-shard-N``); the old scheduler only notes them as about unknown workloads.
+
+Every record has a deterministic id, and a router restarted at any point learns from the logs
+where each hand-over stands (marker written? state released? adopted?) and finishes it: nothing
+is written twice, nothing skipped.
 """
 
 from __future__ import annotations
@@ -63,6 +84,8 @@ from events.messages import (
     PodsNotReady,
     PodsReady,
     ProvisioningRequestObserved,
+    TreeAdopted,
+    TreeHandOver,
     WorkloadActivation,
     WorkloadFinished,
 )
@@ -150,6 +173,48 @@ class Move:
     wanted: int
 
 
+class TreeReleased(msgspec.Struct, frozen=True, kw_only=True):
+    """A shard's ``hand-over`` record: the state of the tree it handed over with ``handover``, as
+    it had it when it folded the marker (a partial scheduler state, snapshot encoding)."""
+
+    handover: str
+    state: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+@dataclass(slots=True)
+class HandOver:
+    """One tree's move from shard ``source`` to shard ``target`` (see the module docstring)."""
+
+    id: str
+    root: str
+    source: int
+    target: int
+    time: int = 0
+    adopted: bool = False
+
+
+class _HandedRecord(msgspec.Struct):
+    obj: o.Workload
+
+
+class _Handed(msgspec.Struct):
+    workloads: dict[str, _HandedRecord] = {}
+
+
+def handed_workloads(state: msgspec.Raw | bytes) -> list[o.Workload]:
+    """The Workloads in a handed-over tree's state (as their last applied object), by key."""
+    handed = msgspec.json.decode(state, type=_Handed)
+    return [handed.workloads[key].obj for key in sorted(handed.workloads)]
+
+
+def hand_over_id(root: str, n: int) -> str:
+    return f"hand-over:{root}:{n}"
+
+
+def _hand_over_number(handover: str) -> int:
+    return int(handover.rsplit(":", 1)[1])
+
+
 class ShardRouter:
     """Where each cluster event goes (see the module docstring). Deterministic: the same events in
     the same order route the same way; :meth:`placed_on` teaches it where a recovered log put
@@ -167,6 +232,12 @@ class ShardRouter:
         self._extra: list[tuple[int, Envelope]] = []
         self._found: dict[str, dict[int, o.AnyObject]] = {}  # recovery: object -> {shard: last applied there}
         self.moves: list[Move] = []
+        self._wl_home: dict[str, tuple[str, str]] = {}  # workload "ns/name" -> (its LocalQueue key, admitted to)
+        self.hand_overs: dict[str, HandOver] = {}  # by id, in the order they started
+        self._transit: dict[str, HandOver] = {}  # root -> its hand-over not adopted yet
+        self._markers: list[tuple[int, TreeHandOver]] = []  # recovery: markers found, with their shard
+        self._adopted: set[str] = set()  # recovery: hand-overs whose TreeAdopted was found
+        self.now = 0  # the newest event time seen (a marker's time)
 
     @property
     def every(self) -> tuple[int, ...]:
@@ -194,7 +265,22 @@ class ShardRouter:
 
     def route(self, env: Envelope) -> tuple[int, ...]:
         """The shards ``env`` goes to (learning what it says about the tree first). Envelopes the
-        router adds to carry out a safe move follow it (:meth:`take_extra`)."""
+        router adds to carry out a safe move follow it (:meth:`take_extra`). None (``()``) for an
+        event of a tree being handed over: it is held for its new shard (:meth:`held`)."""
+        self.now = max(self.now, env.event.time)
+        shards = self._route(env)
+        ho = self.held(env)
+        return () if ho is not None and shards == (ho.target,) else shards
+
+    def held(self, env: Envelope) -> HandOver | None:
+        """The hand-over in progress of the tree ``env`` is about, if any (after it was routed; an
+        event is held when its tree is in transit and it goes to the tree's new shard)."""
+        if not self._transit:
+            return None
+        root = self._root_of_event(env)
+        return None if root is None else self._transit.get(root)
+
+    def _route(self, env: Envelope) -> tuple[int, ...]:
         ev = env.event
         if isinstance(ev, ObjectApplied):
             return self._applied(env, ev.object)
@@ -300,6 +386,8 @@ class ShardRouter:
         wanted: int | None = None
         if obj is not None:
             lq_key = f"{namespace}/{obj.queue_name}"
+            self._wl_home[f"{namespace}/{name}"] = (lq_key, "" if obj.admission is None
+                                                    else obj.admission.cluster_queue)
             wanted = self.shard_of_local_queue(namespace, obj.queue_name)
             if wanted is None and obj.admission is not None:
                 wanted = self.shard_of_cluster_queue(obj.admission.cluster_queue)
@@ -313,14 +401,126 @@ class ShardRouter:
             self.moves.append(Move(key, placed, wanted))
         return placed
 
+    # --- hand-over ----------------------------------------------------------------------------
+
+    def root_of_cluster_queue(self, cq: str) -> str:
+        cohort = self._cohort.get(cq, "")
+        return self.root_of_cohort(cohort) if cohort else cq
+
+    def _root_of_workload(self, key: str) -> str | None:
+        home = self._wl_home.get(key)
+        if home is None:
+            return None
+        cq = home[1] or self._lq.get(home[0], "")  # the ClusterQueue holding its quota, else its queue's
+        return self.root_of_cluster_queue(cq) if cq in self._cohort else None
+
+    def _root_of_key(self, key: str) -> str | None:
+        kind, _, rest = key.partition("/")
+        if kind == "Cohort":
+            return self.root_of_cohort(rest)
+        if kind == "ClusterQueue":
+            return self.root_of_cluster_queue(rest)
+        if kind == "LocalQueue":
+            cq = self._lq.get(rest)
+            return None if cq is None or cq not in self._cohort else self.root_of_cluster_queue(cq)
+        if kind == "Workload":
+            return self._root_of_workload(rest)
+        return None
+
+    def _root_of_event(self, env: Envelope) -> str | None:
+        ev = env.event
+        if isinstance(ev, ObjectApplied) and isinstance(ev.object, o.Cohort | o.ClusterQueue | o.LocalQueue
+                                                        | o.Workload):
+            return self._root_of_key(_key_of(ev.object))
+        if isinstance(ev, ObjectDeleted):
+            return self._root_of_key(f"{ev.kind}/{ev.namespace}/{ev.name}" if ev.namespace else f"{ev.kind}/{ev.name}")
+        if isinstance(ev, _WORKLOAD_EVENTS):
+            return self._root_of_workload(f"{ev.namespace}/{ev.name}")
+        if isinstance(ev, ProvisioningRequestObserved):
+            return self._root_of_workload(f"{ev.namespace}/{ev.workload}")
+        return None
+
+    def trees(self) -> dict[str, dict[str, int]]:
+        """Every placed tree object and workload by the root of its tree: key -> shard."""
+        out: dict[str, dict[str, int]] = {}
+        for key, shard in self._placed.items():
+            root = self._root_of_key(key)
+            if root is not None:
+                out.setdefault(root, {})[key] = shard
+        return out
+
+    def start_hand_overs(self) -> list[tuple[int, Envelope]]:
+        """A hand-over for every placed tree the map puts on another shard (and none in progress):
+        its marker, for the shard it leaves. The tree's objects are placed on the new shard at once;
+        their events are held until it adopts the tree."""
+        out: list[tuple[int, Envelope]] = []
+        for root, keys in sorted(self.trees().items()):
+            if root in self._transit:
+                continue
+            anchor = keys.get(f"Cohort/{root}", keys.get(f"ClusterQueue/{root}"))
+            placed = anchor if anchor is not None else min(keys.values())
+            wanted = self.map.shard_of(root)
+            if placed == wanted:
+                continue
+            n = sum(1 for h in self.hand_overs.values() if h.root == root)
+            ho = HandOver(id=hand_over_id(root, n), root=root, source=placed, target=wanted, time=self.now)
+            self._begin(ho, keys)
+            marker = TreeHandOver(time=ho.time, root=root, to_shard=wanted, handover=ho.id)
+            out.append((placed, Envelope(id=f"{ho.id}:marker", source="shard-router", event=marker)))
+        return out
+
+    def _begin(self, ho: HandOver, keys: Mapping[str, int]) -> None:
+        """The tree's objects on the shard it leaves are its new shard's from now. One placed on a
+        third shard (a move not carried out, see :attr:`moves`) keeps it: its state is there."""
+        self.hand_overs[ho.id] = ho
+        self._transit[ho.root] = ho
+        for key, shard in keys.items():
+            if shard == ho.source:
+                self._placed[key] = ho.target
+
+    def adopt(self, handover: str, state: msgspec.Raw) -> Envelope:
+        """The old shard released the tree: the event that gives it to the new shard (to be
+        appended there before the held events). The tree's events go there directly from now."""
+        ho = self.hand_overs[handover]
+        ho.adopted = True
+        self._transit.pop(ho.root, None)
+        return Envelope(id=f"{ho.id}:adopted", source="shard-router",
+                        event=TreeAdopted(time=ho.time, root=ho.root, from_shard=ho.source, handover=ho.id,
+                                          state=state))
+
+    def in_transit(self) -> list[HandOver]:
+        return sorted(self._transit.values(), key=lambda h: h.id)
+
+    @staticmethod
+    def forwarded(env: Envelope, target: int) -> Envelope:
+        """``env``, appended on a tree's old shard after its hand-over by a service of that shard,
+        as forwarded to the new one."""
+        return Envelope(id=f"{env.id}:to-shard-{target}", source=env.source, cluster=env.cluster,
+                        event=env.event, correlation_id=env.correlation_id or env.id)
+
+    @staticmethod
+    def about_workload(env: Envelope) -> str | None:
+        """The workload (``ns/name``) a workload event is about, for forwarding; None otherwise."""
+        ev = env.event
+        if isinstance(ev, _WORKLOAD_EVENTS):
+            return f"{ev.namespace}/{ev.name}"
+        if isinstance(ev, ProvisioningRequestObserved):
+            return f"{ev.namespace}/{ev.workload}"
+        return None
+
     # --- recovery ---------------------------------------------------------------------------
 
     def placed_on(self, env: Envelope, shard: int) -> None:
         """``env`` was found on ``shard``'s log (read shard after shard): learn from it where each
         object lives. :meth:`settle` then makes it the router that routed those logs."""
         ev = env.event
-        if isinstance(ev, ObjectApplied) and isinstance(ev.object, o.Cohort | o.ClusterQueue | o.LocalQueue
-                                                        | o.Workload):
+        self.now = max(self.now, ev.time)
+        if isinstance(ev, TreeHandOver):
+            self._markers.append((shard, ev))
+        elif isinstance(ev, TreeAdopted):
+            self._adopted.add(ev.handover)
+        elif isinstance(ev, ObjectApplied) and isinstance(ev.object, o.Cohort | o.ClusterQueue | o.LocalQueue
+                                                          | o.Workload):
             self._found.setdefault(_key_of(ev.object), {})[shard] = ev.object
         elif isinstance(ev, ObjectDeleted) and ev.kind in ("Cohort", "ClusterQueue", "LocalQueue", "Workload"):
             key = f"{ev.kind}/{ev.namespace}/{ev.name}" if ev.namespace else f"{ev.kind}/{ev.name}"
@@ -336,6 +536,7 @@ class ShardRouter:
         for copies in found.values():
             for obj in copies.values():
                 self._learn(obj)
+        self._settle_hand_overs(found)
         repairs: list[tuple[int, Envelope]] = []
         for key in sorted(found):
             copies = found[key]
@@ -358,6 +559,25 @@ class ShardRouter:
                 self._provisional_wl.setdefault(lq_key, {})[f"{wl.namespace}/{wl.name}"] = wl
         return repairs
 
+    def _settle_hand_overs(self, found: dict[str, dict[int, o.AnyObject]]) -> None:
+        """Each hand-over found (in the order of each tree's hand-overs): the tree's objects as
+        last applied on the shard it left are its new shard's (where the TreeAdopted put them, or
+        will), so they are neither a move cut short nor placed on the old shard."""
+        markers, self._markers = self._markers, []
+        for shard, marker in sorted(markers, key=lambda m: (m[1].root, _hand_over_number(m[1].handover))):
+            ho = HandOver(id=marker.handover, root=marker.root, source=shard, target=marker.to_shard,
+                          time=marker.time, adopted=marker.handover in self._adopted)
+            for key in sorted(found):
+                copies = found[key]
+                if shard in copies and self._root_of_key(key) == ho.root:
+                    copies.setdefault(ho.target, copies.pop(shard))
+            self.hand_overs[ho.id] = ho
+            if ho.adopted:
+                self._transit.pop(ho.root, None)
+            else:
+                self._transit[ho.root] = ho
+        self._adopted = set()
+
     def _learn(self, obj: o.AnyObject) -> None:
         if isinstance(obj, o.Cohort):
             self._parent[obj.name] = obj.parent
@@ -365,6 +585,9 @@ class ShardRouter:
             self._cohort[obj.name] = obj.cohort
         elif isinstance(obj, o.LocalQueue):
             self._lq[f"{obj.namespace}/{obj.name}"] = obj.cluster_queue
+        elif isinstance(obj, o.Workload):
+            self._wl_home[f"{obj.namespace}/{obj.name}"] = (
+                f"{obj.namespace}/{obj.queue_name}", "" if obj.admission is None else obj.admission.cluster_queue)
 
     def _keep(self, copies: dict[int, o.AnyObject]) -> int:
         """Of the shards an object is found on, the one it belongs to: its tree's (where a move
@@ -386,7 +609,7 @@ class ShardRouter:
             return not isinstance(ev.object, o.Cohort | o.ClusterQueue | o.LocalQueue | o.Workload)
         if isinstance(ev, ObjectDeleted):
             return ev.kind not in ("Cohort", "ClusterQueue", "LocalQueue", "Workload")
-        return not isinstance(ev, (*_WORKLOAD_EVENTS, ProvisioningRequestObserved))
+        return not isinstance(ev, (*_WORKLOAD_EVENTS, ProvisioningRequestObserved, TreeHandOver, TreeAdopted))
 
     def placement(self) -> dict[str, int]:
         """Where each tree object and workload was placed (a copy, sorted by key)."""

@@ -43,6 +43,8 @@ MAX_NESTING: Final = 64
 """Nesting of a JSON record or a YAML document (objects and arrays). Our deepest object (a Job's
 required node affinity values) is about 12 levels down."""
 MAX_RECORD_BYTES: Final = 1 << 20
+# A cohort tree's state handed over to another shard (events.shardmap) travels as one record.
+MAX_HAND_OVER_BYTES: Final = 64 << 20
 """A cluster-event or decision record: Kafka's default ``max.request.size`` (1 MiB) of a producer."""
 MAX_MANIFEST_BYTES: Final = 32 << 20
 """One manifest file. The API server takes at most 3 MiB per object; a file holds many."""
@@ -384,13 +386,13 @@ def applied_problem(obj: o.AnyObject, cohorts: Mapping[str, o.Cohort]) -> str | 
 # --- records -----------------------------------------------------------------------------------
 
 
-def json_nesting_problem(data: bytes) -> str | None:
+def json_nesting_problem(data: bytes, limit: int = MAX_RECORD_BYTES) -> str | None:
     """Why a JSON record must not be decoded (too large, nested too deep), or None. Cheap for
     the records we write: a record with few brackets cannot be deep, and only a record with
     many is scanned, in one pass over its quotes, backslashes and brackets (so brackets inside
     strings do not count), linear in its size whatever it holds."""
-    if len(data) > MAX_RECORD_BYTES:
-        return f"record of {len(data)} bytes is larger than {MAX_RECORD_BYTES} bytes"
+    if len(data) > limit:
+        return f"record of {len(data)} bytes is larger than {limit} bytes"
     if data.count(b"[") + data.count(b"{") <= MAX_NESTING:
         return None
     depth, in_string, skip_to = 0, False, -1

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
@@ -603,9 +604,15 @@ async def _watcher(settings: WatcherSettings, context: _Context, cfg: client.Con
                                  status=context.status, t9k=settings.t9k, job_kinds=settings.job_kinds,
                                  heartbeat_s=settings.heartbeat_s)
         context.registry.register(watcher.collector())
+        # Tree hand-overs go on while nothing is published (events.shardmap).
+        pumping = asyncio.create_task(log.pump_until(context.stop)) if isinstance(log, RoutingLog) else None
         try:
             await watcher.run(context.stop)
         finally:
+            if pumping is not None:
+                pumping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pumping
             if log is not context.log:
                 assert isinstance(log, RoutingLog)
                 for shard in log.shards[1:]:

@@ -31,10 +31,13 @@ from events.messages import (
     ObjectApplied,
     PlaceWorkload,
     RemovePlacement,
+    TreeAdopted,
+    TreeHandOver,
     UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
 )
-from events.objects import Workload
+from events.objects import ClusterQueue, Cohort, LocalQueue, Workload
+from events.shardmap import handed_workloads
 from services.app import checkview
 from services.core import podsready
 from services.core.answer import Answer, Eviction, answer
@@ -139,7 +142,8 @@ def explain(log: Log, topics: Topics, key: str, *, at: int | None = None,
 
     if now is not None:
         at = now[1]
-    entries, names = _input_history(log, topics, key, at)
+    trees = _Trees()
+    entries, names = _input_history(log, topics, key, at, trees)
     exp = Explanation(key=key, names=names)
     if not names:
         return exp
@@ -154,7 +158,41 @@ def explain(log: Log, topics: Topics, key: str, *, at: int | None = None,
     exp.input_offset = now[1]
     exp.answer = answer(state, names[-1], evicted=last_eviction)
     exp.status = _status(state, names, exp.input_offset)
+    gone = trees.handed.get(names[-1])
+    if gone is not None and names[-1] not in state.workloads:
+        where = f"its cohort tree {gone.root} was handed over to shard {gone.to_shard} ({gone.handover})"
+        exp.answer = Answer(workload=names[-1], status="handed-over",
+                            message=f"{where}; ask that shard (--shard {gone.to_shard}, or --shard all)")
+        exp.status = [f"now: {names[-1]} is decided by shard {gone.to_shard}: {where}"]
     return exp
+
+
+@dataclass
+class _Trees:
+    """What the history needs to know of cohort trees: which one a workload's queue is in, and
+    the workloads whose tree was handed over to another shard (the marker, by workload key)."""
+
+    lq: dict[str, str] = field(default_factory=dict)  # "ns/name" -> ClusterQueue
+    cohort: dict[str, str] = field(default_factory=dict)  # ClusterQueue -> cohort
+    parent: dict[str, str] = field(default_factory=dict)  # Cohort -> parent
+    queue: dict[str, str] = field(default_factory=dict)  # workload -> its LocalQueue "ns/name"
+    handed: dict[str, TreeHandOver] = field(default_factory=dict)
+
+    def learn(self, obj: object) -> None:
+        if isinstance(obj, LocalQueue):
+            self.lq[f"{obj.namespace}/{obj.name}"] = obj.cluster_queue
+        elif isinstance(obj, ClusterQueue):
+            self.cohort[obj.name] = obj.cohort
+        elif isinstance(obj, Cohort):
+            self.parent[obj.name] = obj.parent
+
+    def root(self, workload: str) -> str:
+        cq = self.lq.get(self.queue.get(workload, ""), "")
+        node, seen = self.cohort.get(cq, "") or cq, []
+        while self.parent.get(node) and node not in seen:
+            seen.append(node)
+            node = self.parent[node]
+        return node
 
 
 def _matches(wl_key: str, namespace: str, name: str, owner: str) -> bool:
@@ -162,8 +200,30 @@ def _matches(wl_key: str, namespace: str, name: str, owner: str) -> bool:
     return ns == namespace and wanted in (name, owner)
 
 
-def _input_history(log: Log, topics: Topics, key: str, at: int | None) -> tuple[list[Entry], list[str]]:
+def _hand_over_entry(ev: TreeHandOver | TreeAdopted, key: str, names: list[str], trees: _Trees,
+                     order: tuple[int, int, int], offset: int) -> Entry | None:
+    """A tree the workload is in leaving this shard, or arriving on it."""
+    if isinstance(ev, TreeHandOver):
+        mine = [n for n in names if trees.root(n) == ev.root]
+        for name in mine:
+            trees.handed[name] = ev
+        return Entry(order, ev.time, "HandedOver", f"handed over with its cohort tree {ev.root} to shard "
+                                                   f"{ev.to_shard} ({ev.handover})", offset=offset) if mine else None
+    arrived = [wl for wl in handed_workloads(ev.state)
+               if _matches(key, wl.namespace, wl.name, wl.owner.name if wl.owner else "")]
+    for wl in arrived:
+        if wl.key not in names:
+            names.append(wl.key)
+        trees.queue[wl.key] = f"{wl.namespace}/{wl.queue_name}"
+        trees.handed.pop(wl.key, None)
+    return Entry(order, ev.time, "Adopted", f"taken over with its cohort tree {ev.root} from shard {ev.from_shard} "
+                                            f"({ev.handover}), as it was there", offset=offset) if arrived else None
+
+
+def _input_history(log: Log, topics: Topics, key: str, at: int | None,
+                   trees: _Trees | None = None) -> tuple[list[Entry], list[str]]:
     """Entries for the cluster events about the workload, and the names it had (a Job's Workloads)."""
+    trees = trees or _Trees()
     entries: list[Entry] = []
     names: list[str] = []
     offset = 0
@@ -175,10 +235,18 @@ def _input_history(log: Log, topics: Topics, key: str, at: int | None) -> tuple[
             except (MalformedRecord, UnknownEventType):
                 continue  # the scheduler dead-lettered it: it is not part of the history
             order = (rec.offset, 1, 0)
+            if isinstance(ev, TreeHandOver | TreeAdopted):
+                entry = _hand_over_entry(ev, key, names, trees, order, rec.offset)
+                if entry is not None:
+                    entries.append(entry)
+                continue
+            if isinstance(ev, ObjectApplied):
+                trees.learn(ev.object)
             if isinstance(ev, ObjectApplied) and isinstance(ev.object, Workload):
                 wl = ev.object
                 if _matches(key, wl.namespace, wl.name, wl.owner.name if wl.owner else ""):
                     wl_key = f"{wl.namespace}/{wl.name}"
+                    trees.queue[wl_key] = f"{wl.namespace}/{wl.queue_name}"
                     what = "submitted" if not entries else "updated"
                     if wl_key not in names:
                         names.append(wl_key)

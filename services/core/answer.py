@@ -68,7 +68,7 @@ class Eviction:
 @dataclass(frozen=True)
 class Answer:
     workload: str
-    status: str  # pending | admitted | quota-reserved | evicting | finished | deleted
+    status: str  # pending | admitted | quota-reserved | evicting | finished | deleted | handed-over
     since: int | None = None  # ms
     local_queue: str = ""
     cluster_queue: str = ""
@@ -220,6 +220,8 @@ def _since(a: Answer) -> str:
 def _sentences(a: Answer) -> list[str]:
     if a.status == "deleted":
         return [f"{a.workload} is gone: it was deleted."]
+    if a.status == "handed-over":  # its cohort tree moved to another shard (events.shardmap)
+        return [f"{a.workload} is no longer decided here: {a.message}."]
     if a.status == "finished":
         out = [f"{a.workload} finished{_since(a)} ({a.reason}: {a.message})." if a.message
                else f"{a.workload} finished{_since(a)}."]

@@ -51,6 +51,8 @@ from events.messages import (
     PodsNotReady,
     PodsReady,
     ProvisioningRequestObserved,
+    TreeAdopted,
+    TreeHandOver,
     WorkloadActivation,
     WorkloadFinished,
 )
@@ -106,6 +108,9 @@ class State:
     index: Index = field(default_factory=Index, metadata=DERIVED)
     cache: Cache = field(default_factory=Cache, metadata=DERIVED)
     workers: dict[str, State] = field(default_factory=dict, metadata=DERIVED)  # placement's fit per worker
+    # Cohort trees handed over to another shard since the scheduler last wrote (hand-over id, their
+    # parts in the snapshot encoding): services.core.handover.
+    released: list[tuple[str, bytes]] = field(default_factory=list, metadata=DERIVED)
 
     def cq_node(self, name: str) -> Node:
         return self.index.cluster_queue_nodes[name]
@@ -254,6 +259,18 @@ def _fold_observed(state: State, event: ProvisioningRequestObserved) -> None:
 
 def _fold_tick(state: State, event: ClockTicked) -> None:
     """Time moved on; nothing else (time-based rules read ``state.now``)."""
+
+
+def _fold_hand_over(state: State, event: TreeHandOver) -> None:
+    from services.core.handover import release  # it builds on this module
+
+    release(state, event)
+
+
+def _fold_adopted(state: State, event: TreeAdopted) -> None:
+    from services.core.handover import adopt  # it builds on this module
+
+    adopt(state, event)
 
 
 def _is_configuration(event: ClusterEvent) -> bool:
@@ -654,4 +671,6 @@ _FOLD: dict[type, Callable[[State, Any], None]] = {
     ClockTicked: _fold_tick,
     AdmissionCheckUpdated: _fold_check,
     ProvisioningRequestObserved: _fold_observed,
+    TreeHandOver: _fold_hand_over,
+    TreeAdopted: _fold_adopted,
 }

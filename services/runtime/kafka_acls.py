@@ -38,7 +38,7 @@ from typing import Final
 from events.envelope import Topics
 from events.simcluster import sim_cluster_topic
 from services.runtime.kafka import LEASES_SUFFIX
-from services.runtime.shards import shard_map_topic
+from services.runtime.shards import hand_over_topic, held_topic, shard_map_topic
 
 ROLES: Final = ("watcher", "scheduler", "actuator", "simcluster", "reader")
 
@@ -90,10 +90,11 @@ def role_acls(topics: Topics) -> dict[str, list[Acl]]:
     acls = {
         "watcher": [_topic(topics.cluster_events, Op.READ, Op.WRITE), _topic(topics.dead_letters, Op.WRITE),
                     _topic(shard_map_topic(topics), Op.READ, Op.WRITE),
+                    _topic(hand_over_topic(topics), Op.READ), _topic(held_topic(topics), Op.READ, Op.WRITE),
                     Acl(Resource.CLUSTER, "kafka-cluster", Pattern.LITERAL, (Op.IDEMPOTENT_WRITE,))],
         "scheduler": [_topic(topics.cluster_events, Op.READ, Op.WRITE), _topic(topics.decisions, Op.READ, Op.WRITE),
                       _topic(topics.snapshots, Op.READ, Op.WRITE), _topic(topics.dead_letters, Op.WRITE),
-                      *_writer(p, "scheduler")],
+                      _topic(hand_over_topic(topics), Op.WRITE), *_writer(p, "scheduler")],
         "actuator": [_topic(topics.decisions, Op.READ), _topic(topics.cluster_events, Op.WRITE),
                      _topic(sim, Op.WRITE), *_writer(p, "actuator")],
         "simcluster": [_topic(sim, Op.READ, Op.WRITE), _topic(topics.cluster_events, Op.READ, Op.WRITE),

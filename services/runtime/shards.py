@@ -17,22 +17,39 @@ order; other topics (dead letters) go to shard 0. Every shard's log records the 
 It rebuilds its router from every shard's cluster-events when it is built (a restarted watcher
 routes each object's later events where its earlier ones went), and reads of cluster-events
 (the watcher's memory) see every shard's records, each at offset ``offset * shards + shard``.
+
+Built with a map that puts a placed tree on another shard, it hands the tree over
+(``events.shardmap`` has the protocol): the marker on the old shard at once, the tree's events
+held on the new shard's ``<prefix>.hand-over-held`` topic, and :meth:`RoutingLog.pump` (called by
+every append, and by the watcher's loop when idle) adopting the tree on the new shard once the old
+one wrote its state on ``<prefix>.hand-over``, and forwarding to the new shard what the old
+shard's own services report about the tree's workloads after the marker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import msgspec
 import structlog
 
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope, encode
-from events.envelope import Topics, event_key
-from events.messages import ObjectDeleted
-from events.shardmap import ShardMap, ShardMapError, ShardRouter, parse_shard_map
-from services.runtime.log import Leadership, Log, Record, RecordWaiter
+from events.envelope import Envelope, Topics, event_key
+from events.messages import ObjectDeleted, TreeAdopted, TreeHandOver
+from events.shardmap import (
+    HandOver,
+    ShardMap,
+    ShardMapError,
+    ShardRouter,
+    TreeReleased,
+    handed_workloads,
+    parse_shard_map,
+)
+from services.runtime.log import Leadership, Log, LogError, Record, RecordWaiter
 
 _log = structlog.get_logger(__name__)
 SHARD_MAP_KEY: Final = "shard-map"
@@ -45,6 +62,25 @@ def shard_topic(topic: str, shard: int) -> str:
 
 def shard_map_topic(topics: Topics) -> str:
     return f"{topics.prefix}.shard-map"
+
+
+def hand_over_topic(topics: Topics) -> str:
+    """Where a shard's scheduler writes the state of each tree it hands over (TreeReleased)."""
+    return f"{topics.prefix}.hand-over"
+
+
+def held_topic(topics: Topics) -> str:
+    """Where a tree's events wait on its new shard until the tree is adopted there."""
+    return f"{topics.prefix}.hand-over-held"
+
+
+@dataclass
+class _Forward:
+    """An adopted hand-over's forwarding: the old shard's cluster-events from ``next``."""
+
+    ho: HandOver
+    workloads: frozenset[str]
+    next: int
 
 
 class _ShardLeadership:
@@ -136,8 +172,14 @@ class RoutingLog:
         self.topics = topics or Topics()
         self.router = ShardRouter(shard_map)
         self._reported_moves = 0
+        self._markers: dict[str, int] = {}  # hand-over id -> its marker's offset on the old shard
+        self._ids: list[set[str]] = [set() for _ in self.shards]  # forwarded envelope ids on each shard
+        self._released: list[int] = [0 for _ in self.shards]  # how far each shard's hand-over topic was read
+        self._forwards: dict[str, _Forward] = {}
         self._recover()
         self._record_map(shard_map)
+        self._start_hand_overs()
+        self.pump()
 
     # --- what the publishers use ------------------------------------------------------------
 
@@ -154,8 +196,13 @@ class RoutingLog:
             return self.shards[0].append(topic, records)
         batches: list[list[tuple[str, bytes]]] = [[] for _ in self.shards]
         leaving: list[list[tuple[str, bytes]]] = [[] for _ in self.shards]
+        held: list[list[tuple[str, bytes]]] = [[] for _ in self.shards]
         for key, value in records:
-            for shard in self.route(value):
+            shards = self.route(value)
+            ho = None if shards else self.router.held(decode_envelope(value))
+            if ho is not None:  # its tree is being handed over: held on the new shard
+                held[ho.target].append((ho.id, value))
+            for shard in shards:
                 batches[shard].append((key, value))
             for shard, moved in self.router.take_extra():
                 into = leaving if isinstance(moved.event, ObjectDeleted) else batches
@@ -166,7 +213,11 @@ class RoutingLog:
         for shard, batch in [*enumerate(batches), *enumerate(leaving)]:
             if batch:
                 out += self.shards[shard].append(topic, batch)
+        for shard, batch in enumerate(held):
+            if batch:
+                self.shards[shard].append(held_topic(self.topics), batch)
         self._report_moves()
+        self.pump()
         return out
 
     def route(self, value: bytes) -> tuple[int, ...]:
@@ -213,6 +264,107 @@ class RoutingLog:
         for log in self.shards:
             log.close()
 
+    # --- hand-over ------------------------------------------------------------------------------
+
+    def _start_hand_overs(self) -> None:
+        for shard, marker in self.router.start_hand_overs():
+            assert isinstance(marker.event, TreeHandOver)
+            _log.info("shards.hand_over_started", tree=marker.event.root, source=shard,
+                      target=marker.event.to_shard, handover=marker.event.handover)
+            [offset] = self.shards[shard].append(self.topics.cluster_events, [(event_key(marker), encode(marker))])
+            self._markers[marker.event.handover] = offset
+
+    def pump(self) -> int:
+        """Move every hand-over on as far as the logs allow: adopt a tree whose old shard released
+        it, forward what the old shards' services said since about handed-over workloads. Returns
+        the records written. Safe to call at any time, and again after a crash at any point."""
+        written = 0
+        if self.router.in_transit():
+            released = self._read_released()
+            for ho in self.router.in_transit():
+                state = released.get(ho.id)
+                if state is not None:
+                    written += self._adopt(ho, state)
+        for fwd in self._forwards.values():
+            written += self._forward(fwd)
+        return written
+
+    async def pump_until(self, stop: asyncio.Event, interval_s: float = 0.5) -> None:
+        """:meth:`pump` every ``interval_s`` until ``stop``: a hand-over goes on while nothing is
+        published (a log that fails is tried again at the next turn)."""
+        while not stop.is_set():
+            try:
+                self.pump()
+            except LogError as e:
+                _log.warning("shards.pump_failed", error=str(e))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval_s)
+
+    def _read_released(self) -> dict[str, msgspec.Raw]:
+        """TreeReleased records written since the last look, by hand-over id."""
+        out: dict[str, msgspec.Raw] = {}
+        topic = hand_over_topic(self.topics)
+        for shard, log in enumerate(self.shards):
+            while batch := log.read_values(topic, self._released[shard], 1000):
+                for _, value in batch:
+                    try:
+                        rec = msgspec.json.decode(value, type=TreeReleased)
+                    except msgspec.DecodeError:
+                        continue
+                    out.setdefault(rec.handover, rec.state)
+                self._released[shard] = batch[-1][0] + 1
+        return out
+
+    def _adopt(self, ho: HandOver, state: msgspec.Raw) -> int:
+        """The tree's state, then its held events, on the new shard, in one atomic append."""
+        adopted = self.router.adopt(ho.id, state)
+        records = [(event_key(adopted), encode(adopted))]
+        seen: set[str] = set()  # a watcher restarted mid-transit may have published an object again
+        for key, value in self._read_all(self.shards[ho.target], held_topic(self.topics)):
+            env = decode_envelope(value)
+            if key == ho.id and env.id not in seen:
+                seen.add(env.id)
+                records.append((event_key(env), value))
+        self.shards[ho.target].append(self.topics.cluster_events, records)
+        _log.info("shards.hand_over_adopted", tree=ho.root, source=ho.source, target=ho.target,
+                  handover=ho.id, held=len(records) - 1)
+        self._watch(ho, state)
+        return len(records)
+
+    def _watch(self, ho: HandOver, state: msgspec.Raw) -> None:
+        workloads = frozenset(wl.key for wl in handed_workloads(state))
+        self._forwards[ho.id] = _Forward(ho, workloads, self._markers.get(ho.id, 0))
+
+    def _forward(self, fwd: _Forward) -> int:
+        """What the old shard's services appended about the tree's workloads after the marker."""
+        source, target = self.shards[fwd.ho.source], fwd.ho.target
+        records: list[tuple[str, bytes]] = []
+        while batch := source.read_values(self.topics.cluster_events, fwd.next, 1000):
+            for _, value in batch:
+                try:
+                    env = decode_envelope(value)
+                except (MalformedRecord, UnknownEventType):
+                    continue
+                if env.source == "shard-router" or ShardRouter.about_workload(env) not in fwd.workloads:
+                    continue
+                moved = ShardRouter.forwarded(env, target)
+                if moved.id not in self._ids[target]:
+                    self._ids[target].add(moved.id)
+                    records.append((event_key(moved), encode(moved)))
+            fwd.next = batch[-1][0] + 1
+        if records:
+            self.shards[target].append(self.topics.cluster_events, records)
+        return len(records)
+
+    @staticmethod
+    def _read_all(log: Log, topic: str) -> list[tuple[str, bytes]]:
+        out: list[tuple[str, bytes]] = []
+        offset = 0
+        while batch := log.read(topic, offset, 1000):
+            out += [(r.key, r.value) for r in batch]
+            offset = batch[-1].offset + 1
+        return out
+
     # --- recovery and the recorded map --------------------------------------------------------
 
     def _recover(self) -> None:
@@ -220,15 +372,17 @@ class RoutingLog:
         half done: a cluster-scoped envelope written to some shards but not all is written to the
         rest, a move cut short gets its deletion (:meth:`ShardRouter.settle`)."""
         everywhere: dict[str, tuple[bytes, list[int]]] = {}  # envelope id -> (record, shards it is on)
+        adopted: dict[str, msgspec.Raw] = {}
         for shard, log in enumerate(self.shards):
+            self._learn_held(log, shard)
             offset = 0
             while batch := log.read_values(self.topics.cluster_events, offset, 5000):
-                for _, value in batch:
+                for off, value in batch:
                     try:
                         env = decode_envelope(value)
                     except (MalformedRecord, UnknownEventType):
                         continue
-                    self.router.placed_on(env, shard)
+                    self._learn(env, shard, off, adopted)
                     if ShardRouter.everywhere(env):
                         everywhere.setdefault(env.id, (value, []))[1].append(shard)
                 offset = batch[-1][0] + 1
@@ -241,11 +395,29 @@ class RoutingLog:
                         missing[shard].append((event_key(env), value))
         for shard, env in self.router.settle():
             missing[shard].append((event_key(env), encode(env)))
+        for handover, state in adopted.items():
+            ho = self.router.hand_overs.get(handover)
+            if ho is not None:
+                self._watch(ho, state)
         for shard, records in enumerate(missing):
             if records:
                 _log.warning("shards.repaired", shard=shard, records=len(records),
                              detail="a publisher stopped half way through an append: finished now")
                 self.shards[shard].append(self.topics.cluster_events, records)
+
+    def _learn_held(self, log: Log, shard: int) -> None:
+        """Held events first: a tree in transit has them only there, and once it is adopted they are
+        older than everything its new shard's cluster-events say about it."""
+        for _, value in self._read_all(log, held_topic(self.topics)):
+            self.router.placed_on(decode_envelope(value), shard)
+
+    def _learn(self, env: Envelope, shard: int, offset: int, adopted: dict[str, msgspec.Raw]) -> None:
+        self.router.placed_on(env, shard)
+        self._ids[shard].add(env.id)
+        if isinstance(env.event, TreeHandOver):
+            self._markers[env.event.handover] = offset
+        elif isinstance(env.event, TreeAdopted):
+            adopted[env.event.handover] = env.event.state
 
     def _record_map(self, shard_map: ShardMap) -> None:
         value = encode(shard_map)
@@ -257,7 +429,8 @@ class RoutingLog:
     def _report_moves(self) -> None:
         for move in self.router.moves[self._reported_moves:]:
             _log.warning("shards.move_not_carried_out", object=move.what, placed=move.placed, wanted=move.wanted,
-                         detail="the object stays on its shard: moving a tree needs a hand-over (not implemented)")
+                         detail="the object stays on its shard (a map naming another shard for a "
+                                "whole tree hands the tree over)")
         self._reported_moves = len(self.router.moves)
 
 

@@ -36,6 +36,7 @@ from events.messages import (
     PodsNotReady,
     PodsReady,
 )
+from events.shardmap import TreeReleased
 from events.validation import event_problem
 from services.core.apply import apply_cycle
 from services.core.cycle import run_cycle
@@ -45,6 +46,7 @@ from services.core.snapshot import FORMAT as SNAPSHOT_FORMAT
 from services.core.snapshot import decode_state, encode_state
 from services.core.state import State
 from services.runtime.log import Log, Record, read_backwards
+from services.runtime.shards import hand_over_topic
 
 GROUP = "scheduler"
 # Events that cannot change what a cycle decides; readiness does too while waitForPodsReady is on
@@ -246,6 +248,11 @@ class Scheduler:
         appends: dict[str, list[tuple[str, bytes]]] = {self.topics.decisions: decisions}
         if dead:
             appends[self.topics.dead_letters] = dead
+        if self.state.released:  # trees handed over in this batch: their state, with the commit
+            appends[hand_over_topic(self.topics)] = [
+                (handover, encode(TreeReleased(handover=handover, state=msgspec.Raw(part))))
+                for handover, part in self.state.released]
+            self.state.released.clear()
         self._since_snapshot += len(batch)
         if self._since_snapshot >= self.snapshot_every:
             # The snapshot reflects this batch's cycles too. Where they will land is not known before
@@ -361,6 +368,7 @@ class Scheduler:
                 raise ReplayMismatch(f"cycle {cycle} does not reproduce its recorded decisions: {problem}")
             committed = self.log.position(GROUP, self.topics.cluster_events)
             self.fold_until(committed)
+        self.state.released.clear()  # written with the commit of the batch that folded them
 
     # --- asyncio shell -----------------------------------------------------------------
 

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from events.cluster import SIM_DURATION_ANNOTATION, SIM_READY_AFTER_ANNOTATION
 from events.codec import MalformedRecord, UnknownEventType, decode_envelope
 from events.envelope import Topics
-from events.messages import ObjectApplied, ObjectDeleted
+from events.messages import ObjectApplied, ObjectDeleted, TreeAdopted
 from events.objects import Workload
+from events.shardmap import handed_workloads
 from events.validation import Invalid, duration_ns
 from services.runtime.log import Log
 
@@ -122,6 +123,9 @@ class AnnotationIndex:
                     self.annotations[event.object.key] = event.object.annotations
                 elif isinstance(event, ObjectDeleted) and event.kind == "Workload":
                     self.annotations.pop(f"{event.namespace}/{event.name}", None)
+                elif isinstance(event, TreeAdopted):  # a tree handed over from another shard
+                    for wl in handed_workloads(event.state):
+                        self.annotations[wl.key] = wl.annotations
             self.next_offset = batch[-1].offset + 1
 
     def lookup(self, key: str) -> tuple[tuple[str, str], ...] | None:

@@ -17,12 +17,14 @@ import pytest
 from events.cluster import SIM_DURATION_ANNOTATION
 from events.codec import decode_envelope
 from events.envelope import Topics
-from events.messages import ObjectApplied
+from events.messages import ObjectApplied, TreeAdopted
 from events.shardmap import ShardMap
 from services.app.logview import replay
 from services.runtime.kafka import KafkaLog, KafkaSettings
-from services.runtime.shards import recorded_map
+from services.runtime.shards import RoutingLog, recorded_map
 from services.runtime.sqlite import SqliteLog
+from services.scheduler.service import Scheduler
+from services.simcluster.arrivals import seed_all
 from tests.builders import Builder, a_cluster_queue, a_cohort, a_flavor, a_local_queue, a_namespace, a_workload
 from tests.infra.kafka import LocalKafka
 from tests.shardrun import objects, run_sharded
@@ -136,3 +138,35 @@ def test_two_shards_on_kafka_decide_what_one_scheduler_decides(
     explained = _cli("explain", "ns/wl2", *where, "--shard", "all")  # wl2 is blue-1's: shard 1
     assert explained.returncode == 0 and "shard 1" in explained.stdout and "blue-1" in explained.stdout, \
         explained.stdout + explained.stderr
+
+
+def test_a_tree_is_handed_over_between_shards_on_kafka(
+        shard_logs: tuple[list[KafkaLog], list[KafkaLog]], prefix: str) -> None:
+    """The red tree moves from shard 0 to shard 1 on the broker: the marker on partition 0, the
+    released state in shard 0's scheduler transaction (a topic of its own), the adoption on
+    partition 1; shard 1 then holds red's ClusterQueues and workloads as shard 0 had them."""
+    writers, publishers = shard_logs
+    topics = Topics(prefix=prefix)
+    seed_all(RoutingLog(publishers, MAP, topics=topics), objects(cluster()), topics=topics)
+
+    def settle(log: KafkaLog) -> Scheduler:
+        sched = Scheduler(log, topics)
+        sched.recover()
+        while sched.step():
+            pass
+        return sched
+
+    before = [settle(log) for log in writers]
+    red = {key: rec.admission for key, rec in before[0].state.workloads.items()}
+    assert any(adm is not None for adm in red.values()) and "red-1" in before[0].state.cluster_queues
+    moved = ShardMap(shards=2, trees=(("blue", 1), ("red", 1), ("solo", 1)))
+    routing = RoutingLog(publishers, moved, topics=topics)
+    old = settle(writers[0])
+    assert "red-1" not in old.state.cluster_queues and not old.state.workloads
+    assert routing.pump() == 1
+    new = settle(writers[1])
+    assert {"red-1", "red-2", "blue-1", "solo"} <= set(new.state.cluster_queues)
+    assert {key: new.state.workloads[key].admission for key in red} == red
+    assert isinstance(decode_envelope(writers[1].read(topics.cluster_events, 0, 100_000)[-1].value).event, TreeAdopted)
+    for log in writers:
+        assert replay(log, topics, verify=True).mismatches == []

@@ -40,6 +40,8 @@ from events.messages import (
     ProvisioningRequestCondition,
     ProvisioningRequestObserved,
     RemovePlacement,
+    TreeAdopted,
+    TreeHandOver,
     UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
     WorkloadActivation,
@@ -82,6 +84,9 @@ EVENTS = [
     ProvisioningRequestObserved(time=9, namespace="ns", name="w-prov-1", workload="w", check="prov", attempt=1,
                                 conditions=(ProvisioningRequestCondition(type="Provisioned", status="True"),),
                                 class_details=(("RequestKey", "abc"),)),
+    TreeHandOver(time=10, root="research", to_shard=2, handover="hand-over:research:0"),
+    TreeAdopted(time=10, root="research", from_shard=0, handover="hand-over:research:0",
+                state=msgspec.Raw(b'{"cohorts":{}}')),
 ]
 DECISIONS = [
     AdmitWorkload(id="c1-0", cycle=1, namespace="ns", name="w", cluster_queue="cq", admission=ADM, time=9),

@@ -28,7 +28,7 @@ from events.envelope import Topics
 from events.quantity import QuantityError, parse_fraction
 from services.runtime.kafka import LEASES_SUFFIX
 from services.runtime.kafka_acls import Acl, Op, Pattern, Resource, role_acls
-from services.runtime.shards import shard_map_topic
+from services.runtime.shards import hand_over_topic, held_topic, shard_map_topic
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -503,7 +503,8 @@ def test_strimzi_topics_are_the_ones_the_code_uses() -> None:
     topics = {t["spec"]["topicName"]: t for t in strimzi("KafkaTopic")}
     names = Topics()
     assert set(topics) == {names.cluster_events, names.decisions, names.snapshots, names.dead_letters,
-                           f"{names.prefix}.{LEASES_SUFFIX}", shard_map_topic(names)}
+                           f"{names.prefix}.{LEASES_SUFFIX}", shard_map_topic(names), hand_over_topic(names),
+                           held_topic(names)}
     snapshots = topics[names.snapshots]["spec"]["config"]
     assert snapshots["cleanup.policy"] == "compact"
     assert snapshots["max.message.bytes"] == 104857600
