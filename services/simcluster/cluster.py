@@ -103,6 +103,9 @@ class SimConfig:
     batch_size: int = 500
     # The simulated autoscaler: how each provisioning class answers (events.simautoscaler).
     provisioning: tuple[tuple[str, Behaviour], ...] = ()
+    # Its consumer group on the sim-cluster topic: several simulated clusters sharing the topic
+    # (a MultiKueue manager and its workers) each keep their own position.
+    group: str = GROUP
 
 
 @dataclass(slots=True)
@@ -277,7 +280,7 @@ class SimCluster:
                 if isinstance(record, StatusRecord) and self._mine(record):
                     fold_status(self.state, record, self.behaviours)
             offset = batch[-1].offset + 1
-        self.next_offset = self.log.position(GROUP, self.topic)
+        self.next_offset = self.log.position(self.config.group, self.topic)
         self._stale = False
 
     # --- the live step -----------------------------------------------------------------------
@@ -352,7 +355,7 @@ class SimCluster:
             # A gang that never gets all its pods never runs to its end either: it hangs until evicted.
             ready_at=NEVER if ready_after is None else now + ready_after,
             end_at=NEVER if ready_after is None or duration.ms == FOREVER else now + duration.ms,
-            duration_source=duration.source,
+            duration_source=duration.source, node_selector=cmd.node_selector,
         ))
 
     def _create_request(self, cmd: CreateProvisioningRequest, out: _Out) -> None:
@@ -449,7 +452,7 @@ class SimCluster:
         if out.status:
             appends[self.topic] = out.status
         try:
-            self.log.transact(appends, {(GROUP, self.topic): self.next_offset})
+            self.log.transact(appends, {(self.config.group, self.topic): self.next_offset})
         except BaseException:
             # The state already holds what was not committed: rebuild it from the log next time.
             self._stale = True
