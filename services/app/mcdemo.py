@@ -54,6 +54,7 @@ from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import Arrival, ArrivalStream, envelope
 from services.simcluster.cluster import GROUP, SimCluster, SimConfig
 from services.simcluster.multicluster import demo_manifests
+from services.web.workers import worker_clusters
 
 MANAGER = "sim"  # the manager's cluster name on the log, as in the one-cluster demo
 MAX_CLUSTERS = 20  # a MultiKueueConfig names at most 20 clusters
@@ -208,23 +209,14 @@ class _Placed:
 
 
 def _workers_table(loop: MultiLoop, placed: _Placed) -> Table:
-    state = loop.scheduler.state
+    """Per worker, what the scheduler sees (``services.web.workers``, as the web view shows it)."""
     table = Table(title="Worker clusters", expand=True)
-    for col in ("WORKER", "RUNNING", "PLACED NOW", "PLACEMENTS", "FINISHED THERE", "ACTIVE"):
+    for col in ("WORKER", "ACTIVE", "RUNNING", "PLACED", "PLACEMENTS", "FINISHED"):
         table.add_column(col, justify="left" if col == "WORKER" else "right")
-    now_on: dict[str, int] = {}
-    for p in state.multikueue.placements.values():
-        now_on[p.cluster] = now_on.get(p.cluster, 0) + 1
-    finished: dict[str, int] = {}
-    for key, cluster in state.multikueue.cluster_names.items():
-        rec = state.workloads.get(key)
-        if rec is not None and rec.finished:
-            finished[cluster] = finished.get(cluster, 0) + 1
-    for name in sorted(loop.workers):
-        mkc = state.multikueue.clusters.get(name)
-        table.add_row(name, str(len(loop.workers[name].state.runs)), str(now_on.get(name, 0)),
-                      str(placed.counts.get(name, WorkerCounts()).placements), str(finished.get(name, 0)),
-                      "no" if mkc is None or mkc.active is False else "yes")
+    for w in worker_clusters(loop.scheduler.state):
+        name = w["name"]
+        table.add_row(name, "yes" if w["active"] else "lost", str(w["running"]), str(w["placed"]),
+                      str(placed.counts.get(name, WorkerCounts()).placements), str(w["finished"]))
     return table
 
 
