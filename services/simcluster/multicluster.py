@@ -114,7 +114,7 @@ DEMO_START = "2025-01-01T08:00:00Z"
 DEMO_START_MS = 1_735_718_400_000
 
 
-def _as_worker(body: dict[str, Any], cluster: str) -> dict[str, Any]:
+def as_worker(body: dict[str, Any], cluster: str) -> dict[str, Any]:
     """A worker's object as ``simulate`` and ``demo`` read it: annotated with its cluster's name."""
     meta = dict(body["metadata"])
     meta["annotations"] = {**meta.get("annotations", {}), CLUSTER_ANNOTATION: cluster}
@@ -129,7 +129,7 @@ def demo_manifests(clusters: int, *, queues: int = 4, jobs: int = 160, worker_cp
     every ``gap_s`` seconds round the queues, each running 2 to 10 minutes."""
     out = manager_manifests(clusters, queues, str(clusters * worker_cpu))
     for n in worker_names(clusters):
-        out.extend(_as_worker(m, n) for m in worker_manifests(n, queues, str(worker_cpu)))
+        out.extend(as_worker(m, n) for m in worker_manifests(n, queues, str(worker_cpu)))
     for i in range(jobs):
         created = format_time(DEMO_START_MS + i * gap_s * 1000)
         out.append(job_manifest(f"job-{i:03d}", i % queues, str(1 + (i * 7) % 3), created,
