@@ -348,4 +348,7 @@ def demo_command(args: argparse.Namespace) -> int:
     console.print()
     for line in summary(result):
         console.print(line, highlight=False, soft_wrap=True)
-    return 0 if not result.placed_twice else 1
+    if result.placed_twice:
+        print(f"error: a workload ran in two clusters at once: {result.placed_twice[0]}", file=sys.stderr)
+        return 1
+    return 0
