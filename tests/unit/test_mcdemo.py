@@ -23,16 +23,21 @@ from services.app.logview import replay
 from services.app.mcdemo import MANAGER, MultiLoop, build, generated_files, schedule
 from services.runtime.sqlite import SqliteLog
 from services.simcluster.multicluster import demo_manifests
+from services.web.model import overview
+from services.web.workers import worker_clusters
 
 TOPICS = Topics()
 
 
-def _run(tmp_path: Path, files: dict[str, str]) -> tuple[SqliteLog, MultiLoop, list[str]]:
+def _run(tmp_path: Path, files: dict[str, str],
+         seen: list[list[dict[str, object]]] | None = None) -> tuple[SqliteLog, MultiLoop, list[str]]:
     log = SqliteLog(tmp_path)
     loop = build(log, TOPICS, files, 60_000)
     twice: list[str] = []
 
     def between(_: Round) -> None:
+        if seen is not None:
+            seen.append(worker_clusters(loop.scheduler.state))
         on: dict[str, str] = {}
         for name in sorted(loop.workers):
             for key in loop.workers[name].state.runs:
@@ -58,7 +63,8 @@ def _decisions(log: SqliteLog) -> list[object]:
 
 
 def test_every_workload_runs_once_on_its_worker_with_the_worker_flavors_labels(tmp_path: Path) -> None:
-    log, loop, twice = _run(tmp_path, generated_files(3, 30))
+    seen: list[list[dict[str, object]]] = []
+    log, loop, twice = _run(tmp_path, generated_files(3, 30), seen)
     assert not twice
     decisions = _decisions(log)
     placed = [d for d in decisions if isinstance(d, PlaceWorkload)]
@@ -86,6 +92,13 @@ def test_every_workload_runs_once_on_its_worker_with_the_worker_flavors_labels(t
     assert {state.multikueue.cluster_names[k] for k in where} == set(where.values())
     report = replay(log, TOPICS, verify=True)
     assert report.mismatches == [] and report.cycles == state.cycles
+    # What the views show per worker (services.web.workers): along the way, and at the end.
+    assert max(int(str(w["running"])) for view in seen for w in view) > 0
+    assert all(int(str(w["running"])) <= int(str(w["placed"])) for view in seen for w in view)
+    final = overview(state, 0)["workerClusters"]
+    assert [w["name"] for w in final] == ["worker-1", "worker-2", "worker-3"]
+    assert all(w["active"] and w["placed"] == w["running"] == 0 and w["clusterQueues"] == 4 for w in final)
+    assert {w["name"]: w["finished"] for w in final} == dict(Counter(where.values()))
 
 
 def test_idle_gaps_longer_than_worker_lost_timeout_lose_no_worker(tmp_path: Path) -> None:
