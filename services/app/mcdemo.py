@@ -332,9 +332,13 @@ def demo_command(args: argparse.Namespace) -> int:
         return 2
     try:
         files = read_manifests(args.files) if args.files else generated_files(args.clusters, args.jobs)
-        schedule(files)  # every error in the input before the log is made
+        _, workers = schedule(files)  # every error in the input before the log is made
     except (ManifestError, ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    if len(workers) != args.clusters:
+        print(f"error: --clusters {args.clusters}, but the manifests name {len(workers)} MultiKueueClusters "
+              f"({', '.join(workers)})", file=sys.stderr)
         return 2
     console = Console()
     web = viewcli.demo_web(args, directory, console)

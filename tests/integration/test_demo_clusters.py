@@ -63,3 +63,17 @@ def test_manifests_given_to_the_multicluster_demo_must_name_their_workers(tmp_pa
     done = _run("demo", "--clusters", "2", "one.yaml", "--no-web", cwd=tmp_path)
     assert done.returncode == 2
     assert "no MultiKueueCluster in the manifests" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_the_multicluster_demo_runs_given_manifests_whose_workers_objects_are_annotated(tmp_path: Path) -> None:
+    import yaml
+
+    from services.simcluster.multicluster import demo_manifests
+
+    (tmp_path / "world.yaml").write_text(yaml.safe_dump_all(demo_manifests(2, queues=2, jobs=6), sort_keys=False))
+    done = _run("demo", "--clusters", "2", "world.yaml", "--no-web", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "6 workloads, 6 finished; 6 admissions, 0 evictions, 6 placements on 2 worker clusters" in done.stdout
+    wrong = _run("demo", "--clusters", "3", "world.yaml", "--no-web", cwd=tmp_path)
+    assert wrong.returncode == 2
+    assert wrong.stderr == "error: --clusters 3, but the manifests name 2 MultiKueueClusters (worker-1, worker-2)\n"
