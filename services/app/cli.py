@@ -463,7 +463,7 @@ def _demo_parser(sub: Subcommands) -> None:
                       help="how long a Job runs without a kueuelog.io/sim-duration annotation")
     demo.add_argument("--clusters", type=int, metavar="N",
                       help="MultiKueue: a manager and N simulated worker clusters (generated manifests unless "
-                           "FILEs are given, whose workers' objects carry kueuelog.io/cluster)")
+                           "FILEs are given, whose workers' objects are annotated with their cluster, as for simulate)")
     demo.add_argument("--jobs", type=int, default=160, metavar="N",
                       help="with --clusters and no FILE: how many Jobs arrive on the manager (default 160)")
     viewcli.add_demo_web_options(demo)
