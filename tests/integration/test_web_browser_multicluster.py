@@ -73,6 +73,8 @@ def test_the_page_shows_a_line_per_worker_with_its_placements(demo_url: str) -> 
                 timeout=300_000)
             placed = page.locator("#worker-clusters td.placed").all_inner_texts()
             assert placed == ["0", "0", "0"]
+            stream = page.locator("#decisions li").all_inner_texts()
+            assert stream and not [t for t in stream if "AdmitChecked(" in t], "decisions in words, not reprs"
             page.screenshot(path=str(ARTIFACTS / "multicluster-02-done.png"), full_page=True)
             page.close()
         finally:
