@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from events import objects as o
@@ -141,13 +141,15 @@ Job = st.tuples(st.integers(0, 2), st.integers(1, 5), st.integers(0, 1200), st.i
 
 @settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.integers(1, 4), st.lists(Job, min_size=1, max_size=12))
+@example(2, [(0, 5, 0, 1), (0, 4, 0, 1)])  # a job no worker fits holds manager quota: the manager has plenty
 def test_through_the_services_no_workload_runs_in_two_clusters_and_each_is_placed_once(
         clusters: int, jobs: list[tuple[int, int, int, int]]) -> None:
     """Scheduler, the manager's actuator and one simulated cluster per cluster on one log: after
     every round no workload runs on two simulated workers, and none on the manager's; at the end
     each workload that fits a worker was placed exactly once and finished there, and one that
-    fits none (5 cpu, workers have 4 per queue) was never placed."""
-    docs = mc.manager_manifests(clusters, 3, str(4 * clusters))
+    fits none (5 cpu, workers have 4 per queue) was never placed. The manager's queues hold every
+    job at once (one that fits no worker waits there holding its quota, as with Kueue)."""
+    docs = mc.manager_manifests(clusters, 3, "100")
     for n in mc.worker_names(clusters):
         docs.extend(mc.as_worker(m, n) for m in mc.worker_manifests(n, 3, "4"))
     at = mc.DEMO_START_MS
