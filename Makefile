@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install run test unit lint conformance integration bench kafka cluster browser clean
+.PHONY: install run run-clusters test unit lint conformance integration bench kafka cluster browser clean
 
 install: $(STAMP)
 
@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml
 
 run: install
 	$(BIN)/kueuelog demo
+
+CLUSTERS ?= 3
+run-clusters: install  # MultiKueue: a manager and $(CLUSTERS) simulated worker clusters
+	$(BIN)/kueuelog demo --clusters $(CLUSTERS)
 
 lint: install
 	$(BIN)/ruff check events services tests bench

@@ -52,6 +52,9 @@ class StartWorkload(SimRecord, frozen=True, tag="sim.start-workload"):
     namespace: str
     name: str
     admission: Admission
+    # The node labels its pods are bound to (Kubernetes: the pod template's nodeSelector): a
+    # MultiKueue worker's flavors' labels for a placed workload; left out otherwise.
+    node_selector: tuple[tuple[str, str], ...] | msgspec.UnsetType = msgspec.UNSET
 
 
 class StopWorkload(SimRecord, frozen=True, tag="sim.stop-workload"):
@@ -93,6 +96,7 @@ class RunStarted(SimRecord, frozen=True, tag="sim.run-started"):
     ready_at: int
     end_at: int
     duration_source: str = ""  # "annotation" or "default": for explain-style debugging
+    node_selector: tuple[tuple[str, str], ...] | msgspec.UnsetType = msgspec.UNSET  # as its StartWorkload said
 
 
 class Reported(SimRecord, frozen=True, tag="sim.reported"):

@@ -6,7 +6,8 @@ each taking the commands that name it (``events.simcluster``, ``SimConfig.cluste
 cluster is reached the way the manager's own simulated cluster is:
 
 - ``PlaceWorkload``: a ``StartWorkload`` for the worker the scheduler chose (``cluster``), with the
-  worker's admission: the copy of the Job created there, unsuspended. Staged, so the loop
+  worker's admission and its flavors' node labels: the copy of the Job created there, unsuspended
+  (used by ``kueuelog run actuator`` on Kafka and by ``kueuelog demo --clusters N``). Staged, so the loop
   (:mod:`services.actuator.loop`) commits it with the report and its consumer position in one
   transaction: a placement is carried out once, whatever crashes when.
 - ``RemovePlacement``: a ``StopWorkload`` for that worker (the copy deleted there).
@@ -45,6 +46,15 @@ from events.messages import (
 from events.simcluster import StartWorkload, StopWorkload, sim_cluster_topic
 from services.actuator.loop import SOURCE, Staged, Tuning
 from services.actuator.sim_port import SIM_TUNING, SimClusterPort
+
+
+def node_selector(d: PlaceWorkload) -> tuple[tuple[str, str], ...]:
+    """The worker flavors' node labels, over every podSet (a Job has one): the run's node selector
+    on the worker, as the copy's pod template gets them on a real one."""
+    labels: dict[str, str] = {}
+    for update in d.pod_set_updates:
+        labels.update(dict(update.node_selector))
+    return tuple(sorted(labels.items()))
 
 
 @dataclass
@@ -89,7 +99,7 @@ class SimMultiKueuePort:
         if isinstance(decision, PlaceWorkload):
             return [(topic, key, encode(StartWorkload(
                 time=decision.time, cluster=decision.cluster, decision_id=decision.id, namespace=decision.namespace,
-                name=decision.name, admission=decision.admission)))]
+                name=decision.name, admission=decision.admission, node_selector=node_selector(decision))))]
         return [(topic, key, encode(StopWorkload(
             time=decision.time, cluster=decision.cluster, decision_id=decision.id, namespace=decision.namespace,
             name=decision.name, reason=str(decision.reason))))]

@@ -333,6 +333,10 @@ def _demo(args: argparse.Namespace) -> int:
 
     from services.app.demo import new_directory, run_demo, summary
 
+    if args.clusters is not None:
+        from services.app.mcdemo import demo_command
+
+        return demo_command(args)
     paths = args.files or _example_manifests()
     if not paths:
         print("error: no manifests given, and no examples/*.yaml here or beside this installation "
@@ -457,6 +461,11 @@ def _demo_parser(sub: Subcommands) -> None:
                       help="real seconds to wait at each step of simulated time (to watch it unfold)")
     demo.add_argument("--default-duration", type=int, default=60, metavar="SECONDS",
                       help="how long a Job runs without a kueuelog.io/sim-duration annotation")
+    demo.add_argument("--clusters", type=int, metavar="N",
+                      help="MultiKueue: a manager and N simulated worker clusters (generated manifests unless "
+                           "FILEs are given, whose workers' objects are annotated with their cluster, as for simulate)")
+    demo.add_argument("--jobs", type=int, default=160, metavar="N",
+                      help="with --clusters and no FILE: how many Jobs arrive on the manager (default 160)")
     viewcli.add_demo_web_options(demo)
     demo.set_defaults(func=_demo)
 

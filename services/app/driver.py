@@ -20,7 +20,7 @@ import asyncio
 import enum
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from events.envelope import Topics
 from services.actuator.loop import Actuator
@@ -127,7 +127,13 @@ def _earliest(*times: int | None) -> int | None:
     return min(known) if known else None
 
 
-def drive(loop: Loop, *, between: Callable[[Round], None] | None = None, max_rounds: int | None = None) -> int:
+class Rounds(Protocol):
+    """What :func:`drive` steps: a :class:`Loop`, or the MultiKueue demo's (``services.app.mcdemo``)."""
+
+    def round(self) -> tuple[Round, int]: ...
+
+
+def drive(loop: Rounds, *, between: Callable[[Round], None] | None = None, max_rounds: int | None = None) -> int:
     """Round after round until nothing is left to do; returns the rounds. ``between`` is called
     after every round that did something (busy, or time advanced)."""
     rounds = 0

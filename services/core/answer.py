@@ -18,6 +18,7 @@ from events.cluster import ConditionType
 from events.conditions import is_true
 from events.manifests import format_time
 from events.messages import (
+    AdmitChecked,
     AdmitWorkload,
     EvictWorkload,
     MarkPending,
@@ -296,6 +297,10 @@ def decision_text(d: object) -> str:
     if isinstance(d, UpdateLocalQueueFairSharing):
         used = ", ".join(f"{r}={q}" for r, q in d.consumed_resources) or "nothing"
         return f"LocalQueue admission fair sharing status: consumed {used}"
+    if isinstance(d, AdmitChecked):  # in words, not its repr (the web view's stream; explain says more)
+        if d.failed_to_start:
+            return f"every admission check Ready, but the Job fails to start: {d.failed_to_start}"
+        return "admitted: every admission check is Ready"
     return str(d)
 
 

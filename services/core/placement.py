@@ -447,6 +447,23 @@ _APPLY: dict[type, Callable[[State, AnyDecision], None]] = {
 }
 
 
+def nominated_cluster_names(state: State, rec: WorkloadRecord) -> list[str]:
+    """``status.nominatedClusterNames`` where Kueue shows it: Kueue's default dispatcher
+    (AllAtOnce) nominates every connected worker of the MultiKueueConfig, in name order, once the
+    workload holds quota and its other admission checks are Ready, and clears the list when a
+    worker admits it (``status.clusterName``; the two never show together). Here: the clusters
+    the workload is being tried on while it waits (those that exist and are not lost); none once
+    it is placed. Kueue copies the workload to each of them; we copy it nowhere until placed."""
+    if rec.key in state.multikueue.placements or rec.key in state.multikueue.cluster_names or not _waits(rec):
+        return []
+    check, cfg = multikueue_check(state, rec)
+    if not check or cfg is None or rec.checks[check].state != o.CheckState.PENDING:
+        return []
+    if any(c.state != o.CheckState.READY for name, c in sorted(rec.checks.items()) if name != check):
+        return []
+    return sorted(c for c in cfg.clusters if c in state.multikueue.clusters and not worker_lost(state, c))
+
+
 def cluster_name(state: State, key: str) -> str:
     """``status.clusterName``: the worker the workload is placed on (or finished on), or ""."""
     return state.multikueue.cluster_names.get(key, "")

@@ -25,6 +25,7 @@ from events.messages import PendingReason
 from events.objects import QueueingStrategy
 from events.quantity import format_amount
 from services.core import admissionfair
+from services.core.placement import nominated_cluster_names
 from services.core.reasons import quota_reserved_reason
 from services.core.state import State, WorkloadRecord
 
@@ -122,6 +123,8 @@ def _workload_v1beta1(state: State, rec: WorkloadRecord) -> dict[str, Any]:
         status["admissionChecks"] = [check_state_json(rec.checks[n]) for n in sorted(rec.checks)]
     if rec.key in state.multikueue.cluster_names:  # MultiKueue (services.core.placement)
         status["clusterName"] = state.multikueue.cluster_names[rec.key]
+    elif nominated := nominated_cluster_names(state, rec):
+        status["nominatedClusterNames"] = nominated
     return {"apiVersion": KUEUE_API_VERSION, "kind": "Workload", "metadata": meta, "spec": spec,
             "status": status}
 

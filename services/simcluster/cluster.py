@@ -355,7 +355,7 @@ class SimCluster:
             # A gang that never gets all its pods never runs to its end either: it hangs until evicted.
             ready_at=NEVER if ready_after is None else now + ready_after,
             end_at=NEVER if ready_after is None or duration.ms == FOREVER else now + duration.ms,
-            duration_source=duration.source,
+            duration_source=duration.source, node_selector=cmd.node_selector,
         ))
 
     def _create_request(self, cmd: CreateProvisioningRequest, out: _Out) -> None:

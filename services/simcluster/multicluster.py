@@ -18,6 +18,7 @@ from typing import Any
 
 from events import objects as o
 from events.cluster import (
+    CLUSTER_ANNOTATION,
     KUEUE_GROUP,
     MULTIKUEUE_CONTROLLER,
     PLACEMENT_POLICY_ANNOTATION,
@@ -25,7 +26,7 @@ from events.cluster import (
     SIM_DURATION_ANNOTATION,
     SIM_WORKER_LABEL,
 )
-from events.manifests import Document, normalize
+from events.manifests import Document, format_time, normalize
 
 API = f"{KUEUE_GROUP}/v1beta2"
 CHECK = "multikueue"
@@ -105,3 +106,32 @@ def job(name: str, queue: int, cpu: str, created: str) -> o.Workload:
     obj = normalize(Document(file="<multicluster>", index=0, body=job_manifest(name, queue, cpu, created)))
     assert isinstance(obj, o.Workload)
     return obj
+
+
+# --- the demo's world: ``kueuelog demo --clusters N`` --------------------------------------------
+
+DEMO_START = "2025-01-01T08:00:00Z"
+DEMO_START_MS = 1_735_718_400_000
+
+
+def as_worker(body: dict[str, Any], cluster: str) -> dict[str, Any]:
+    """A worker's object as ``simulate`` and ``demo`` read it: annotated with its cluster's name."""
+    meta = dict(body["metadata"])
+    meta["annotations"] = {**meta.get("annotations", {}), CLUSTER_ANNOTATION: cluster}
+    return {**body, "metadata": meta}
+
+
+def demo_manifests(clusters: int, *, queues: int = 4, jobs: int = 160, worker_cpu: int = 4,
+                   gap_s: int = 20) -> list[dict[str, Any]]:
+    """The manager (``queues`` ClusterQueues with the multikueue check, as much cpu as all its
+    workers together), ``clusters`` workers (each with the same queues, ``worker_cpu`` cpu each on
+    its own flavor, annotated ``kueuelog.io/cluster``), then ``jobs`` Jobs of 1 to 3 cpu arriving
+    every ``gap_s`` seconds round the queues, each running 2 to 10 minutes."""
+    out = manager_manifests(clusters, queues, str(clusters * worker_cpu))
+    for n in worker_names(clusters):
+        out.extend(as_worker(m, n) for m in worker_manifests(n, queues, str(worker_cpu)))
+    for i in range(jobs):
+        created = format_time(DEMO_START_MS + i * gap_s * 1000)
+        out.append(job_manifest(f"job-{i:03d}", i % queues, str(1 + (i * 7) % 3), created,
+                                f"{2 + (i * 5) % 9}m"))
+    return out

@@ -22,6 +22,7 @@ from services.core.answer import pending_order
 from services.core.quota import FR, Node
 from services.core.render import summary_row
 from services.core.state import State, WorkloadRecord
+from services.web.workers import worker_clusters
 
 MILLI = frozenset({"cpu"})  # amounts kept in milli-units
 
@@ -91,6 +92,7 @@ def overview(state: State, input_offset: int) -> dict[str, Any]:
             "cohorts": [_tree(roots[k]) for k in sorted(roots)],
             "clusterQueues": [_cluster_queue(state, nodes[n]) for n in sorted(nodes)],
             "localQueues": local_queues,
+            "workerClusters": worker_clusters(state),  # MultiKueue (services.web.workers); [] without
             "workloads": _status_counts(state)}
 
 

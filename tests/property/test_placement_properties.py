@@ -1,17 +1,25 @@
 """MultiKueue placement over 10 simulated worker clusters of 100 ClusterQueues each: whatever
 arrives, finishes, falls silent or comes back late, no workload is ever running in two clusters,
 no worker's ClusterQueue holds more than its nominal quota, and what runs on a worker holds quota
-on the manager."""
+on the manager. And through the services (scheduler, actuator, a simulated cluster per cluster, as
+``kueuelog demo --clusters N`` runs them): no workload ever runs on two simulated clusters, and
+each is placed once."""
 
 from __future__ import annotations
 
+import tempfile
 from collections import defaultdict
 from functools import cache
+from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+import yaml
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from events import objects as o
+from events.codec import decode_decision
+from events.envelope import Topics
+from events.manifests import format_time
 from events.messages import (
     AnyDecision,
     ClockTicked,
@@ -20,10 +28,13 @@ from events.messages import (
     RemovePlacement,
     WorkloadFinished,
 )
+from services.app.driver import Round, drive
+from services.app.mcdemo import build
 from services.core.cycle import run_cycle
 from services.core.placement import route
 from services.core.snapshot import decode_state, encode_state
 from services.core.state import State, finish_eviction
+from services.runtime.sqlite import SqliteLog
 from services.simcluster import multicluster as mc
 
 CLUSTERS, QUEUES = 10, 100
@@ -120,3 +131,57 @@ def test_no_workload_is_ever_running_in_two_clusters(ops: list[tuple[object, ...
             route(state, "", ClockTicked(time=now))
         _settle(state, running)
         _check(state, running)
+
+
+# --- through the services: the simulated workers of ``kueuelog demo --clusters N`` ---------------
+
+# (queue, cpu, seconds after the previous job, minutes it runs)
+Job = st.tuples(st.integers(0, 2), st.integers(1, 5), st.integers(0, 1200), st.integers(1, 30))
+
+
+@settings(max_examples=8, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.integers(1, 4), st.lists(Job, min_size=1, max_size=12))
+@example(2, [(0, 5, 0, 1), (0, 4, 0, 1)])  # a job no worker fits holds manager quota: the manager has plenty
+def test_through_the_services_no_workload_runs_in_two_clusters_and_each_is_placed_once(
+        clusters: int, jobs: list[tuple[int, int, int, int]]) -> None:
+    """Scheduler, the manager's actuator and one simulated cluster per cluster on one log: after
+    every round no workload runs on two simulated workers, and none on the manager's; at the end
+    each workload that fits a worker was placed exactly once and finished there, and one that
+    fits none (5 cpu, workers have 4 per queue) was never placed. The manager's queues hold every
+    job at once (one that fits no worker waits there holding its quota, as with Kueue)."""
+    docs = mc.manager_manifests(clusters, 3, "100")
+    for n in mc.worker_names(clusters):
+        docs.extend(mc.as_worker(m, n) for m in mc.worker_manifests(n, 3, "4"))
+    at = mc.DEMO_START_MS
+    for i, (queue, cpu, gap, minutes) in enumerate(jobs):
+        at += gap * 1000
+        docs.append(mc.job_manifest(f"j{i}", queue, str(cpu), format_time(at), f"{minutes}m"))
+    with tempfile.TemporaryDirectory() as tmp:
+        log = SqliteLog(Path(tmp))
+        try:
+            loop = build(log, Topics(), {"<jobs>": yaml.safe_dump_all(docs, sort_keys=False)}, 60_000)
+
+            def between(_: Round) -> None:
+                assert not loop.manager.state.runs, "a placed workload runs on the manager"
+                on: dict[str, str] = {}
+                for name in sorted(loop.workers):
+                    for key in loop.workers[name].state.runs:
+                        assert key not in on, f"{key} runs on {on[key]} and {name}"
+                        on[key] = name
+
+            drive(loop, between=between, max_rounds=100_000)
+            placed: dict[str, int] = defaultdict(int)
+            offset = 0
+            while batch := log.read(Topics().decisions, offset, 5000):
+                for rec in batch:
+                    d = decode_decision(rec.value)
+                    if isinstance(d, PlaceWorkload):
+                        placed[f"{d.namespace}/{d.name}"] += 1
+                offset = batch[-1].offset + 1
+        finally:
+            log.close()
+    state = loop.scheduler.state
+    for key, wl in sorted(state.workloads.items()):
+        fits = dict(wl.obj.pod_sets[0].requests).get("cpu", 0) <= 4000
+        assert placed.get(key, 0) == (1 if fits else 0), key
+        assert wl.finished == fits, key

@@ -394,8 +394,8 @@ def test_docker_compose_commands_are_ones_the_cli_accepts(monkeypatch: pytest.Mo
 
     compose = docs(ROOT / "docker-compose.yml")[0]["services"]
     for name, s in compose.items():
-        if name in ("kafka", "web"):
-            continue
+        if name in ("kafka", "web") or s.get("profiles"):
+            continue  # a profile's service is not part of `docker compose up` (the multicluster demo: below)
         _environment(monkeypatch, {k: str(v) for k, v in s["environment"].items()})
         args = build_parser().parse_args(s["command"])
         kube, _, cluster, _, (port, explicit) = _run_settings(args)
@@ -592,7 +592,7 @@ def test_docker_compose_runs_the_services_over_the_unchanged_broker() -> None:
     kafka = compose["kafka"]
     assert kafka["image"] == "apache/kafka:4.1.1"
     assert kafka["environment"]["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://localhost:9092"
-    services = {name: s for name, s in compose.items() if name not in ("kafka", "web")}
+    services = {name: s for name, s in compose.items() if name not in ("kafka", "web") and not s.get("profiles")}
     assert set(services) == {"scheduler", "scheduler-standby", "actuator", "simcluster"}
     ports = set()
     for name, s in services.items():
@@ -617,8 +617,27 @@ def test_docker_compose_serves_the_web_view_read_only_over_the_same_topics(monke
     args = build_parser().parse_args(web["command"])
     assert args.command == "serve" and args.host == "0.0.0.0"
     assert f"{args.port}:{args.port}" in compose["kafka"]["ports"], "published where the namespace is"
-    ports = {s["environment"]["KUEUELOG_HTTP_PORT"] for n, s in compose.items() if n != "kafka"}
-    assert len(ports) == len(compose) - 1, "one port each in the shared network namespace"
+    shared = {n: s for n, s in compose.items() if n != "kafka" and s.get("network_mode") == "service:kafka"}
+    assert set(shared) == {n for n in compose if n != "kafka" and not compose[n].get("profiles")}
+    ports = {s["environment"]["KUEUELOG_HTTP_PORT"] for s in shared.values()}
+    assert len(ports) == len(shared), "one port each in the shared network namespace"
+
+
+def test_docker_compose_shows_multikueue_with_a_manager_and_simulated_workers() -> None:
+    """The "multicluster" profile runs `kueuelog demo --clusters N` with the web view published;
+    its command is one the CLI accepts, on an image that has everything it needs (no manifests
+    to read: the world is generated)."""
+    from services.app.cli import build_parser
+
+    compose = docs(ROOT / "docker-compose.yml")[0]["services"]
+    mc = compose["multicluster"]
+    assert mc["profiles"] == ["multicluster"] and mc["image"] == IMAGE
+    args = build_parser().parse_args(mc["command"])
+    assert args.command == "demo" and args.clusters >= 2 and not args.files, "the generated world"
+    assert args.web and args.web_host == "0.0.0.0" and args.keep_serving
+    assert f"{args.web_port}:{args.web_port}" in mc["ports"]
+    assert args.dir.startswith("/home/kueuelog/"), "written where the image's user may write"
+    assert "network_mode" not in mc and "depends_on" not in mc, "its own embedded log: no broker"
 
 
 def test_the_web_view_runs_read_only_with_the_readers_credential(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -321,3 +321,32 @@ def test_simulate_refuses_an_annotation_naming_no_worker(tmp_path: Path) -> None
     with pytest.raises(ManifestError, match=r"document 7 \(ResourceFlavor worker-9-pool\): metadata.annotations."
                                             r"kueuelog.io/cluster: no MultiKueueCluster named 'worker-9'"):
         simulate([str(path)], None)
+
+
+def test_nominated_cluster_names_show_while_waiting_and_give_way_to_cluster_name() -> None:
+    """As Kueue's default (AllAtOnce) dispatcher: every connected worker, by name, while the
+    workload holds manager quota and waits for a worker; never together with status.clusterName."""
+    from services.core.render import workload_object
+
+    state = _world(clusters=3)
+    for n in ("a", "b", "c", "d"):
+        _submit(state, f"job-{n}", "4")
+    _settle(state)
+    a, d = _key(state, "job-a"), _key(state, "job-d")
+    waiting = workload_object(state, state.workloads[d])["status"]
+    assert waiting["nominatedClusterNames"] == ["worker-1", "worker-2", "worker-3"] and "clusterName" not in waiting
+    placed = workload_object(state, state.workloads[a])["status"]
+    assert placed["clusterName"] == "worker-1" and "nominatedClusterNames" not in placed
+    # worker-2 falls silent past workerLostTimeout: it is no longer nominated.
+    for worker in ("worker-1", "worker-3"):
+        route(state, worker, ClockTicked(time=T0 + 16 * MINUTE))
+    _settle(state)
+    waiting = workload_object(state, state.workloads[d])["status"]
+    assert waiting["nominatedClusterNames"] == ["worker-1", "worker-3"]
+    # A finish on worker-1 lets job-d in there: clusterName, and the nomination is gone.
+    route(state, "worker-1", WorkloadFinished(time=T0 + 17 * MINUTE, namespace="team-0", name=a.split("/")[1]))
+    _settle(state)
+    assert _placed(state)["job-d"] == "worker-1"
+    status = workload_object(state, state.workloads[d])["status"]
+    assert status["clusterName"] == "worker-1" and "nominatedClusterNames" not in status
+    assert "nominatedClusterNames" not in workload_object(state, state.workloads[a])["status"]

@@ -50,6 +50,12 @@ function renderOverview(doc) {
   $("#local-queues tbody").replaceChildren(...doc.localQueues.map((lq) => el("tr", { "data-lq": `${lq.namespace}/${lq.name}` },
     el("td", {}, el("a", { href: `#/workloads?localQueue=${lq.namespace}/${lq.name}` }, `${lq.namespace}/${lq.name}`)),
     el("td", {}, lq.clusterQueue), el("td", { class: "num" }, lq.pending), el("td", { class: "num" }, lq.admitted))));
+  const workers = doc.workerClusters || [];
+  $("#workers-section").hidden = workers.length === 0;
+  $("#worker-clusters tbody").replaceChildren(...workers.map((w) => el("tr", { "data-worker": w.name },
+    el("td", {}, w.name), el("td", {}, w.active ? "yes" : "lost"), el("td", { class: "num running" }, w.running),
+    el("td", { class: "num placed" }, w.placed), el("td", { class: "num" }, w.finished),
+    el("td", { class: "num" }, w.clusterQueues))));
   const select = $("#filters select[name=clusterQueue]");
   if (select.options.length === 1) {
     for (const cq of doc.clusterQueues) select.append(el("option", { value: cq.name }, cq.name));
