@@ -387,6 +387,8 @@ class KubeResult:
     queues: int
     rid: str = ""  # the run id every object's name carries
     cleanup_error: str = ""  # deleting the run's objects failed (the first error)
+    settle_s: float = 0.0  # after the last finish, until the log showed every finish (not in the wall)
+    scheduler_lag: int = 0  # cluster events the scheduler had not folded then
     wall: float = 0.0
     usage: float = 0.0
     wait_by_class: dict[str, float] = field(default_factory=dict)
@@ -437,7 +439,8 @@ class KubeResult:
             + kueue(f"kube-apiserver {k['apiserver_cpu']:.0f} s, Kueue {k['kueue_cpu']:.0f} s"),
             f"  Jobs admitted {self.admitted:,}, finished {self.finished:,}, evictions seen {self.evictions_seen:,}; "
             f"log: {self.log_admitted:,} workloads admitted ({self.log_admissions:,} admissions, "
-            f"{self.log_evictions:,} evictions of {self.log_evicted:,} workloads), {self.log_finished:,} finished; "
+            f"{self.log_evictions:,} evictions of {self.log_evicted:,} workloads), {self.log_finished:,} finished "
+            f"{self.settle_s:.0f} s after the last finish (the scheduler then {self.scheduler_lag:,} events behind); "
             f"bench API calls {self.api_calls:,}, creates late p99 {self.late_p99_ms:.0f} ms",
             f"  evictions by reason: {', '.join(f'{k} {n}' for k, n in sorted(self.eviction_reasons.items()))}",
             *self._actuator_lines(),
@@ -515,14 +518,16 @@ async def _eventually(check: Callable[[], Awaitable[bool]], procs: _Procs, what:
         await asyncio.sleep(0.25)
 
 
+def _lag(bootstrap: str, topics: Topics) -> int:
+    """Cluster events the scheduler has not folded yet (-1 before any was published)."""
+    with KafkaLog(KafkaSettings(bootstrap_servers=bootstrap), prefix=topics.prefix) as log:
+        end = log.end_offset(topics.cluster_events)
+        return end - log.position(SCHEDULER_GROUP, topics.cluster_events) if end > 0 else -1
+
+
 def _caught_up(bootstrap: str, topics: Topics) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
-        def positions() -> bool:
-            with KafkaLog(KafkaSettings(bootstrap_servers=bootstrap), prefix=topics.prefix) as log:
-                return (log.position(SCHEDULER_GROUP, topics.cluster_events) >= log.end_offset(topics.cluster_events)
-                        and log.end_offset(topics.cluster_events) > 0)
-
-        return await asyncio.to_thread(positions)
+        return await asyncio.to_thread(_lag, bootstrap, topics) == 0
 
     return check
 
@@ -561,7 +566,21 @@ async def _until_done(runner: Runner, procs: _Procs, generating: asyncio.Task[No
         await asyncio.sleep(0.2)
 
 
+async def _settle(bootstrap: str, topics: Topics, p: Plan, result: KubeResult, timeout: float = 180) -> None:
+    """Read the log until the watcher has published every finish (or ``timeout``): not timed."""
+    t = time.monotonic()
+    while True:
+        await _read_log(bootstrap, topics, p, result)
+        if result.log_finished >= result.workloads or time.monotonic() - t > timeout:
+            break
+        await asyncio.sleep(2)
+    result.settle_s = time.monotonic() - t
+    result.scheduler_lag = await asyncio.to_thread(_lag, bootstrap, topics)
+
+
 async def _read_log(bootstrap: str, topics: Topics, p: Plan, result: KubeResult) -> None:
+    result.log_admissions = result.log_evictions = 0
+    result.eviction_reasons.clear()
     ours = f"{p.rid}-"
     admitted: set[str] = set()
     evicted: set[str] = set()
@@ -637,9 +656,8 @@ async def run(plane: LocalControlPlane, bootstrap: str, sizes: KubeSizes, run_di
         result.cpu = {n: cpu1[n] - cpu0[n] for n in cpu1}
         result.load_after = os.getloadavg()
         _figures(runner, result, start)
-        await _eventually(_caught_up(bootstrap, topics), procs, "the scheduler to fold every finish", timeout=120)
-        await _read_log(bootstrap, topics, p, result)
         result.actuator_metrics = await asyncio.to_thread(procs.metrics, "actuator")
+        await _settle(bootstrap, topics, p, result)
     finally:
         for proc in procs.procs.values():
             stop_process(proc)
