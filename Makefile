@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install run run-clusters test unit lint conformance integration bench kafka cluster browser clean
+.PHONY: install run run-clusters test unit lint conformance integration bench bench-kube kafka cluster browser clean
 
 install: $(STAMP)
 
@@ -50,6 +50,11 @@ test: install lint browser
 
 bench: install
 	$(BIN)/python -m bench
+
+# Kueue's baseline through a real kube-apiserver (bench/kube.py): separate, the full size takes many
+# minutes; BENCH_KUBE_ARGS=--quick for a couple of minutes.
+bench-kube: install
+	$(BIN)/python -m bench kube $(BENCH_KUBE_ARGS)
 
 kafka: install
 	$(BIN)/python -m tests.infra.kafka run

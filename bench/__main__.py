@@ -3,14 +3,16 @@
 ``python -m bench`` runs them all (the Kafka ones last: they start a local broker);
 ``python -m bench kafka [--quick] ...`` only the Kafka ones (see ``bench.kafka``);
 ``python -m bench shards [...]`` the scheduler shards on the local broker (``bench.shards``, not in
-the full run: it starts its broker again and takes minutes).
+the full run: it starts its broker again and takes minutes);
+``python -m bench kube [--quick | --tiny]`` Kueue's baseline through a real kube-apiserver
+(``bench.kube``, ``make bench-kube``; not in the full run: its full size takes many minutes).
 """
 
 from __future__ import annotations
 
 import sys
 
-from bench import engine, kafka, multicluster, replay, services, shards
+from bench import engine, kafka, kube, multicluster, replay, services, shards
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,9 +21,11 @@ def main(argv: list[str] | None = None) -> int:
         return kafka.cli(argv[1:])
     if argv and argv[0] == "shards":
         return shards.main(argv[1:])
+    if argv and argv[0] == "kube":
+        return kube.cli(argv[1:])
     if argv:
         print(f"usage: python -m bench [kafka [--quick] [--only ...] [--profile DIR] [--baseline-mode M] "
-              f"| shards [...]]; "
+              f"| shards [...] | kube [--quick | --tiny]]; "
               f"got {' '.join(argv)}",
               file=sys.stderr)
         return 2

@@ -52,7 +52,7 @@ import time
 import urllib.error
 import urllib.request
 from base64 import b64encode
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -264,8 +264,11 @@ class _PortTaken(Exception):
 class LocalControlPlane:
     """etcd + kube-apiserver on 127.0.0.1, built from source on first use and cached."""
 
-    def __init__(self, cache_dir: Path | None = None, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, cache_dir: Path | None = None, log: Callable[[str], None] | None = None,
+                 apiserver_args: Sequence[str] = ()) -> None:
+        """``apiserver_args``: further kube-apiserver flags (bench/kube.py: Kueue's harness's request limits)."""
         self.cache_dir = cache_dir or cache_root()
+        self.apiserver_args = tuple(apiserver_args)
         self.kubernetes_version = _required_version(APISERVER_SRC / "go.mod", "k8s.io/kubernetes")
         self.etcd_version = _required_version(ETCD_SRC / "go.mod", "go.etcd.io/etcd/server/v3")
         self.home = self.cache_dir / f"controlplane-{self.kubernetes_version}-{self.etcd_version}"
@@ -688,6 +691,7 @@ class LocalControlPlane:
             # On SIGTERM, end open watches cleanly (clients see the stream end) instead of
             # letting them hold the HTTP server's graceful shutdown open for up to 60s.
             "--shutdown-watch-termination-grace-period=2s",
+            *self.apiserver_args,
         ]
         self.apiserver = self._spawn(args, run_dir / "kube-apiserver.log")
 
