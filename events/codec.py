@@ -132,11 +132,13 @@ def decode_error(data: bytes, known_types: frozenset[str], error: Exception) -> 
 
 
 class DecisionPeek(msgspec.Struct, frozen=True):
-    """A decision record's type tag and cycle, read without decoding the rest (a cycle record
-    carries every head's outcome; a consumer that only needs to skip it should not build them)."""
+    """A decision record's type tag, cycle and workload, read without decoding the rest (a cycle
+    record carries every head's outcome; a consumer that only needs to skip it should not build them)."""
 
     type: str = ""
     cycle: int = -1
+    namespace: str = ""
+    name: str = ""
 
 
 _peek_decoder: Final = msgspec.json.Decoder(DecisionPeek)

@@ -208,6 +208,24 @@ class Stats:
     retries: int = 0
     skipped: int = 0  # undecodable decision records
     statuses: int = 0  # status-only decisions (UpdateWorkloadStatus) written
+    coalesced: int = 0  # pending marks not written: a later one of the same workload is in the batch
+
+
+def _superseded_marks(batch: Sequence[Record]) -> frozenset[int]:
+    """The offsets of pending marks that a later pending mark of the same workload in ``batch``
+    makes moot: only a workload's last word on why it waits is written (a behind actuator would
+    otherwise write every message a waiting workload had, one API round trip each)."""
+    later: set[tuple[str, str]] = set()
+    out: set[int] = set()
+    for rec in reversed(batch):
+        peek = peek_decision(rec.value)
+        if peek.type != "pending" or not peek.name:
+            continue
+        key = (peek.namespace, peek.name)
+        if key in later:
+            out.add(rec.offset)
+        later.add(key)
+    return frozenset(out)
 
 
 def complete(coro: Coroutine[object, None, T]) -> T:
@@ -273,8 +291,11 @@ class Actuator(Generic[P]):
         batch = self.log.read(self.topics.decisions, self.next_offset, self.tuning.batch_size)
         appends: dict[str, list[tuple[str, bytes]]] = {}
         consumed = 0
+        superseded = _superseded_marks(batch) if self.port.takes_pending_marks else frozenset()
         for rec in batch:
-            if not await self._apply(rec, appends):
+            if rec.offset in superseded:
+                self.stats.coalesced += 1
+            elif not await self._apply(rec, appends):
                 break  # a retriable failure: commit what came before, try this one again next step
             consumed += 1
         await self.port.after_batch()

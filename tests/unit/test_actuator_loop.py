@@ -299,3 +299,36 @@ async def test_status_news_is_written_in_line_retried_and_never_reported(log: Sq
     if isinstance(port, CallingPort):  # flaky's write retried before the ones after it: order kept
         assert port.statuses == ["c0-1", "c0-3"]
     assert actuator.log.position(GROUP, TOPICS.decisions) == 6
+
+
+async def test_only_a_workloads_last_pending_mark_in_a_batch_is_written(log: SqliteLog) -> None:
+    """A behind actuator reads several cycles' marks at once: each workload's last one is written,
+    the others are counted as coalesced; an admission in between is applied as always."""
+    calls: list[str] = []
+
+    class Counting(CallingPort):
+        async def mark_pending(self, decision: MarkPending) -> None:
+            calls.append(decision.id)
+            await super().mark_pending(decision)
+
+    write(log, pending(0, 0, "a"), pending(0, 1, "b"), done(0, 2), pending(1, 0, "a"), admit(1, 1, "c"),
+          done(1, 2), pending(2, 0, "a"), done(2, 1))
+    actuator = Actuator(log, Counting(), topics=TOPICS)
+    await drain(actuator)
+    assert calls == ["c0-1", "c2-0"]
+    assert actuator.stats.coalesced == 2 and actuator.stats.started == 1
+    assert log.position(GROUP, TOPICS.decisions) == 8
+
+
+async def test_marks_in_separate_batches_are_each_written(log: SqliteLog) -> None:
+    calls: list[str] = []
+
+    class Counting(CallingPort):
+        async def mark_pending(self, decision: MarkPending) -> None:
+            calls.append(decision.id)
+            await super().mark_pending(decision)
+
+    port = Counting(tuning=Tuning(batch_size=2, max_attempts=3))
+    write(log, pending(0, 0, "a"), done(0, 1), pending(1, 0, "a"), done(1, 1))
+    await drain(Actuator(log, port, topics=TOPICS))
+    assert calls == ["c0-0", "c1-0"]
