@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import yaml
 
@@ -272,10 +272,9 @@ def _tail(args: argparse.Namespace) -> int:
     from services.app.logview import tail
 
     types = {t.strip() for t in args.type.split(",") if t.strip()} if args.type else set()
-    unknown = types - {"Admit", "Evict", "Pending", "AdmitChecked", "Status"}
+    unknown = types - set(TAIL_TYPE_NAMES)
     if unknown:
-        print(f"error: --type: unknown decision type(s) {sorted(unknown)}; use Admit, Evict, Pending, AdmitChecked,"
-              " Status",
+        print(f"error: --type: unknown decision type(s) {sorted(unknown)}; use {', '.join(TAIL_TYPE_NAMES)}",
               file=sys.stderr)
         return 2
     stop = asyncio.Event()
@@ -440,10 +439,15 @@ def _explain_parser(sub: Subcommands) -> None:
     exp.set_defaults(func=_explain)
 
 
+TAIL_TYPE_NAMES: Final = ("Admit", "Evict", "Pending", "AdmitChecked", "Status", "Place", "PlacementWaiting",
+                          "RemovePlacement", "LocalQueueStatus")
+"""``tail --type`` (services.app.logview.TAIL_TYPES, imported only when tail runs)."""
+
+
 def _tail_parser(sub: Subcommands) -> None:
     tl = sub.add_parser("tail", help="follow decisions as they are committed")
     _add_log_options(tl)
-    tl.add_argument("--type", metavar="Admit,Evict,Pending,AdmitChecked,Status", help="only these decision types")
+    tl.add_argument("--type", metavar="TYPE[,TYPE]", help=f"only these decision types: {', '.join(TAIL_TYPE_NAMES)}")
     tl.add_argument("--queue", metavar="CLUSTERQUEUE", help="only decisions about this ClusterQueue")
     tl.add_argument("--from-start", action="store_true", help="print the whole history first")
     tl.set_defaults(func=_tail)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from events.codec import MalformedRecord, UnknownEventType, decode_decision, decode_envelope
 from events.envelope import Topics
@@ -24,6 +25,10 @@ from events.messages import (
     CycleCompleted,
     EvictWorkload,
     MarkPending,
+    PlacementWaiting,
+    PlaceWorkload,
+    RemovePlacement,
+    UpdateLocalQueueFairSharing,
     UpdateWorkloadStatus,
 )
 from services.app.explainer import decision_text
@@ -111,12 +116,18 @@ def format_decision(d: object) -> str | None:
     return f"{format_time(d.time)} cycle {d.cycle} {type(d).__name__:<14} {ns_name}: {decision_text(d)}"  # type: ignore[attr-defined]
 
 
+TAIL_TYPES: Final[dict[str, type[AnyDecision]]] = {
+    "Admit": AdmitWorkload, "Evict": EvictWorkload, "Pending": MarkPending, "AdmitChecked": AdmitChecked,
+    "Status": UpdateWorkloadStatus, "Place": PlaceWorkload, "PlacementWaiting": PlacementWaiting,
+    "RemovePlacement": RemovePlacement, "LocalQueueStatus": UpdateLocalQueueFairSharing,
+}
+"""``kueuelog tail --type`` names, and the decisions each selects (Evict includes deactivations)."""
+
+
 async def tail(log: Log, topics: Topics, *, types: set[str], queue: str | None, from_start: bool,
                emit: Callable[[str], None], stop: asyncio.Event) -> None:
     start = 0 if from_start else log.end_offset(topics.decisions)
-    kinds: dict[str, type[AnyDecision]] = {"Admit": AdmitWorkload, "Evict": EvictWorkload, "Pending": MarkPending,
-                                           "AdmitChecked": AdmitChecked, "Status": UpdateWorkloadStatus}
-    wanted = tuple(kinds[t] for t in types) if types else tuple(kinds.values())
+    wanted = tuple(TAIL_TYPES[t] for t in types) if types else tuple(TAIL_TYPES.values())
     offset = start
     while not stop.is_set():
         batch = log.read(topics.decisions, offset, 1000)
