@@ -143,7 +143,7 @@ class TreeAdopted(Event, frozen=True, tag="shard.adopted"):
     root: str
     from_shard: int
     handover: str
-    state: msgspec.Raw = msgspec.Raw(b"{}")
+    state: msgspec.Raw  # required: a hand-over without its state is no hand-over
 
 
 ClusterEvent = (

@@ -14,10 +14,18 @@ from events.envelope import SCHEMA_VERSION, Envelope, Topics
 from events.messages import DecisionRecord
 
 
+def _raw_schema(t: type) -> dict[str, Any]:
+    """Types msgspec cannot describe: ``msgspec.Raw`` (a hand-over's partial scheduler state, JSON
+    in the snapshot encoding, which consumers pass on unread)."""
+    if t is msgspec.Raw:
+        return {"type": "object", "description": "a partial scheduler state (the snapshot encoding), passed on as is"}
+    raise NotImplementedError(f"no JSON Schema for {t!r}")
+
+
 def json_schemas() -> dict[str, Any]:
     """One JSON Schema document per message kind, sharing a components section."""
     (envelope, decision), components = msgspec.json.schema_components(
-        [Envelope, DecisionRecord], ref_template="#/$defs/{name}"
+        [Envelope, DecisionRecord], ref_template="#/$defs/{name}", schema_hook=_raw_schema
     )
     return {
         "cluster-event.schema.json": {
@@ -41,7 +49,7 @@ def asyncapi(topics: Topics | None = None) -> dict[str, Any]:
     """An AsyncAPI 3.0 description of the topics, for integrators."""
     topics = topics or Topics()
     (envelope, decision), components = msgspec.json.schema_components(
-        [Envelope, DecisionRecord], ref_template="#/components/schemas/{name}"
+        [Envelope, DecisionRecord], ref_template="#/components/schemas/{name}", schema_hook=_raw_schema
     )
     components = dict(components)
     components["ClusterEventRecord"] = envelope
