@@ -58,11 +58,12 @@ from services.core.derived import Memo
 from services.core.dra import dra_error
 from services.core.flavors import Assignment, Mode, Nomination, Oracle, Policy, assign, selector_matches
 from services.core.heads import heads_to_take, take_heads
-from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Simulation, Target, preemption_message
+from services.core.preemption import PreemptionVerdict, Preemptor, Searches, Target, preemption_message
 from services.core.quota import FR, Node
 from services.core.reasons import quota_reserved_reason
 from services.core.state import State, WorkloadRecord, generation, tree_version
 from services.core.t9k import expired_admissions
+from services.core.victims import Victims
 
 
 class EntryStatus(StrEnum):
@@ -343,19 +344,12 @@ def _order_key(e: Entry) -> tuple[int, int, int, int, str]:
     return (a.borrowing if a is not None else 0, -e.rec.priority, e.rec.queue_time, e.rec.seq, e.rec.key)
 
 
-def _fits_with_removals(state: State, node: Node, usage: dict[FR, int], removed: list[WorkloadRecord]) -> bool:
-    # What ``node`` may use depends only on usage in its own cohort tree, of the resources asked
-    # for: victims elsewhere (other trees, other resources) are left where they are.
-    root = node.root()
-    sim = Simulation(state)
-    try:
-        for w in removed:
-            if (w.admission is not None and not usage.keys().isdisjoint(w.usage)
-                    and state.cq_node(w.admission.cluster_queue).root() is root):
-                sim.remove(w)
-        return all(v <= max(0, node.available(fr)) for fr, v in usage.items())
-    finally:
-        sim.restore_all()
+def _fits_with_removals(state: State, node: Node, usage: dict[FR, int], preempted: Victims,
+                        targets: list[WorkloadRecord]) -> bool:
+    """Whether ``usage`` fits ``node`` once this cycle's victims so far and ``targets`` are gone
+    (counted without moving the tree: ``services.core.victims``)."""
+    del state
+    return preempted.fits(node, usage, targets)
 
 
 def _resources_to_reserve(e: Entry, node: Node) -> dict[FR, int]:
@@ -609,7 +603,7 @@ def run_cycle(state: State) -> CycleResult:
     else:
         ordered = iter(sorted(entries, key=_order_key))
     overlay = _Overlay()
-    preempted: dict[str, WorkloadRecord] = {}
+    preempted = Victims(state)
     admitted = 0
     try:
         for e in ordered:
@@ -637,7 +631,7 @@ def _fair_sharing_status(state: State, out: _Decisions) -> None:
             consumed_resources=admissionfair.consumed_quantities(entry), last_update=entry.last_update))
 
 
-def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempted: dict[str, WorkloadRecord]) -> None:
+def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempted: Victims) -> None:
     recomputed = any(t.key in preempted for t in e.targets)
     if recomputed:
         _recompute_after_overlap(state, e, preempted)
@@ -663,8 +657,7 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
         _skip(state, e, "Workload has overlapping preemption targets with another workload")
         return
     usage = e.assignment.usage
-    victims = list(preempted.values()) + [state.workloads[t.key] for t in e.targets]
-    if not _fits_with_removals(state, node, usage, victims):
+    if not _fits_with_removals(state, node, usage, preempted, [state.workloads[t.key] for t in e.targets]):
         _skip(state, e, "Workload no longer fits after processing another workload")
         return
     for t in e.targets:
@@ -695,7 +688,14 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
     e.status = EntryStatus.ASSUMED
 
 
-def _recompute_after_overlap(state: State, e: Entry, preempted: dict[str, WorkloadRecord]) -> None:
+def _victims_for_recompute(state: State, e: Entry, preempted: Victims) -> list[WorkloadRecord]:
+    """The victims so far that can change the head's assignment: those of its cohort tree (a
+    nomination reads nothing outside it), so that a recomputation does not move every victim
+    of the cycle."""
+    return [w for w in preempted.in_tree(state.cq_node(e.cq.name)) if w.admission is not None]
+
+
+def _recompute_after_overlap(state: State, e: Entry, preempted: Victims) -> None:
     """Kueue's ``updateAssignmentIfNeeded`` (gate RecomputeAssignmentUponPreemptionTargetsOverlap,
     beta and on by default; ``pkg/scheduler/scheduler.go``): a head whose targets overlap those of
     an earlier head is assigned again as if the earlier victims were gone (their usage and their
@@ -703,22 +703,31 @@ def _recompute_after_overlap(state: State, e: Entry, preempted: dict[str, Worklo
     then fits, it waits for those preemptions (DeferredFit); else it may preempt other workloads."""
     assert e.assignment is not None
     nomination = {(i, res): flavor for i, ps in enumerate(e.assignment.pod_sets) for res, flavor in ps.flavors.items()}
-    victims = [w for w in preempted.values() if w.admission is not None]
+    victims = _victims_for_recompute(state, e, preempted)
     admitted = state.index.admitted
     kept: dict[str, dict[str, None]] = {}
-    sim = Simulation(state)
+    # Their usage leaves the tree summed per ClusterQueue and (flavor, resource): one walk up the
+    # tree per ClusterQueue rather than per victim, to the same usages (removals commute).
+    gone: dict[tuple[str, FR], int] = {}
+    for w in victims:
+        assert w.admission is not None
+        cq_name = w.admission.cluster_queue
+        if cq_name not in kept:
+            kept[cq_name] = admitted[cq_name]
+            admitted[cq_name] = dict(kept[cq_name])
+        admitted[cq_name].pop(w.key, None)
+        for fr, v in sorted(w.usage.items()):
+            gone[cq_name, fr] = gone.get((cq_name, fr), 0) + v
+    removed: list[tuple[Node, FR, int]] = []
     try:
-        for w in victims:
-            assert w.admission is not None
-            cq_name = w.admission.cluster_queue
-            if cq_name not in kept:
-                kept[cq_name] = admitted[cq_name]
-                admitted[cq_name] = dict(kept[cq_name])
-            admitted[cq_name].pop(w.key, None)
-            sim.remove(w)
+        for (cq_name, fr), v in gone.items():
+            node = state.cq_node(cq_name)
+            node.remove_usage(fr, v)
+            removed.append((node, fr, v))
         _get_assignments(state, e, nomination)
     finally:
-        sim.restore_all()
+        for node, fr, v in reversed(removed):
+            node.add_usage(fr, v)
         admitted.update(kept)
     assert e.assignment is not None
     e.message, e.pending_reason = e.assignment.message(), e.assignment.pending_reason

@@ -8,8 +8,10 @@ worlds and histories of ``test_engine_properties``:
   recorded cycle (replay) gives exactly the state running it gave;
 - ``headsPerClusterQueue: 1`` decides byte for byte what a Configuration without it decides;
 - the fast paths (preemption candidates from the ``over`` index; the fit check after earlier
-  preemptions removing only the victims of the head's tree and resources) decide byte for byte
-  what the straightforward paths (every child scanned; every victim removed) decide.
+  preemptions computed from the victims' usage summed per node, ``services.core.victims``,
+  without moving the tree; a recomputation after overlapping targets moving only the victims
+  of the head's cohort tree) decide byte for byte what the straightforward paths (every child
+  scanned; every victim removed from the tree and put back) decide.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from services.core.preemption import Simulation
 from services.core.quota import FR, Node
 from services.core.snapshot import encode_state
 from services.core.state import State, WorkloadRecord, finish_eviction
+from services.core.victims import Victims
 from tests.property.test_engine_properties import SETTINGS, Run, _play, actions, worlds
 
 
@@ -102,10 +105,13 @@ def _children_over_by_scan(node: Node, frs: Iterable[FR]) -> list[Node]:
     return [c for c in node.children if any(c.usage.get(fr, 0) > c.subtree.get(fr, 0) for fr in wanted)]
 
 
-def _fits_removing_every_victim(state: State, node: Node, usage: dict[FR, int], removed: list[WorkloadRecord]) -> bool:
+def _fits_removing_every_victim(state: State, node: Node, usage: dict[FR, int], preempted: Victims,
+                                targets: list[WorkloadRecord]) -> bool:
+    """The reference: every victim so far and every target removed from the tree, the fit read
+    from it, everything put back."""
     sim = Simulation(state)
     try:
-        for w in removed:
+        for w in [*preempted.values(), *targets]:
             if w.admission is not None:
                 sim.remove(w)
         return all(v <= max(0, node.available(fr)) for fr, v in usage.items())
@@ -113,15 +119,24 @@ def _fits_removing_every_victim(state: State, node: Node, usage: dict[FR, int], 
         sim.restore_all()
 
 
+def _every_victim(state: State, e: object, preempted: Victims) -> list[WorkloadRecord]:
+    """The reference of a recomputation after overlapping targets: every victim so far moves."""
+    del state, e
+    return [w for w in preempted.values() if w.admission is not None]
+
+
 @contextlib.contextmanager
 def _straightforward() -> Iterator[None]:
     fits, over = cycle_module._fits_with_removals, Node.children_over
+    recompute = cycle_module._victims_for_recompute
     cycle_module._fits_with_removals = _fits_removing_every_victim  # type: ignore[assignment]
+    cycle_module._victims_for_recompute = _every_victim  # type: ignore[assignment]
     Node.children_over = _children_over_by_scan  # type: ignore[method-assign]
     try:
         yield
     finally:
         cycle_module._fits_with_removals = fits  # type: ignore[assignment]
+        cycle_module._victims_for_recompute = recompute  # type: ignore[assignment]
         Node.children_over = over  # type: ignore[method-assign]
 
 
@@ -134,3 +149,26 @@ def test_the_fast_paths_decide_as_the_straightforward_ones(world: list[o.AnyObje
         reference = _play(Recording(_with_heads(world, heads)), history)
     assert reference.cycles == fast.cycles
     assert encode_state(reference.state) == encode_state(fast.state)
+
+
+@SETTINGS
+@given(worlds(), actions, st.sampled_from([1, 3]))
+def test_every_fit_check_after_preemptions_answers_as_removing_the_victims(
+        world: list[o.AnyObject], history: list[object], heads: int) -> None:
+    """Each call, not only the decisions: the summed usage of ``Victims`` and the removal from the
+    tree agree on every fit check the histories make (nested cohorts, lending limits included)."""
+    fast = cycle_module._fits_with_removals
+    checks: list[bool] = []
+
+    def both(state: State, node: Node, usage: dict[FR, int], preempted: Victims,
+             targets: list[WorkloadRecord]) -> bool:
+        answer = fast(state, node, usage, preempted, targets)
+        assert answer == _fits_removing_every_victim(state, node, usage, preempted, targets)
+        checks.append(answer)
+        return answer
+
+    cycle_module._fits_with_removals = both  # type: ignore[assignment]
+    try:
+        _play(Recording(_with_heads(world, heads)), history)
+    finally:
+        cycle_module._fits_with_removals = fast  # type: ignore[assignment]
