@@ -303,6 +303,8 @@ class PlacementWaiting(Decision, frozen=True, tag="multikueue.waiting"):
 
     check: str
     message: str
+    # Kueue's status.nominatedClusterNames meanwhile: the workers it is being tried on (name order).
+    nominated: tuple[str, ...] = ()
 
 
 class PlacementEnd(StrEnum):

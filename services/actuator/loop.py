@@ -103,6 +103,9 @@ class Placer(Protocol):
 
     async def apply(self, decision: PlaceWorkload | RemovePlacement) -> Sequence[Staged]: ...
 
+    async def nominate(self, decision: PlacementWaiting) -> None:
+        """Status news of a waiting workload (``status.nominatedClusterNames``): no report."""
+
 
 class ActuationPort(Protocol):
     """Where decisions take effect. ``start`` / ``stop`` either return the records that carry the
@@ -335,8 +338,8 @@ class Actuator(Generic[P]):
         if isinstance(d, MarkPending) and not pending_wanted:
             self.stats.ignored += 1
             return True
-        if isinstance(d, PlacementWaiting) or (isinstance(d, _PLACEMENTS) and self.placer is None):
-            self.stats.ignored += 1  # the scheduler's own record; or no worker clusters to reach from here
+        if isinstance(d, _PLACEMENTS) and self.placer is None:
+            self.stats.ignored += 1  # no worker clusters to reach from here
             return True
         if self.watermark.applied(d):
             self.stats.duplicates += 1
@@ -345,7 +348,7 @@ class Actuator(Generic[P]):
             await self.port.mark_pending(d)
             self.watermark.note(d)
             return True
-        if isinstance(d, UpdateWorkloadStatus | UpdateLocalQueueFairSharing):
+        if isinstance(d, UpdateWorkloadStatus | UpdateLocalQueueFairSharing | PlacementWaiting):
             return await self._write_status(d)
         try:
             if isinstance(d, PlaceWorkload | RemovePlacement):
@@ -368,11 +371,15 @@ class Actuator(Generic[P]):
             self.stats.stopped += 1
         return True
 
-    async def _write_status(self, d: UpdateWorkloadStatus | UpdateLocalQueueFairSharing) -> bool:
+    async def _write_status(self, d: UpdateWorkloadStatus | UpdateLocalQueueFairSharing | PlacementWaiting) -> bool:
         """Status news: retried like an order (in line, so a later write never lands first), given up
         after the port's attempts with a warning; no report (the scheduler waits for nothing)."""
         try:
-            await self.port.write_status(d)
+            if isinstance(d, PlacementWaiting):
+                assert self.placer is not None
+                await self.placer.nominate(d)  # MultiKueue: the worker clusters it is tried on
+            else:
+                await self.port.write_status(d)
         except ActuationError as e:
             attempts = self._attempts.get(d.id, 0) + 1
             if e.retriable and attempts < self.tuning.max_attempts:

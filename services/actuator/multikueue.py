@@ -11,9 +11,11 @@ in the actuator's namespace, key ``kubeconfig``, or a path in the actuator's con
   worker flavors' node selector and tolerations merged into each podSet's pod template, labelled
   with the manager's Workload name as Kueue's prebuilt workload so the worker's watcher reports
   under that name, and with ``kueue.x-k8s.io/multikueue-origin``); write ``status.clusterName`` on
-  the manager's Workload. A copy that exists already is left as it is (the decision was applied
-  before a crash). A Workload owned by a kind Kueue does not place (SparkApplication, pods) is
-  refused, naming the kind.
+  the manager's Workload (clearing ``nominatedClusterNames``). A copy that exists already is left as
+  it is (the decision was applied before a crash). A Workload owned by a kind Kueue does not place
+  (SparkApplication, pods) is refused, naming the kind.
+- ``PlacementWaiting``: ``status.nominatedClusterNames`` on the manager's Workload, the workers it is
+  being tried on, as Kueue shows them while it dispatches.
 - ``RemovePlacement``: when the workload finished there, copy the worker copy's status to the
   manager's object (which, ``managedBy: kueue.x-k8s.io/multikueue``, no controller on the
   manager runs); then delete the copy (background propagation): garbage collection. A worker
@@ -44,7 +46,7 @@ from events.cluster import (
     PREBUILT_WORKLOAD_LABEL,
 )
 from events.jobkinds import managedby
-from events.messages import PlacementEnd, PlaceWorkload, RemovePlacement
+from events.messages import PlacementEnd, PlacementWaiting, PlaceWorkload, RemovePlacement
 from services.actuator.kindplan import kind_released
 from services.actuator.kubeapi import ApiStats, KubeApiError, KubeCalls, Ref, classify
 from services.actuator.kubeplan import workload_ref
@@ -223,8 +225,19 @@ class WorkerPlacer:
         obj = await self.manager.get(kind_ref(kind, d.namespace, name), not_found_retriable=True)
         worker = await self._worker(d.cluster)
         await worker.create(kind_ref(kind, d.namespace, name), remote_object(kind, obj, d, self.origin))
-        await self.manager.patch(workload_ref(d.namespace, d.name), {"status": {"clusterName": d.cluster}},
+        await self.manager.patch(workload_ref(d.namespace, d.name),
+                                 {"status": {"clusterName": d.cluster, "nominatedClusterNames": None}},
                                  status=True, not_found_retriable=True)
+
+    async def nominate(self, d: PlacementWaiting) -> None:
+        """``status.nominatedClusterNames`` of a workload waiting for a worker (Kueue shows the workers
+        it dispatches to; none once placed). A Workload that is gone has nothing to show."""
+        try:
+            await self.manager.patch(workload_ref(d.namespace, d.name),
+                                     {"status": {"nominatedClusterNames": list(d.nominated) or None}}, status=True)
+        except KubeApiError as e:
+            if e.status != 404:
+                raise
 
     async def _kinds_of(self, d: RemovePlacement) -> list[jobkinds.JobKind]:
         """Where the copy may be: the manager's Workload's owner's kind, or every placed kind when

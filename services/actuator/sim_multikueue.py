@@ -38,6 +38,7 @@ from events.messages import (
     EvictWorkload,
     MarkPending,
     PlacementEnd,
+    PlacementWaiting,
     PlaceWorkload,
     RemovePlacement,
     UpdateLocalQueueFairSharing,
@@ -103,6 +104,9 @@ class SimMultiKueuePort:
         return [(topic, key, encode(StopWorkload(
             time=decision.time, cluster=decision.cluster, decision_id=decision.id, namespace=decision.namespace,
             name=decision.name, reason=str(decision.reason))))]
+
+    async def nominate(self, decision: PlacementWaiting) -> None:
+        """The simulated clusters keep no Workload status."""
 
     async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
         if isinstance(decision, AdmitChecked) and f"{decision.namespace}/{decision.name}" in self.placed:

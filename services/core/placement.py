@@ -339,7 +339,7 @@ def _place(state: State, out: Out, rec: WorkloadRecord) -> PlaceWorkload | Place
         return None
     if cfg is None:
         ac = state.admission_checks[check]
-        return _waiting(out, rec, check, f"MultiKueueConfig {ac.parameters_name} doesn't exist")
+        return _waiting(state, out, rec, check, f"MultiKueueConfig {ac.parameters_name} doesn't exist")
     fits: list[tuple[int, int, str, o.Admission]] = []
     why: list[str] = []
     for i, cluster in enumerate(cfg.clusters):
@@ -357,7 +357,7 @@ def _place(state: State, out: Out, rec: WorkloadRecord) -> PlaceWorkload | Place
         if cfg.policy == o.PlacementPolicy.ORDERED:
             break
     if not fits:
-        return _waiting(out, rec, check, "No worker cluster can admit the workload now: " + "; ".join(why))
+        return _waiting(state, out, rec, check, "No worker cluster can admit the workload now: " + "; ".join(why))
     _, _, cluster, adm = min(fits)
     return PlaceWorkload(id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace,
                          name=rec.obj.name, cluster_queue=_cq(rec), cluster=cluster, check=check, admission=adm,
@@ -386,11 +386,12 @@ def _cq(rec: WorkloadRecord) -> str:
     return rec.admission.cluster_queue if rec.admission is not None else ""
 
 
-def _waiting(out: Out, rec: WorkloadRecord, check: str, message: str) -> PlacementWaiting | None:
+def _waiting(state: State, out: Out, rec: WorkloadRecord, check: str, message: str) -> PlacementWaiting | None:
     if rec.checks[check].message == message:
         return None  # said already: nothing changed
     return PlacementWaiting(id=out.next_id(), cycle=out.cycle, time=out.time, namespace=rec.obj.namespace,
-                            name=rec.obj.name, cluster_queue=_cq(rec), check=check, message=message)
+                            name=rec.obj.name, cluster_queue=_cq(rec), check=check, message=message,
+                            nominated=tuple(nominated_cluster_names(state, rec)))
 
 
 # --- applying a placement decision (live and in replay) ------------------------------------------

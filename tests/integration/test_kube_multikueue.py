@@ -158,6 +158,7 @@ async def test_a_job_placed_on_the_worker_runs_there_its_status_flows_back_and_i
                 worker_task = asyncio.create_task(watcher.run(stop), name="worker watcher")
                 try:
                     await _placed_run_and_finish(running, manager_batch, worker_batch)
+                    await _too_big_waits_nominating_the_worker(running, manager_batch)
                 finally:
                     stop.set()
                     await asyncio.wait_for(worker_task, timeout=60)
@@ -170,7 +171,26 @@ async def test_a_job_placed_on_the_worker_runs_there_its_status_flows_back_and_i
             log.close()
 
 
-async def _submit(manager_batch: client.BatchV1Api, name: str, queue: str) -> str:
+async def _too_big_waits_nominating_the_worker(running: Any, manager_batch: client.BatchV1Api) -> None:
+    """A Job the worker's ClusterQueue (4 cpu) cannot admit holds manager quota and waits: its
+    Workload shows the worker it is tried on in ``status.nominatedClusterNames``, as Kueue's."""
+    wl_name = await _submit(manager_batch, "too-big", "mk-lq", cpu="6")
+    co = client.CustomObjectsApi(manager_batch.api_client)  # type: ignore[attr-defined]
+
+    async def nominated() -> dict[str, Any] | None:
+        try:
+            wl = await co.get_namespaced_custom_object(KUEUE_GROUP, "v1beta2", NS, "workloads", wl_name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return dict(wl) if (wl.get("status") or {}).get("nominatedClusterNames") == [WORKER] else None
+
+    wl = await eventually(running, nominated, what="the waiting Workload's nominatedClusterNames")
+    assert "clusterName" not in wl["status"]
+
+
+async def _submit(manager_batch: client.BatchV1Api, name: str, queue: str, cpu: str = "1") -> str:
     """A Job on the manager, as with Kueue's MultiKueue (managedBy); returns its Workload's name."""
     from events import jobs
 
@@ -181,7 +201,7 @@ async def _submit(manager_batch: client.BatchV1Api, name: str, queue: str) -> st
                  "managedBy": MULTIKUEUE_CONTROLLER,
                  "template": {"spec": {"restartPolicy": "Never", "containers": [
                      {"name": "main", "image": "busybox:1.36", "command": ["true"],
-                      "resources": {"requests": {"cpu": "1"}}}]}}}})
+                      "resources": {"requests": {"cpu": cpu}}}]}}}})
     return jobs.workload_name_for_job(name, created.metadata.uid)
 
 

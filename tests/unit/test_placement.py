@@ -124,6 +124,7 @@ def test_waiting_says_why_per_cluster_and_a_finish_on_the_worker_lets_the_next_i
         'pod set main: insufficient unused quota for cpu in flavor worker-1-pool, 4 more needed; "worker-2": '
         "ClusterQueue cq-0: couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor "
         "worker-2-pool, 4 more needed")
+    assert waiting[0].nominated == ("worker-1", "worker-2")  # status.nominatedClusterNames, for the actuator
     assert _settle(state) == []  # said once: the same reason is not decided again
     b = _key(state, "job-b")
     route(state, "worker-2", WorkloadFinished(time=T0 + MINUTE, namespace="team-0", name=b.split("/")[1]))
