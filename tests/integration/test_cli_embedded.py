@@ -28,7 +28,7 @@ def demo_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = subprocess.run([*KUEUELOG, "demo", *examples], cwd=where, capture_output=True, text=True, timeout=600,
                           check=False, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
-    assert "323 workloads, 323 finished" in done.stdout  # with examples/30-workload-kinds.yaml
+    assert "324 workloads, 324 finished" in done.stdout  # with examples/30-workload-kinds.yaml
     logs = list(where.glob("kueuelog-demo-*"))
     assert len(logs) == 1, "the demo leaves its log in a new directory under the current one"
     assert str(logs[0]) in done.stdout, "and prints where"

@@ -82,7 +82,7 @@ def extra_jobs() -> str:
 
 
 EXAMPLE_JOBS = 45  # the first Jobs of examples/20-jobs.yaml: enough traffic, seconds per run
-EXAMPLE_KINDS = 3  # examples/30-workload-kinds.yaml: a JobSet, a PyTorchJob and a RayJob
+EXAMPLE_KINDS = 4  # examples/30-workload-kinds.yaml: a JobSet, a PyTorchJob, a RayJob and a TrainJob
 
 
 def manifest_files() -> dict[str, str]:

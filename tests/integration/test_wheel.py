@@ -37,7 +37,7 @@ def test_a_wheel_installs_a_working_demo_web_view_and_kubectl_plugin(tmp_path: P
     elsewhere.mkdir()
     demo = _run([str(bin_ / "kueuelog"), "demo", "--no-web"], elsewhere)
     assert demo.returncode == 0, demo.stderr
-    assert "323 workloads, 323 finished" in demo.stdout  # with examples/30-workload-kinds.yaml
+    assert "324 workloads, 324 finished" in demo.stdout  # with examples/30-workload-kinds.yaml
     page = _run([str(bin_ / "python"), "-c", "from importlib import resources; "
                  "print(all(resources.files('services.web').joinpath('static', f).is_file() "
                  "for f in ('index.html', 'app.js', 'style.css')))"], elsewhere)

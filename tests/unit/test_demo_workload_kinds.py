@@ -1,5 +1,5 @@
-"""The demo's workload kinds (``examples/30-workload-kinds.yaml``): a JobSet, a PyTorchJob and a
-RayJob on the ML team's queue go through the simulated cluster to the end, and ``explain`` names
+"""The demo's workload kinds (``examples/30-workload-kinds.yaml``): a JobSet, a PyTorchJob, a
+RayJob and a TrainJob on the ML team's queue go through the simulated cluster to the end, and ``explain`` names
 each by its kind."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from services.simcluster.cluster import SimCluster, SimConfig
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def test_the_demo_runs_a_jobset_a_pytorchjob_and_a_rayjob(tmp_path: Path) -> None:
+def test_the_demo_runs_a_jobset_a_pytorchjob_a_rayjob_and_a_trainjob(tmp_path: Path) -> None:
     topics = Topics()
     log = SqliteLog(tmp_path / "log", durable=False)
     files = {name: (EXAMPLES / name).read_text(encoding="utf-8")
@@ -30,7 +30,7 @@ def test_the_demo_runs_a_jobset_a_pytorchjob_and_a_rayjob(tmp_path: Path) -> Non
 
     def done() -> bool:
         records = loop.scheduler.state.workloads.values()
-        return len(records) == 3 and all(r.finished for r in records)
+        return len(records) == 4 and all(r.finished for r in records)
 
     for _ in range(20_000):
         loop.round()
@@ -38,7 +38,8 @@ def test_the_demo_runs_a_jobset_a_pytorchjob_and_a_rayjob(tmp_path: Path) -> Non
             break
     assert done()
     kinds = sorted(r.obj.owner.kind for r in loop.scheduler.state.workloads.values() if r.obj.owner)
-    assert kinds == ["JobSet", "PyTorchJob", "RayJob"]
-    for name, kind in (("eval-sweep", "JobSet"), ("finetune-ddp", "PyTorchJob"), ("batch-infer", "RayJob")):
+    assert kinds == ["JobSet", "PyTorchJob", "RayJob", "TrainJob"]
+    for name, kind in (("eval-sweep", "JobSet"), ("finetune-ddp", "PyTorchJob"), ("batch-infer", "RayJob"),
+                       ("pretrain", "TrainJob")):
         lines = explain(log, topics, f"ml/{name}")
         assert any(f"({kind} ml/{name}) to LocalQueue gpu" in line for line in lines), lines[:3]

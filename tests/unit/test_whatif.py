@@ -65,7 +65,7 @@ def morning(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SqliteLog]:
 
 def test_no_change_from_the_start_admits_every_workload_when_it_really_was(morning: SqliteLog) -> None:
     result = what_if(morning, T, at=0, changes=[], for_ms=None)
-    assert len(result.real_admit) == 323  # 320 Jobs and examples/30-workload-kinds.yaml
+    assert len(result.real_admit) == 324  # 320 Jobs and examples/30-workload-kinds.yaml
     assert result.whatif_admit == result.real_admit
     assert result.whatif_usage.keys() == result.real_usage.keys()
     for cq, usage in result.real_usage.items():
