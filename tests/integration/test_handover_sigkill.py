@@ -119,6 +119,12 @@ def test_hand_overs_under_sigkill_lose_and_double_nothing(tmp_path: Path) -> Non
     run = Participants(directory)
     run.start("watcher")
     run.wait_for("watcher", "appended", 4)  # tree t0's events: held, since no scheduler runs yet
+    for _ in range(2):
+        # Killed mid-publication while no scheduler runs (so its hand-overs cannot be done; once the
+        # schedulers run they finish in well under a second, before random picks may reach it).
+        run.kill("watcher")
+        run.start("watcher")
+        run.wait_for("watcher", "appended", 2)  # the restarted watcher goes on where it stopped
     for who in who_all[1:]:
         run.start(who)
     try:
