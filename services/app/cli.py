@@ -346,17 +346,8 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"error: {directory} is not empty; the demo writes a fresh log", file=sys.stderr)
         return 2
     console = Console()
-    web = viewcli.demo_web(args, directory, console)
-    try:
-        result = run_demo(paths, directory, console=console, pace=args.pace,
-                          default_duration_ms=args.default_duration * 1000)
-        viewcli.keep_serving(args, web, console)
-    finally:
-        if web is not None:
-            web.stop()
-    console.print()
-    for line in summary(result):
-        console.print(line, highlight=False, soft_wrap=True)
+    viewcli.run_with_views(args, directory, console, lambda: run_demo(
+        paths, directory, console=console, pace=args.pace, default_duration_ms=args.default_duration * 1000), summary)
     return 0
 
 

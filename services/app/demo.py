@@ -33,7 +33,7 @@ from events.quantity import format_amount
 from services.actuator.loop import Actuator
 from services.actuator.sim_port import SimClusterPort
 from services.app.convert import expand
-from services.app.driver import Loop, NotIdle, Round, drive
+from services.app.driver import Loop, drive_live
 from services.app.logview import format_decision
 from services.core.quota import cluster_queue_key
 from services.runtime.clock import wall_clock_ms
@@ -152,22 +152,7 @@ def run_demo(paths: Sequence[str], directory: Path, *, console: Console, pace: f
             done = sum(1 for r in scheduler.state.workloads.values() if r.finished)
             live.update(_view(scheduler, decisions, scheduler.state.now, done, total), refresh=True)
 
-        last_draw = 0.0
-
-        def between(happened: Round) -> None:
-            nonlocal last_draw
-            if happened is Round.ADVANCED and pace:
-                time.sleep(pace)
-            now = time.monotonic()  # a redraw interval, not the time of day
-            if now - last_draw > 0.1:
-                redraw()
-                last_draw = now
-
-        try:
-            drive(loop, between=between)
-        except NotIdle as e:
-            raise RuntimeError("the demo's services stalled: nothing to step but not idle") from e
-        redraw()
+        drive_live(loop, redraw, pace=pace)
     scheduler.write_snapshot()
     waits: dict[str, list[int]] = {}
     for key, rec in scheduler.state.workloads.items():

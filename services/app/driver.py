@@ -273,6 +273,33 @@ class DriveResult:
     rounds: int
 
 
+def drive_live(loop: Rounds, redraw: Callable[[], None], *, pace: float = 0.0,
+               each: Callable[[], None] | None = None) -> None:
+    """:func:`drive` for a live view: ``each`` after every round that did something, a ``pace``
+    of wall time after each advance of simulated time, ``redraw`` at most every 0.1 s of wall time
+    and once at the end (a redraw interval, not the time of day)."""
+    import time
+
+    last_draw = 0.0
+
+    def between(happened: Round) -> None:
+        nonlocal last_draw
+        if each is not None:
+            each()
+        if happened is Round.ADVANCED and pace:
+            time.sleep(pace)
+        now = time.monotonic()
+        if now - last_draw > 0.1:
+            redraw()
+            last_draw = now
+
+    try:
+        drive(loop, between=between)
+    except NotIdle as e:
+        raise RuntimeError("the demo's services stalled: nothing to step but not idle") from e
+    redraw()
+
+
 def drive_until_idle(log: Log, *, topics: Topics | None = None, config: SimConfig | None = None,
                      arrivals: ArrivalStream | None = None, max_rounds: int = 1_000_000) -> DriveResult:
     """Step scheduler, actuator and simulated cluster round-robin in simulated time until

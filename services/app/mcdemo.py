@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ from services.actuator.loop import Actuator
 from services.actuator.sim_multikueue import SimMultiKueuePort
 from services.app.convert import expand
 from services.app.demo import DemoResult, _Decisions, _last_queue, _usage_table
-from services.app.driver import NotIdle, Round, drive
+from services.app.driver import Round, drive_live
 from services.app.logview import format_decision
 from services.app.multicluster_input import clusters_of
 from services.core.podsready import next_deadline
@@ -241,28 +240,12 @@ def run_multicluster_demo(files: Mapping[str, str], directory: Path, *, console:
     placed = _Placed(log, topics, sorted(loop.workers))
     with Live(_view(loop, decisions, placed, total), console=console, refresh_per_second=8, transient=False,
               auto_refresh=False) as live:
-        last_draw = 0.0
-
         def redraw() -> None:
             decisions.poll()
             placed.poll(decisions.latest)
             live.update(_view(loop, decisions, placed, total), refresh=True)
 
-        def between(happened: Round) -> None:
-            nonlocal last_draw
-            placed.check(loop)
-            if happened is Round.ADVANCED and pace:
-                time.sleep(pace)
-            now = time.monotonic()  # a redraw interval, not the time of day
-            if now - last_draw > 0.1:
-                redraw()
-                last_draw = now
-
-        try:
-            drive(loop, between=between)
-        except NotIdle as e:
-            raise RuntimeError("the demo's services stalled: nothing to step but not idle") from e
-        redraw()
+        drive_live(loop, redraw, pace=pace, each=lambda: placed.check(loop))
     return _result(loop, log, directory, decisions, placed)
 
 
@@ -340,17 +323,8 @@ def demo_command(args: argparse.Namespace) -> int:
               f"({', '.join(workers)})", file=sys.stderr)
         return 2
     console = Console()
-    web = viewcli.demo_web(args, directory, console)
-    try:
-        result = run_multicluster_demo(files, directory, console=console, pace=args.pace,
-                                       default_duration_ms=args.default_duration * 1000)
-        viewcli.keep_serving(args, web, console)
-    finally:
-        if web is not None:
-            web.stop()
-    console.print()
-    for line in summary(result):
-        console.print(line, highlight=False, soft_wrap=True)
+    result = viewcli.run_with_views(args, directory, console, lambda: run_multicluster_demo(
+        files, directory, console=console, pace=args.pace, default_duration_ms=args.default_duration * 1000), summary)
     if result.placed_twice:
         print(f"error: a workload ran in two clusters at once: {result.placed_twice[0]}", file=sys.stderr)
         return 1

@@ -10,9 +10,9 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import yaml
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from services.runtime.log import Log
 
     Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+R = TypeVar("R")
 
 
 def _log(args: argparse.Namespace, path: str | None = None) -> Log:
@@ -240,3 +242,20 @@ def add_demo_web_options(demo: argparse.ArgumentParser) -> None:
 
 
 PARSERS: tuple[Callable[[Subcommands], None], ...] = (_serve_parser, _get_parser, _completion_parser)
+
+
+def run_with_views(args: argparse.Namespace, directory: Path, console: Console, run: Callable[[], R],
+                   summary: Callable[[R], Iterable[str]]) -> R:
+    """A demo's run with the web view beside it (``demo_web``, ``--keep-serving``), then its summary
+    printed under the live terminal view."""
+    web = demo_web(args, directory, console)
+    try:
+        result = run()
+        keep_serving(args, web, console)
+    finally:
+        if web is not None:
+            web.stop()
+    console.print()
+    for line in summary(result):
+        console.print(line, highlight=False, soft_wrap=True)
+    return result
