@@ -13,10 +13,15 @@ depends on it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 CHROMIUM = Path(os.environ.get("KUEUELOG_CHROMIUM", "/usr/bin/chromium"))
@@ -47,6 +52,33 @@ def ensure_chromium() -> Path:
     if not CHROMIUM.exists():
         raise BrowserUnavailable(f"apt-get installed {' '.join(PACKAGES)} but {CHROMIUM} is still missing")
     return CHROMIUM
+
+
+@contextlib.contextmanager
+def demo_serving(args: list[str], cwd: Path) -> Iterator[str]:
+    """``kueuelog demo ARGS --web-port 0 --keep-serving`` running, its web view's URL (as it prints
+    it) for the block; stopped with SIGINT after it (killed if it does not stop)."""
+    proc = subprocess.Popen([sys.executable, "-m", "services.app.cli", "demo", *args, "--web-port", "0",
+                             "--keep-serving"], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    url = ""
+    deadline = time.monotonic() + 60
+    while not url and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        if m := re.search(r"web view: (http://\S+)", line):
+            url = m.group(1)
+    try:
+        assert url, f"kueuelog demo {' '.join(args)} prints the web view's URL"
+        yield url
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def main() -> None:

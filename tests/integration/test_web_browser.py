@@ -9,11 +9,6 @@ Screenshots are kept as test artefacts in ``.artifacts/browser/`` (gitignored).
 from __future__ import annotations
 
 import json
-import re
-import signal
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,12 +18,11 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.infra.browser import LAUNCH_ARGS, ensure_chromium
+from tests.infra.browser import LAUNCH_ARGS, demo_serving, ensure_chromium
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "browser"
-KUEUELOG = [sys.executable, "-m", "services.app.cli"]
 
 
 @pytest.fixture(scope="module")
@@ -37,28 +31,8 @@ def demo_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     after the demo ends; stopped with SIGINT at the end of the module."""
     where = tmp_path_factory.mktemp("web-demo")
     examples = sorted(str(p) for p in (ROOT / "examples").glob("*.yaml"))
-    proc = subprocess.Popen([*KUEUELOG, "demo", *examples, "--dir", str(where / "log"), "--pace", "0.03",
-                             "--web-port", "0", "--keep-serving"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    url = ""
-    deadline = time.monotonic() + 60
-    while not url and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            break
-        if m := re.search(r"web view: (http://\S+)", line):
-            url = m.group(1)
-    try:
-        assert url, "kueuelog demo prints the web view's URL"
+    with demo_serving([*examples, "--dir", str(where / "log"), "--pace", "0.03"], ROOT) as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 @pytest.fixture(scope="module")

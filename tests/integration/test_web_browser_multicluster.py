@@ -4,50 +4,25 @@ counts add up to the demo's workloads at the end. (The one-cluster page: test_we
 
 from __future__ import annotations
 
-import re
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from tests.infra.browser import LAUNCH_ARGS, ensure_chromium
+from tests.infra.browser import LAUNCH_ARGS, demo_serving, ensure_chromium
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / ".artifacts" / "browser"
-KUEUELOG = [sys.executable, "-m", "services.app.cli"]
 JOBS = 40
 
 
 @pytest.fixture
 def demo_url(tmp_path: Path) -> Iterator[str]:
-    proc = subprocess.Popen([*KUEUELOG, "demo", "--clusters", "3", "--jobs", str(JOBS), "--dir", str(tmp_path / "log"),
-                             "--pace", "0.05", "--web-port", "0", "--keep-serving"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
-    url = ""
-    deadline = time.monotonic() + 60
-    while not url and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            break
-        if m := re.search(r"web view: (http://\S+)", line):
-            url = m.group(1)
-    try:
-        assert url, "kueuelog demo --clusters prints the web view's URL"
+    with demo_serving(["--clusters", "3", "--jobs", str(JOBS), "--dir", str(tmp_path / "log"), "--pace", "0.05"],
+                      tmp_path) as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def test_the_page_shows_a_line_per_worker_with_its_placements(demo_url: str) -> None:
