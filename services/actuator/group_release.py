@@ -23,7 +23,7 @@ from kubernetes_asyncio import client
 from events.cluster import KUEUE_GROUP, KUEUE_VERSION, ConditionStatus, ConditionType
 from events.jobkinds import pods as p
 from services.actuator.kubeapi import InvalidObject, KubeApiError
-from services.actuator.kubeplan import FlavorScheduling, flavor_scheduling
+from services.actuator.kubeplan import FlavorScheduling, flavor_scheduling, merged_scheduling
 from services.actuator.tree_reconciler import raw_call
 
 KUEUE_API = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
@@ -78,15 +78,8 @@ def scheduling(wl: Mapping[str, Any], flavors: Mapping[str, FlavorScheduling]) -
     out: Scheduling = {}
     for psa in _items(p.obj_of(p.obj_of(wl.get("status")).get("admission")).get("podSetAssignments")):
         psa = p.obj_of(psa)
-        labels: dict[str, str] = {}
-        tolerations: list[Json] = []
-        for name in sorted({str(f) for f in p.obj_of(psa.get("flavors")).values()}):
-            flavor = flavors.get(name)
-            if flavor is None:
-                continue
-            labels.update(flavor.node_labels)
-            tolerations.extend(dict(t) for t in flavor.tolerations if dict(t) not in tolerations)
-        out[str(psa.get("name"))] = (labels, tolerations)
+        names = sorted({str(f) for f in p.obj_of(psa.get("flavors")).values()})
+        out[str(psa.get("name"))] = merged_scheduling(flavors[n] for n in names if n in flavors)
     return out
 
 

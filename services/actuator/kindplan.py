@@ -47,7 +47,7 @@ from services.actuator.job_reconciler import (
     WorkloadDraft,
 )
 from services.actuator.kubeapi import InvalidObject
-from services.actuator.kubeplan import FlavorScheduling
+from services.actuator.kubeplan import FlavorScheduling, merged_scheduling
 
 Json = dict[str, Any]
 
@@ -155,12 +155,7 @@ def suspend_merge_patch(kind: jobkinds.JobKind, ref: JobRef) -> Json:
 
 
 def _scheduling_of(flavors: Sequence[FlavorScheduling]) -> Scheduling:
-    labels: dict[str, str] = {}
-    tolerations: list[Json] = []
-    for f in flavors:
-        labels.update(f.node_labels)
-        tolerations.extend(t for t in f.tolerations if t not in tolerations)
-    return Scheduling(labels, tolerations)
+    return Scheduling(*merged_scheduling(flavors))
 
 
 def _originals(kind: jobkinds.JobKind, obj: Mapping[str, Any], shown: str) -> dict[str, Scheduling]:

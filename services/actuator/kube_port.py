@@ -101,6 +101,7 @@ from services.actuator.kubeplan import (
     job_restore_patch,
     local_queue_ref,
     may_restore,
+    merged_scheduling,
     news_status,
     pending_status,
     queue_status_patch,
@@ -358,13 +359,8 @@ class KubePort:
         """Each podSet's flavors' node labels and tolerations (what a released pod gets)."""
         out: dict[str, tuple[dict[str, str], list[dict[str, Any]]]] = {}
         for psa in d.admission.pod_set_assignments:
-            labels: dict[str, str] = {}
-            tolerations: list[dict[str, Any]] = []
-            for name in sorted({f for _, f in psa.flavors}):
-                flavor = await self._flavor(name)
-                labels.update(flavor.node_labels)
-                tolerations.extend(dict(x) for x in flavor.tolerations if dict(x) not in tolerations)
-            out[psa.name] = (labels, tolerations)
+            names = sorted({f for _, f in psa.flavors})
+            out[psa.name] = merged_scheduling([await self._flavor(name) for name in names])
         return out
 
     async def _flavor(self, name: str) -> FlavorScheduling:

@@ -106,6 +106,17 @@ def flavor_scheduling(obj: Mapping[str, Any]) -> FlavorScheduling:
     return FlavorScheduling(name, tuple(sorted(labels.items())), tuple(tolerations))
 
 
+def merged_scheduling(flavors: Iterable[FlavorScheduling]) -> tuple[dict[str, str], list[Json]]:
+    """What a pod of a podSet gets from its flavors, in the order given: their node labels (a later
+    flavor's value for a key wins) and their tolerations, each once."""
+    labels: dict[str, str] = {}
+    tolerations: list[Json] = []
+    for flavor in flavors:
+        labels.update(flavor.node_labels)
+        tolerations.extend(dict(t) for t in flavor.tolerations if dict(t) not in tolerations)
+    return labels, tolerations
+
+
 def flavor_names(d: AdmitWorkload | AdmitChecked) -> tuple[str, ...]:
     """The flavors a Job's admission assigns (a Job is one pod set, ``main``), sorted."""
     psas = d.admission.pod_set_assignments
