@@ -27,11 +27,12 @@ from events.cluster import MULTIKUEUE_CONTROLLER, PREBUILT_WORKLOAD_LABEL, QUEUE
 from events.jobkinds import managedby
 from events.jobkinds.base import pointer
 from events.jobkinds.naming import check_queue_name
+from events.jobkinds.pods import obj_of
 from events.jobkinds.prebuilt import check as check_prebuilt
 from events.jobkinds.prebuilt import field_of, prebuilt_name
 from events.jobkinds.trainjob import TRAINJOB
 from events.manifests import Document, ManifestError, normalize
-from services.webhook.review import Review, response
+from services.webhook.review import Review, owned_by_workload_kind, response
 
 FILE = "admission"
 def _kind(obj: Mapping[str, Any]) -> jobkinds.JobKind | None:
@@ -40,23 +41,16 @@ def _kind(obj: Mapping[str, Any]) -> jobkinds.JobKind | None:
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    return labels if isinstance(labels, Mapping) else {}
+    return obj_of(obj_of(obj.get("metadata")).get("labels"))
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return annotations if isinstance(annotations, Mapping) else {}
+    return obj_of(obj_of(obj.get("metadata")).get("annotations"))
 
 
 def _owned_by_integrated(obj: Mapping[str, Any]) -> bool:
     """Another integrated object owns it (a RayCluster a RayJob made): the owner is the workload."""
-    meta = obj.get("metadata")
-    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
-    return any(isinstance(r, Mapping) and jobkinds.kind_of(str(r.get("apiVersion", "")), str(r.get("kind", "")))
-               is not None for r in refs or [])
+    return owned_by_workload_kind(obj_of(obj.get("metadata")))
 
 
 def queue_of(obj: Mapping[str, Any]) -> str | None:

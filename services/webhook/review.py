@@ -127,12 +127,6 @@ def mutate_job(review: Review, queue: Mapping[str, Any] | None = None, *, bound:
     return response(review, allowed=True, patch=patch)
 
 
-def _owned_by_job(meta: Mapping[str, Any]) -> bool:
-    refs = meta.get("ownerReferences") or []
-    return any(isinstance(r, dict) and r.get("kind") == "Job" and str(r.get("apiVersion", "")) == "batch/v1"
-               for r in refs)
-
-
 def _queued_pod(request: Mapping[str, Any], meta: Mapping[str, Any]) -> bool:
     """Kueue's pod webhook with its defaults: a pod with a queue-name label (or made by a queued
     Deployment or StatefulSet: ``pod-suspending-parent``), outside kube-system and kueue-system."""
@@ -142,11 +136,11 @@ def _queued_pod(request: Mapping[str, Any], meta: Mapping[str, Any]) -> bool:
         QUEUE_NAME_LABEL in labels or kpods.SUSPENDED_BY_PARENT in annotations)
 
 
-def _owned_by_workload_kind(meta: Mapping[str, Any]) -> bool:
-    """A pod another integrated kind made (a Job's, a PyTorchJob's): its owner is the workload."""
-    return _owned_by_job(meta) or any(
-        isinstance(r, dict) and (str(r.get("apiVersion", "")), str(r.get("kind", ""))) in jobkinds.BY_KEY
-        for r in meta.get("ownerReferences") or [])
+def owned_by_workload_kind(meta: Mapping[str, Any]) -> bool:
+    """An object another integrated kind made (a Job's pod, a PyTorchJob's pod, a RayJob's
+    RayCluster): its owner is the workload (``batch/v1`` Job is in the registry too)."""
+    return any(isinstance(r, dict) and (str(r.get("apiVersion", "")), str(r.get("kind", ""))) in jobkinds.BY_KEY
+               for r in meta.get("ownerReferences") or [])
 
 
 def _meta_ops(meta: Mapping[str, Any], key: str, values: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -170,7 +164,7 @@ def mutate_pod(review: Review, *, bound: bool) -> dict[str, Any]:
     meta: Mapping[str, Any] = kpods.obj_of(pod.get("metadata"))
     spec = pod.get("spec")
     queued = _queued_pod(request, meta)
-    if not (bound or queued) or not isinstance(spec, dict) or _owned_by_workload_kind(meta):
+    if not (bound or queued) or not isinstance(spec, dict) or owned_by_workload_kind(meta):
         return response(review, allowed=True)
     patch: list[dict[str, Any]] = []
     if queued:

@@ -53,16 +53,12 @@ class _Where:
         raise self.error(field, "not read here")
 
 
-def _obj(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _obj(_obj(obj.get("metadata")).get("labels"))
+    return p.obj_of(p.obj_of(obj.get("metadata")).get("labels"))
 
 
 def _namespace(request: Mapping[str, Any], obj: Mapping[str, Any]) -> str:
-    return str(request.get("namespace") or _obj(obj.get("metadata")).get("namespace") or "")
+    return str(request.get("namespace") or p.obj_of(obj.get("metadata")).get("namespace") or "")
 
 
 def _queued(request: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
@@ -73,7 +69,7 @@ def _queued(request: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
 
 def _shown(request: Mapping[str, Any], obj: Mapping[str, Any]) -> str:
     return f"{obj.get('kind') or request.get('kind', {}).get('kind')} {_namespace(request, obj)}/" \
-           f"{_obj(obj.get('metadata')).get('name') or request.get('name') or '?'}"
+           f"{p.obj_of(obj.get('metadata')).get('name') or request.get('name') or '?'}"
 
 
 # --- mutating ----------------------------------------------------------------------------------
@@ -92,7 +88,7 @@ def mutate_lws(review: Review) -> dict[str, Any]:
     if request.get("operation") not in ("CREATE", "UPDATE") or not isinstance(obj, Mapping) \
             or not _queued(request, obj):
         return response(review, allowed=True)
-    lwt = _obj(_obj(obj.get("spec")).get("leaderWorkerTemplate"))
+    lwt = p.obj_of(p.obj_of(obj.get("spec")).get("leaderWorkerTemplate"))
     labels, annotations = s.lws_template_metadata({str(k): str(v) for k, v in _labels(obj).items()})
     want = {"labels": labels, "annotations": annotations}
     patch: list[Any] = []
@@ -123,7 +119,7 @@ def _first_difference(new: object, old: object, path: str) -> str | None:
 
 
 def _same_shape(new_template: object, old_template: object, path: str) -> None:
-    new_spec, old_spec = _obj(_obj(new_template).get("spec")), _obj(_obj(old_template).get("spec"))
+    new_spec, old_spec = p.obj_of(p.obj_of(new_template).get("spec")), p.obj_of(p.obj_of(old_template).get("spec"))
     field = _first_difference(p.spec_shape(new_spec), p.spec_shape(old_spec), f"{path}.spec")
     if field is not None:
         raise Refused(field, IMMUTABLE)
@@ -145,20 +141,20 @@ def _int(value: object, default: int) -> int:
 
 
 def _statefulset_update(old: Mapping[str, Any], new: Mapping[str, Any], workload_exists: bool) -> None:
-    _same_shape(_obj(new.get("spec")).get("template"), _obj(old.get("spec")).get("template"), "spec.template")
-    was, now = _int(_obj(old.get("spec")).get("replicas"), 1), _int(_obj(new.get("spec")).get("replicas"), 1)
+    _same_shape(p.obj_of(new.get("spec")).get("template"), p.obj_of(old.get("spec")).get("template"), "spec.template")
+    was, now = _int(p.obj_of(old.get("spec")).get("replicas"), 1), _int(p.obj_of(new.get("spec")).get("replicas"), 1)
     if was != 0 and now not in (0, was):
         raise Refused("spec.replicas", IMMUTABLE)
     if was == 0 and now > 0:
-        if _int(_obj(new.get("status")).get("replicas"), 0) > 0:
+        if _int(p.obj_of(new.get("status")).get("replicas"), 0) > 0:
             raise Refused("spec.replicas", "scaling down is still in progress")
         if workload_exists:
             raise Refused("spec.replicas", "workload from previous scale-down is still being deleted")
 
 
 def _lws_update(old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-    old_t, new_t = _obj(_obj(old.get("spec")).get("leaderWorkerTemplate")), \
-        _obj(_obj(new.get("spec")).get("leaderWorkerTemplate"))
+    old_t, new_t = p.obj_of(p.obj_of(old.get("spec")).get("leaderWorkerTemplate")), \
+        p.obj_of(p.obj_of(new.get("spec")).get("leaderWorkerTemplate"))
     if (old_t.get("leaderTemplate") is None) != (new_t.get("leaderTemplate") is None):
         raise Refused(f"{LWT}.leaderTemplate", IMMUTABLE)
     if new_t.get("leaderTemplate") is not None:
@@ -173,7 +169,7 @@ def _on_create(obj: Mapping[str, Any]) -> None:
     if queue is not None:
         check_queue_name(_Where(), str(queue))
     if obj.get("kind") == s.LEADERWORKERSET[1]:
-        replicas = _obj(obj.get("spec")).get("replicas", 1)
+        replicas = p.obj_of(obj.get("spec")).get("replicas", 1)
         if not isinstance(replicas, int) or isinstance(replicas, bool) or not 0 <= replicas <= s.LWS_MAX_REPLICAS:
             raise Refused("spec.replicas", f"invalid LeaderWorkerSet replicas: must be between 0 and "
                                            f"{s.LWS_MAX_REPLICAS}, got {replicas!r}")
@@ -190,7 +186,7 @@ def refusal(request: Mapping[str, Any], *, workload_exists: bool = False) -> str
     try:
         _on_create(obj)
         if request.get("operation") == "UPDATE" and isinstance(old, Mapping):
-            _queue_and_priority(old, obj, _int(_obj(old.get("status")).get("readyReplicas"), 0))
+            _queue_and_priority(old, obj, _int(p.obj_of(old.get("status")).get("readyReplicas"), 0))
             if _queued(request, obj) and obj.get("kind") == s.STATEFULSET[1]:
                 _statefulset_update(old, obj, workload_exists)
             elif _queued(request, obj):
@@ -203,12 +199,13 @@ def refusal(request: Mapping[str, Any], *, workload_exists: bool = False) -> str
 def statefulset_scaled_up_from_zero(request: Mapping[str, Any]) -> tuple[str, str] | None:
     """(namespace, Workload name) the server must look up for this request: a queued StatefulSet
     scaled up from zero (else None)."""
-    obj, old = _obj(request.get("object")), _obj(request.get("oldObject"))
+    obj, old = p.obj_of(request.get("object")), p.obj_of(request.get("oldObject"))
     if request.get("operation") != "UPDATE" or obj.get("kind") != s.STATEFULSET[1] or not _queued(request, obj):
         return None
-    if _int(_obj(old.get("spec")).get("replicas"), 1) != 0 or _int(_obj(obj.get("spec")).get("replicas"), 1) == 0:
+    was, now = _int(p.obj_of(old.get("spec")).get("replicas"), 1), _int(p.obj_of(obj.get("spec")).get("replicas"), 1)
+    if was != 0 or now == 0:
         return None
-    meta = _obj(obj.get("metadata"))
+    meta = p.obj_of(obj.get("metadata"))
     return _namespace(request, obj), s.statefulset_workload_name(str(meta.get("name")), str(meta.get("uid")))
 
 
