@@ -28,7 +28,7 @@ from rich.table import Table
 from events.codec import decode_decision
 from events.envelope import Topics
 from events.manifests import format_time
-from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload
+from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, PlaceWorkload, RemovePlacement
 from events.quantity import format_amount
 from services.actuator.loop import Actuator
 from services.actuator.sim_port import SimClusterPort
@@ -59,13 +59,15 @@ class DemoResult:
 
 
 class _Decisions:
-    """Follows the decisions topic for the view and the summary."""
+    """Follows the decisions topic for the view and the summary (MultiKueue's placements included,
+    for ``demo --clusters``)."""
 
     def __init__(self, log: SqliteLog, topics: Topics) -> None:
         self.log, self.topics, self.offset = log, topics, 0
         self.latest: deque[str] = deque(maxlen=10)
         self.admissions = self.evictions = 0
         self.first_admit: dict[str, int] = {}
+        self.placements: dict[str, int] = {}  # worker cluster -> PlaceWorkload decisions for it
 
     def poll(self) -> None:
         while batch := self.log.read(self.topics.decisions, self.offset, 2000):
@@ -78,7 +80,9 @@ class _Decisions:
                     self.first_admit.setdefault(f"{d.namespace}/{d.name}", d.time)
                 elif isinstance(d, EvictWorkload):
                     self.evictions += 1
-                else:
+                elif isinstance(d, PlaceWorkload):
+                    self.placements[d.cluster] = self.placements.get(d.cluster, 0) + 1
+                elif not isinstance(d, RemovePlacement):
                     continue
                 line = format_decision(d)
                 if line:
@@ -153,20 +157,25 @@ def run_demo(paths: Sequence[str], directory: Path, *, console: Console, pace: f
             live.update(_view(scheduler, decisions, scheduler.state.now, done, total), refresh=True)
 
         drive_live(loop, redraw, pace=pace)
+    result = _outcome(scheduler, decisions, directory)
+    log.close()
+    return result
+
+
+def _outcome(scheduler: Scheduler, decisions: _Decisions, directory: Path) -> DemoResult:
+    """A finished demo's figures (its snapshot written first, for later commands' recovery)."""
     scheduler.write_snapshot()
     waits: dict[str, list[int]] = {}
     for key, rec in scheduler.state.workloads.items():
         if key in decisions.first_admit and rec.obj.creation_time is not None:
             cq = rec.admission.cluster_queue if rec.admission else _last_queue(scheduler, key)
             waits.setdefault(cq, []).append(decisions.first_admit[key] - rec.obj.creation_time)
-    result = DemoResult(
+    return DemoResult(
         directory=directory, workloads=len(scheduler.state.workloads),
         finished=sum(1 for r in scheduler.state.workloads.values() if r.finished),
         admissions=decisions.admissions, evictions=decisions.evictions, cycles=scheduler.state.cycles,
         decisions=scheduler.stats.decisions, simulated_ms=scheduler.state.now, waits_ms=waits,
     )
-    log.close()
-    return result
 
 
 def _last_queue(scheduler: Scheduler, key: str) -> str:

@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import yaml
@@ -35,16 +34,15 @@ from rich.panel import Panel
 from rich.table import Table
 
 from events import objects as o
-from events.codec import decode_decision, encode
+from events.codec import encode
 from events.envelope import Envelope, Topics, event_key
 from events.manifests import ManifestError, format_time, load
-from events.messages import ClockTicked, PlaceWorkload, RemovePlacement
+from events.messages import ClockTicked
 from services.actuator.loop import Actuator
 from services.actuator.sim_multikueue import SimMultiKueuePort
 from services.app.convert import expand
-from services.app.demo import DemoResult, _Decisions, _last_queue, _usage_table
+from services.app.demo import DemoResult, _Decisions, _outcome, _usage_table
 from services.app.driver import Round, drive_live
-from services.app.logview import format_decision
 from services.app.multicluster_input import clusters_of
 from services.core.podsready import next_deadline
 from services.runtime.sqlite import SqliteLog
@@ -175,27 +173,10 @@ class MultiDemoResult(DemoResult):
 
 
 class _Placed:
-    """Follows the placement decisions (per worker), and checks after every round that no
-    workload runs in two simulated clusters at once."""
+    """Checks after every round that no workload runs in two simulated clusters at once."""
 
-    def __init__(self, log: SqliteLog, topics: Topics, workers: Sequence[str]) -> None:
-        self.log, self.topics, self.offset = log, topics, 0
-        self.counts = {n: WorkerCounts() for n in workers}
+    def __init__(self) -> None:
         self.twice: list[str] = []
-
-    def poll(self, latest: deque[str]) -> None:
-        while batch := self.log.read(self.topics.decisions, self.offset, 2000):
-            for rec in batch:
-                if b"multikueue." not in rec.value:
-                    continue  # cheap pre-filter: most decisions are not placements
-                d = decode_decision(rec.value)
-                if isinstance(d, PlaceWorkload | RemovePlacement):
-                    if isinstance(d, PlaceWorkload):
-                        self.counts.setdefault(d.cluster, WorkerCounts()).placements += 1
-                    line = format_decision(d)
-                    if line:
-                        latest.append(line)
-            self.offset = batch[-1].offset + 1
 
     def check(self, loop: MultiLoop) -> None:
         running: dict[str, str] = {}
@@ -206,7 +187,7 @@ class _Placed:
                 running[key] = name
 
 
-def _workers_table(loop: MultiLoop, placed: _Placed) -> Table:
+def _workers_table(loop: MultiLoop, decisions: _Decisions) -> Table:
     """Per worker, what the scheduler sees (``services.web.workers``, as the web view shows it)."""
     table = Table(title="Worker clusters", expand=True)
     for col in ("WORKER", "ACTIVE", "RUNNING", "PLACED", "PLACEMENTS", "FINISHED"):
@@ -214,18 +195,18 @@ def _workers_table(loop: MultiLoop, placed: _Placed) -> Table:
     for w in worker_clusters(loop.scheduler.state):
         name = w["name"]
         table.add_row(name, "yes" if w["active"] else "lost", str(w["running"]), str(w["placed"]),
-                      str(placed.counts.get(name, WorkerCounts()).placements), str(w["finished"]))
+                      str(decisions.placements.get(name, 0)), str(w["finished"]))
     return table
 
 
-def _view(loop: MultiLoop, decisions: _Decisions, placed: _Placed, total: int) -> Group:
+def _view(loop: MultiLoop, decisions: _Decisions, total: int) -> Group:
     state = loop.scheduler.state
     done = sum(1 for r in state.workloads.values() if r.finished)
     header = (f"simulated time {format_time(state.now) if state.now else '-'}   workers {len(loop.workers)}   "
               f"workloads {total}   finished {done}   admissions {decisions.admissions}   "
-              f"placements {sum(c.placements for c in placed.counts.values())}   cycles {state.cycles}")
+              f"placements {sum(decisions.placements.values())}   cycles {state.cycles}")
     latest = "\n".join(decisions.latest) or "(no decisions yet)"
-    return Group(Panel(header, title="kueuelog demo: MultiKueue"), _workers_table(loop, placed),
+    return Group(Panel(header, title="kueuelog demo: MultiKueue"), _workers_table(loop, decisions),
                  _usage_table(loop.scheduler), Panel(latest, title="latest decisions"))
 
 
@@ -237,13 +218,12 @@ def run_multicluster_demo(files: Mapping[str, str], directory: Path, *, console:
     loop = build(log, topics, files, default_duration_ms)
     total = sum(1 for a in loop.arrivals.pending if isinstance(getattr(a.envelope.event, "object", None), o.Workload))
     decisions = _Decisions(log, topics)
-    placed = _Placed(log, topics, sorted(loop.workers))
-    with Live(_view(loop, decisions, placed, total), console=console, refresh_per_second=8, transient=False,
+    placed = _Placed()
+    with Live(_view(loop, decisions, total), console=console, refresh_per_second=8, transient=False,
               auto_refresh=False) as live:
         def redraw() -> None:
             decisions.poll()
-            placed.poll(decisions.latest)
-            live.update(_view(loop, decisions, placed, total), refresh=True)
+            live.update(_view(loop, decisions, total), refresh=True)
 
         drive_live(loop, redraw, pace=pace, each=lambda: placed.check(loop))
     return _result(loop, log, directory, decisions, placed)
@@ -251,24 +231,16 @@ def run_multicluster_demo(files: Mapping[str, str], directory: Path, *, console:
 
 def _result(loop: MultiLoop, log: SqliteLog, directory: Path, decisions: _Decisions,
             placed: _Placed) -> MultiDemoResult:
-    scheduler = loop.scheduler
-    scheduler.write_snapshot()
-    state = scheduler.state
-    waits: dict[str, list[int]] = {}
-    for key, rec in state.workloads.items():
-        if key in decisions.first_admit and rec.obj.creation_time is not None:
-            cq = rec.admission.cluster_queue if rec.admission else _last_queue(scheduler, key)
-            waits.setdefault(cq, []).append(decisions.first_admit[key] - rec.obj.creation_time)
+    base = _outcome(loop.scheduler, decisions, directory)
+    state = loop.scheduler.state
+    counts = {name: WorkerCounts(placements=decisions.placements.get(name, 0))
+              for name in sorted({*loop.workers, *decisions.placements})}
     for key, cluster in state.multikueue.cluster_names.items():
         done = state.workloads.get(key)
         if done is not None and done.finished:
-            placed.counts.setdefault(cluster, WorkerCounts()).finished += 1
+            counts.setdefault(cluster, WorkerCounts()).finished += 1
     result = MultiDemoResult(
-        directory=directory, workloads=len(state.workloads),
-        finished=sum(1 for r in state.workloads.values() if r.finished),
-        admissions=decisions.admissions, evictions=decisions.evictions, cycles=state.cycles,
-        decisions=scheduler.stats.decisions, simulated_ms=state.now, waits_ms=waits,
-        workers=placed.counts, placed_twice=placed.twice,
+        **{f.name: getattr(base, f.name) for f in fields(DemoResult)}, workers=counts, placed_twice=placed.twice,
         example=min(state.multikueue.cluster_names, default=min(state.workloads, default="NAMESPACE/NAME")))
     log.close()
     return result
