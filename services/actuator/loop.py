@@ -42,7 +42,7 @@ from typing import Final, Generic, Protocol, TypeVar
 
 import structlog
 
-from events.codec import MalformedRecord, UnknownEventType, decode_decision, encode, peek_decision
+from events.codec import DecisionPeek, MalformedRecord, UnknownEventType, decode_decision, encode, peek_decision
 from events.envelope import Envelope, Topics, event_key
 from events.messages import (
     ActuationFailed,
@@ -214,14 +214,14 @@ class Stats:
     coalesced: int = 0  # pending marks not written: a later one of the same workload is in the batch
 
 
-def _superseded_marks(batch: Sequence[Record]) -> frozenset[int]:
+def _superseded_marks(batch: Sequence[Record], peeks: Sequence[DecisionPeek]) -> frozenset[int]:
     """The offsets of pending marks that a later pending mark of the same workload in ``batch``
-    makes moot: only a workload's last word on why it waits is written (a behind actuator would
-    otherwise write every message a waiting workload had, one API round trip each)."""
+    (each record's ``peeks``) makes moot: only a workload's last word on why it waits is written (a
+    behind actuator would otherwise write every message a waiting workload had, one API round
+    trip each)."""
     later: set[tuple[str, str]] = set()
     out: set[int] = set()
-    for rec in reversed(batch):
-        peek = peek_decision(rec.value)
+    for rec, peek in zip(reversed(batch), reversed(peeks), strict=True):
         if peek.type != "pending" or not peek.name:
             continue
         key = (peek.namespace, peek.name)
@@ -294,11 +294,14 @@ class Actuator(Generic[P]):
         batch = self.log.read(self.topics.decisions, self.next_offset, self.tuning.batch_size)
         appends: dict[str, list[tuple[str, bytes]]] = {}
         consumed = 0
-        superseded = _superseded_marks(batch) if self.port.takes_pending_marks else frozenset()
-        for rec in batch:
+        # Most records are cycle records and pending marks: their tag, cycle and workload are often
+        # all that matters, so every record is peeked at once and decoded in full only when needed.
+        peeks = [peek_decision(rec.value) for rec in batch]
+        superseded = _superseded_marks(batch, peeks) if self.port.takes_pending_marks else frozenset()
+        for rec, peek in zip(batch, peeks, strict=True):
             if rec.offset in superseded:
                 self.stats.coalesced += 1
-            elif not await self._apply(rec, appends):
+            elif not await self._apply(rec, peek, appends):
                 break  # a retriable failure: commit what came before, try this one again next step
             consumed += 1
         await self.port.after_batch()
@@ -317,11 +320,9 @@ class Actuator(Generic[P]):
         suspend (the simulated cluster's): deterministic, no event loop, no threads."""
         return complete(self.step())
 
-    async def _apply(self, rec: Record, appends: dict[str, list[tuple[str, bytes]]]) -> bool:
-        """Carry out one decision record into ``appends``; False to stop the batch before it."""
-        # Most records are cycle records and pending marks: their tag and cycle are often all
-        # that matters, so they are not decoded in full then.
-        peek = peek_decision(rec.value)
+    async def _apply(self, rec: Record, peek: DecisionPeek, appends: dict[str, list[tuple[str, bytes]]]) -> bool:
+        """Carry out one decision record (``peek``: its tag, cycle and workload) into ``appends``;
+        False to stop the batch before it."""
         if peek.type == "cycle" and peek.cycle >= 0:
             self.watermark.close_cycle(peek.cycle)
             return True
