@@ -35,6 +35,8 @@ from events.manifests import Document, ManifestError, normalize
 from services.webhook.review import Review, owned_by_workload_kind, response
 
 FILE = "admission"
+
+
 def _kind(obj: Mapping[str, Any]) -> jobkinds.JobKind | None:
     kind = jobkinds.kind_of(str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
     return kind if kind is not None and kind is not jobkinds.JOB else None
