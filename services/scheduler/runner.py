@@ -21,7 +21,7 @@ from services.runtime.supervise import (
     still_leading,
 )
 from services.scheduler.deadlines import DeadlineTicker
-from services.scheduler.service import Scheduler
+from services.scheduler.service import BACKLOG_PER_STEP, Scheduler
 
 if TYPE_CHECKING:
     from services.scheduler.metrics import SchedulerMetrics
@@ -42,7 +42,7 @@ def observe_scheduler(metrics: SchedulerMetrics) -> StepHook:
 
     def hook(scheduler: Scheduler, events: int | None) -> None:
         lag = 0
-        if events is None or events >= scheduler.batch_size:
+        if events is None or events >= max(scheduler.batch_size, scheduler.backlog_per_step):
             lag = max(0, scheduler.log.end_offset(scheduler.topics.cluster_events) - scheduler.next_input)
         metrics.observe(scheduler.last_decisions, scheduler.last_cycles, scheduler.state,
                         events_folded=events or 0, log_lag=lag)
@@ -73,7 +73,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
     Simulated time leaves that to its driver."""
     bell = bell or Bell()
     topics = topics or Topics()
-    scheduler = Scheduler(log, topics=topics)
+    scheduler = Scheduler(log, topics=topics, backlog_per_step=BACKLOG_PER_STEP)
     waiter = log.waiter if long_poll else None
     deadlines = DeadlineTicker(log, wall_clock, topics=topics, cluster=cluster) if wall_clock is not None else None
     if not await lead(log, "scheduler", stop):
@@ -86,7 +86,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
         while not stop.is_set():
             try:
                 if fresh:
-                    scheduler = Scheduler(log, topics=topics)
+                    scheduler = Scheduler(log, topics=topics, backlog_per_step=BACKLOG_PER_STEP)
                     scheduler.recover()
                     fresh = False
                     mark_up(status, "scheduler")

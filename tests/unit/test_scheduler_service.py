@@ -230,3 +230,23 @@ def test_snapshot_plus_tail_equals_a_full_replay(tmp_path_factory: pytest.TempPa
     log.close()
 
 
+
+
+def test_a_live_step_folds_the_whole_backlog_before_its_cycles_and_replays_exactly(log: SqliteLog) -> None:
+    n = _seed(log)
+    live = Scheduler(log, batch_size=7, backlog_per_step=10**6)
+    assert live.step() == n  # every waiting event, read 7 at a time, then the cycles
+    assert {c.input_offset for c in live.last_cycles} == {n}
+    _drain(live)
+    assert list(Scheduler(log).replay(0, verify=True)) == []
+
+
+def test_a_step_folds_no_more_of_the_backlog_than_its_limit(log: SqliteLog) -> None:
+    n = _seed(log)
+    assert n > 20
+    live = Scheduler(log, batch_size=7, backlog_per_step=20)
+    assert live.step() == 21  # three reads: the limit is checked after each
+    assert live.next_input == 21
+    _drain(live)
+    assert live.next_input == n
+    assert list(Scheduler(log).replay(0, verify=True)) == []
