@@ -271,8 +271,9 @@ class Scheduler:
         return events or len(self._ran[1])
 
     def _fold_waiting(self, dead: list[tuple[str, bytes]]) -> int:
-        """Fold one read of cluster events and, up to ``backlog_per_step``, what is still waiting
-        after it; malformed ones become ``dead`` letters. Returns the events read."""
+        """Fold one read of cluster events and, while reads come back full (a backlog: at a steady
+        trickle a read is short, and the step must not chase events as they arrive), more, up to
+        ``backlog_per_step``; malformed ones become ``dead`` letters. Returns the events read."""
         events = 0
         while True:
             batch = self.log.read(self.topics.cluster_events, self.next_input, self.batch_size)
@@ -280,11 +281,10 @@ class Scheduler:
                 letter = self.fold_record(rec)
                 if letter is not None:
                     dead.append(letter)
-            if not batch:
-                return events
-            self.next_input = batch[-1].offset + 1
+            if batch:
+                self.next_input = batch[-1].offset + 1
             events += len(batch)
-            if events >= self.backlog_per_step:
+            if len(batch) < self.batch_size or events >= self.backlog_per_step:
                 return events
 
     def _snapshot(self, decisions_offset: int) -> bytes:
