@@ -93,6 +93,8 @@ def start_checks(state: State, rec: WorkloadRecord, adm: o.Admission) -> tuple[s
     """Quota reserved: the applicable checks are on the workload, new ones Pending (Kueue's
     ``syncAdmissionCheckConditions``: existing states stay, checks that no longer apply go)."""
     cq = state.cluster_queues.get(adm.cluster_queue)
+    if (cq is None or not cq.admission_checks) and not rec.checks:
+        return ()  # the common case, and nothing to carry over
     names = checks_for(cq, adm) if cq is not None else ()
     old = rec.checks
     rec.checks = {n: _provisioning_start(state, rec, adm, old.get(n) or o.AdmissionCheckState(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.metrics_core import Metric
@@ -147,6 +148,9 @@ class SchedulerMetrics:
             "An ElasticQuotaTree node's min, max and used per resource ('value'), in Kueue's units "
             "(services/core/treeview.py)", ["node", "parent", "resource", "value"], registry=r)
         self._counted_queues: set[str] = set()
+        # Each admission moves these per-ClusterQueue series; ``labels()`` is slow enough to show at
+        # 50,000 admissions, so the series are kept (and dropped with their ClusterQueue).
+        self._series: dict[tuple[int, str], Any] = {}
         self._clock = clock
         self.gauge_interval_s = gauge_interval_s
         self._gauges_at = -math.inf
@@ -200,15 +204,22 @@ class SchedulerMetrics:
         self._counted_queues.add(cq_name)
         rec = state.workloads.get(f"{d.namespace}/{d.name}")
         wait = _queued_wait_seconds(rec, d.time) if rec is not None else None
-        self.quota_reserved.labels(cq_name).inc()
+        self._series_of(self.quota_reserved, cq_name).inc()
         if wait is not None:
-            self.quota_reserved_wait.labels(cq_name).observe(wait)
+            self._series_of(self.quota_reserved_wait, cq_name).observe(wait)
         # Without admission checks, reserving quota is admission (services/core/effects.py); with
         # them, admission is AdmitChecked.
         if not d.admission_checks:
-            self.admitted.labels(cq_name).inc()
+            self._series_of(self.admitted, cq_name).inc()
             if wait is not None:
-                self.admission_wait.labels(cq_name).observe(wait)
+                self._series_of(self.admission_wait, cq_name).observe(wait)
+
+    def _series_of(self, metric: Counter | Histogram, cq_name: str) -> Any:
+        key = (id(metric), cq_name)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = metric.labels(cq_name)
+        return series
 
     def _checked(self, d: AdmitChecked, state: State) -> None:
         """Every admission check Ready: admitted, after waiting since the reservation."""
@@ -305,6 +316,7 @@ class SchedulerMetrics:
                                    (self.evicted, ("cluster_queue", "reason")),
                                    (self.preempted, ("preempting_cluster_queue", "reason"))):
                 _remove_series(metric, labels, name)
+                self._series.pop((id(metric), name), None)
 
 
 _CQ = ("cluster_queue",)
