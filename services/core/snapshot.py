@@ -106,7 +106,12 @@ class _Codec(Generic[T]):
 
 _RECORD = _Codec(WorkloadRecord, vars(records), {})
 _STATE = _Codec(State, vars(state), {"workloads": dict[str, _RECORD.wire]})  # type: ignore[name-defined]
-_decoder = msgspec.json.Decoder(_STATE.wire)
+# Decoded in two passes, the records one at a time (see encode_state: one long call holds the GIL).
+_STATE_RAW = msgspec.defstruct("StateRawWire", [(f.name, dict[str, msgspec.Raw] if f.name == "workloads" else f.type)
+                                               for f in msgspec.structs.fields(_STATE.wire)],
+                               kw_only=True, forbid_unknown_fields=True)
+_decoder = msgspec.json.Decoder(_STATE_RAW)
+_record_decoder = msgspec.json.Decoder(_RECORD.wire)
 
 
 def canonical(s: State) -> dict[str, object]:
@@ -117,11 +122,39 @@ def canonical(s: State) -> dict[str, object]:
 
 
 def encode_state(s: State) -> bytes:
-    return _encoder.encode(canonical(s))
+    """The bytes of ``_encoder.encode(canonical(s))``, put together a workload at a time: one call
+    over 50,000 workloads built a dict of every record (hundreds of MiB) and then held the GIL
+    for the whole encoding, long enough at that size for the log's I/O thread to miss its
+    heartbeats (a Kafka scheduler lost its leadership to its own snapshot)."""
+    data = _STATE.to_wire(s)
+    data["workloads"] = _Spliced([b"".join((_encoder.encode(k), b":", _encoder.encode(_RECORD.to_wire(r))))
+                                  for k, r in sorted(s.workloads.items())])
+    return _object(data)
+
+
+class _Spliced:
+    """A JSON object whose members are encoded already (``"key":value`` each, in key order)."""
+
+    __slots__ = ("members",)
+
+    def __init__(self, members: list[bytes]) -> None:
+        self.members = members
+
+
+def _object(data: dict[str, object]) -> bytes:
+    """``data`` as ``_encoder`` encodes a dict (keys sorted, compact), with :class:`_Spliced` values
+    taken as they are."""
+    parts = []
+    for key in sorted(data):
+        value = data[key]
+        body = b"{" + b",".join(value.members) + b"}" if isinstance(value, _Spliced) else _encoder.encode(value)
+        parts.append(_encoder.encode(key) + b":" + body)
+    return b"{" + b",".join(parts) + b"}"
 
 
 def decode_state(data: bytes) -> State:
     """The inverse of :func:`encode_state`; the derived parts are rebuilt (the indices on first use)."""
     wire = _decoder.decode(data)
-    wire_records: dict[str, msgspec.Struct] = getattr(wire, "workloads")  # noqa: B009 - a built type
-    return _STATE.build(wire, workloads={key: _RECORD.build(r) for key, r in wire_records.items()})
+    wire_records: dict[str, msgspec.Raw] = getattr(wire, "workloads")  # noqa: B009 - a built type
+    return _STATE.build(wire, workloads={key: _RECORD.build(_record_decoder.decode(raw))
+                                         for key, raw in wire_records.items()})
