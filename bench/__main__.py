@@ -13,10 +13,12 @@ from __future__ import annotations
 import sys
 
 from bench import engine, kafka, kube, multicluster, replay, services, shards
+from services.runtime.gctune import tune_gc
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    tune_gc()  # as every kueuelog command runs (services/runtime/gctune.py)
     if argv and argv[0] == "kafka":
         return kafka.cli(argv[1:])
     if argv and argv[0] == "shards":

@@ -22,6 +22,7 @@ from events.envelope import Topics
 from services.app import shardcli, viewcli
 from services.app.assembly import log_settings, open_log, run, run_settings
 from services.app.exits import classify
+from services.runtime.gctune import tune_gc
 
 if TYPE_CHECKING:
     from services.core.state import State
@@ -649,6 +650,7 @@ def kubectl_complete_entrypoint() -> None:
 
 
 def entrypoint(prog: str = "kueuelog") -> None:
+    tune_gc()
     try:
         code = main(prog=prog)
         sys.stdout.flush()
