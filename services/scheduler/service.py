@@ -1,6 +1,7 @@
 """The scheduler service: the single writer that folds cluster events into decisions.
 
-Loop: read a batch of cluster events from the committed position, fold each
+Loop: read a batch of cluster events from the committed position (a live
+service: every batch already waiting, up to ``BACKLOG_PER_STEP`` events), fold each
 (malformed records go to the dead-letter topic with the reason; an unknown
 event type stops the service, since skipping a fact would corrupt the state),
 run scheduling cycles until nothing changes, then commit — decisions, one
@@ -239,7 +240,8 @@ class Scheduler:
     # --- the live step -----------------------------------------------------------------
 
     def step(self) -> int:
-        """Read one batch, fold it, run cycles, commit everything at once. Returns the events read,
+        """Read one batch (and, up to ``backlog_per_step``, the backlog behind it), fold it, run
+        cycles, commit everything at once. Returns the events read,
         or, when none arrived but the last step's cycles were cut short, the cycles run; 0 when
         there was nothing to do."""
         dead: list[tuple[str, bytes]] = []
