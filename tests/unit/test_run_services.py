@@ -150,6 +150,48 @@ def test_the_metrics_hook_walks_the_workloads_and_asks_the_lag_only_after_recove
     assert (len(walks), len(asked)) == (1, 1)
 
 
+async def test_the_live_scheduler_folds_the_whole_backlog_before_its_first_cycle(log: SqliteLog) -> None:
+    """More than a read's worth waiting: the first live step folds all of it, so its cycles decide
+    on the newest state (the last workload, created first, is admitted first), and replays exactly."""
+    many = "".join(f"""---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {{name: x{i}, namespace: team, creationTimestamp: "2025-01-01T00:{10 + i // 60:02d}:{i % 60:02d}Z"}}
+spec:
+  queueName: lq
+  podSets:
+  - name: main
+    count: 1
+    template: {{spec: {{containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]}}}}
+""" for i in range(1_200))
+    early = """---
+apiVersion: kueue.x-k8s.io/v1beta1
+kind: Workload
+metadata: {name: early, namespace: team, creationTimestamp: "2024-12-31T00:00:00Z"}
+spec:
+  queueName: lq
+  podSets:
+  - {name: main, count: 2, template: {spec: {containers: [{name: c, resources: {requests: {cpu: "1"}}}]}}}
+"""
+    seeded = seed_all(log, load({"m.yaml": MANIFESTS + many + early}))
+    assert seeded > Scheduler(log).batch_size
+    steps: list[int | None] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_scheduler(log, stop, on_step=lambda _, events: steps.append(events),
+                                             poll_seconds=0.01))
+    deadline = asyncio.get_running_loop().time() + 30
+    while not [e for e in steps if e]:
+        assert asyncio.get_running_loop().time() < deadline, "no step"
+        await asyncio.sleep(0.01)
+    stop.set()
+    await task
+    assert [e for e in steps if e][0] == seeded
+    written = [decode_decision(r.value) for r in log.read(T.decisions, 0, 10_000)]
+    admits = [d.name for d in written if isinstance(d, AdmitWorkload)]
+    assert admits[0] == "early"  # it came last, but was folded before the first cycle
+    assert list(Scheduler(log).replay(0, verify=True)) == []
+
+
 async def test_scheduler_reports_ready_and_feeds_metrics_only_from_committed_live_steps(log: SqliteLog) -> None:
     seed_all(log, load({"m.yaml": MANIFESTS}))
     metrics = SchedulerMetrics()
