@@ -185,7 +185,7 @@ spec:
         await asyncio.sleep(0.01)
     stop.set()
     await task
-    assert [e for e in steps if e][0] == seeded
+    assert next(e for e in steps if e) == seeded
     written = [decode_decision(r.value) for r in log.read(T.decisions, 0, 10_000)]
     admits = [d.name for d in written if isinstance(d, AdmitWorkload)]
     assert admits[0] == "early"  # it came last, but was folded before the first cycle
