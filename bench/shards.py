@@ -224,27 +224,31 @@ def _compared(figures: ShardFigures, one: dict[str, int]) -> str:
 
 def realtime_lines(results: Sequence[BaselineResult]) -> list[str]:
     """Each run's figures (as the Kafka bench prints them), then one line per shard."""
-    one = next((_admitted(r) for r in results if len(r.per_shard) == 1), None)
-    out: list[str] = []
-    for r in results:
-        n = len(r.per_shard)
-        complete = r.admitted_workloads == r.workloads and r.done
-        out.append(f"== {n} shard{'s' if n > 1 else ''}: {r.admitted_workloads:,} of {r.workloads:,} workloads "
-                   f"admitted, {'every one finished' if r.done else 'NOT ALL FINISHED'}"
-                   f"{'' if complete else ' (INCOMPLETE)'}")
-        out += r.lines()
-        for f in r.per_shard:
-            line = (f"  shard {f.shard}: scheduler CPU {f.cpu:.1f} s ({f.cpu / r.wall * 100:.0f}% of a core), peak RSS "
-                    f"{f.rss_mib:.0f} MiB, {f.cycles:,} cycles, {f.admissions:,} admissions of "
-                    f"{len(f.admitted):,} workloads ({len(f.finished):,} finished), {f.evictions:,} evictions, "
-                    f"{f.events:,} cluster events")
-            if one is not None and n > 1:
-                line += "; " + _compared(f, one)
-            out.append(line)
+    return [line for i in range(len(results)) for line in _run_lines(results[i], results[:i + 1])]
+
+
+def _run_lines(r: BaselineResult, results: Sequence[BaselineResult]) -> list[str]:
+    """Run ``r``'s lines, its shards compared with the 1-shard run among ``results`` if there is one."""
+    one = next((_admitted(x) for x in results if len(x.per_shard) == 1), None)
+    n = len(r.per_shard)
+    complete = r.admitted_workloads == r.workloads and r.done
+    out = [f"== {n} shard{'s' if n > 1 else ''}: {r.admitted_workloads:,} of {r.workloads:,} workloads "
+           f"admitted, {'every one finished' if r.done else 'NOT ALL FINISHED'}{'' if complete else ' (INCOMPLETE)'}",
+           *r.lines(),
+           f"  the schedulers' longest time between two acknowledged heartbeats {r.heartbeat_gap_ms} ms (a leader "
+           f"fenced after the session timeout, KUEUELOG_KAFKA_SESSION_TIMEOUT_MS)"]
+    for f in r.per_shard:
+        line = (f"  shard {f.shard}: scheduler CPU {f.cpu:.1f} s ({f.cpu / r.wall * 100:.0f}% of a core), peak RSS "
+                f"{f.rss_mib:.0f} MiB, {f.cycles:,} cycles, {f.admissions:,} admissions of "
+                f"{len(f.admitted):,} workloads ({len(f.finished):,} finished), {f.evictions:,} evictions, "
+                f"{f.events:,} cluster events")
+        if one is not None and n > 1:
+            line += "; " + _compared(f, one)
+        out.append(line)
     return out
 
 
-def _realtime_main(args: argparse.Namespace, counts: Sequence[int]) -> list[str]:
+def _realtime_main(args: argparse.Namespace, counts: Sequence[int]) -> None:
     import logging
     import os
     import tempfile
@@ -256,15 +260,17 @@ def _realtime_main(args: argparse.Namespace, counts: Sequence[int]) -> list[str]
     # The services' info lines (leadership, ...) would interleave with the figures.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     cohorts, queues = args.cohorts or 10, args.queues or 100
-    with local_broker() as broker, tempfile.TemporaryDirectory(prefix="kueuelog-bench-shards-") as tmp:
+    with local_broker() as broker, tempfile.TemporaryDirectory(prefix="kueuelog-bench-shards-") as tmp_dir:
+        tmp = args.run_dir or tmp_dir  # the services' own logs
         print(f"large-scale in real time, {cohorts} cohorts x {queues} ClusterQueues, shards {counts}; broker "
               f"warm-up {warm_up(broker.bootstrap_servers):.1f} ms per transaction; load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         results: list[BaselineResult] = []
-        for n in counts:
+        for n in counts:  # each run's lines as it ends (a full run takes minutes)
             results.append(realtime(broker, n, cohorts, queues, Path(tmp)))
-            print(f"  (shards={n} done; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())})", flush=True)
-    return realtime_lines(results)
+            for line in _run_lines(results[-1], results):
+                print(line, flush=True)
+            print(f"  (load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())})", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -279,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--shards", default="1,2,4")
     p.add_argument("--bootstrap-servers", help="an existing broker (default: start a local one)")
     p.add_argument("--embedded", action="store_true", help="the embedded log instead of Kafka")
+    p.add_argument("--run-dir", type=Path, help="--realtime: keep the services' logs here (default: a temporary "
+                                                 "directory)")
     p.add_argument("--realtime", action="store_true",
                    help="the large-scale scenario in real time, each shard's services as processes (a broker of "
                         "its own)")
@@ -287,8 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.realtime:
         if args.embedded or args.bootstrap_servers:
             p.error("--realtime starts a local broker of its own: no --embedded or --bootstrap-servers")
-        for line in _realtime_main(args, counts):
-            print(line, flush=True)
+        _realtime_main(args, counts)
         return 0
     args.cohorts, args.queues = args.cohorts or 8, args.queues or 5
     if args.embedded:
