@@ -256,13 +256,16 @@ def _realtime_main(args: argparse.Namespace, counts: Sequence[int]) -> None:
     import structlog
 
     from bench.kafka import local_broker, warm_up
+    from services.runtime.kafka import KafkaSettings
 
     # The services' info lines (leadership, ...) would interleave with the figures.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     cohorts, queues = args.cohorts or 10, args.queues or 100
     with local_broker() as broker, tempfile.TemporaryDirectory(prefix="kueuelog-bench-shards-") as tmp_dir:
         tmp = args.run_dir or tmp_dir  # the services' own logs
-        print(f"large-scale in real time, {cohorts} cohorts x {queues} ClusterQueues, shards {counts}; broker "
+        session = KafkaSettings.from_env(bootstrap_servers="-").session_timeout_ms
+        print(f"large-scale in real time, {cohorts} cohorts x {queues} ClusterQueues, shards {counts}, session "
+              f"timeout {session} ms (KUEUELOG_KAFKA_SESSION_TIMEOUT_MS); broker "
               f"warm-up {warm_up(broker.bootstrap_servers):.1f} ms per transaction; load average "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         results: list[BaselineResult] = []
