@@ -23,7 +23,9 @@ The bench starts its own broker (``tests.infra.kafka.LocalKafka``) and stops it 
    scheduler, counting leadership changes that no kill caused (false take-overs, must be 0).
 
 5. Kueue's large-scale scenario (``bench.scenarios.large_scale``: 1,000 ClusterQueues, 50,000
-   workloads) in real time, as 3. is run (``procs``); ``--quick``: 40 ClusterQueues.
+   workloads) in real time, as 3. is run (``procs``); ``--quick``: 40 ClusterQueues. With
+   ``Sizes.shards`` N (``python -m bench shards --realtime``), N partitions, the arrivals through
+   the shard router and each shard's scheduler, actuator and simulated cluster as processes.
 6. MultiKueue placements through Kafka (``bench.multicluster_kafka``): 10 simulated worker clusters,
    scheduler and actuator as processes; placements/s and submission -> running on the worker.
 
