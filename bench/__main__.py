@@ -3,7 +3,8 @@
 ``python -m bench`` runs them all (the Kafka ones last: they start a local broker);
 ``python -m bench kafka [--quick] ...`` only the Kafka ones (see ``bench.kafka``);
 ``python -m bench shards [...]`` the scheduler shards on the local broker (``bench.shards``, not in
-the full run: it starts its broker again and takes minutes);
+the full run: it starts its broker again and takes minutes; ``--realtime``: the large-scale
+scenario in real time with each shard's services as processes);
 ``python -m bench kube [--quick | --tiny]`` Kueue's baseline through a real kube-apiserver
 (``bench.kube``, ``make bench-kube``; not in the full run: its full size takes many minutes).
 """

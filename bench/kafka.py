@@ -23,7 +23,9 @@ The bench starts its own broker (``tests.infra.kafka.LocalKafka``) and stops it 
    scheduler, counting leadership changes that no kill caused (false take-overs, must be 0).
 
 5. Kueue's large-scale scenario (``bench.scenarios.large_scale``: 1,000 ClusterQueues, 50,000
-   workloads) in real time, as 3. is run (``procs``); ``--quick``: 40 ClusterQueues.
+   workloads) in real time, as 3. is run (``procs``); ``--quick``: 40 ClusterQueues. With
+   ``Sizes.shards`` N (``python -m bench shards --realtime``), N partitions, the arrivals through
+   the shard router and each shard's scheduler, actuator and simulated cluster as processes.
 6. MultiKueue placements through Kafka (``bench.multicluster_kafka``): 10 simulated worker clusters,
    scheduler and actuator as processes; placements/s and submission -> running on the worker.
 
@@ -52,7 +54,7 @@ import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections import defaultdict, deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,7 @@ from events.messages import (
     CycleCompleted,
     DecisionApplied,
     EvictionCompleted,
+    EvictWorkload,
     ObjectApplied,
     WorkloadFinished,
 )
@@ -80,7 +83,7 @@ from services.actuator.sim_port import SimClusterPort
 from services.app.driver import run_all, stop_when
 from services.runtime.clock import wall_clock_ms
 from services.runtime.kafka import HEADERS, KafkaLog, KafkaSettings
-from services.runtime.log import Leadership, Record, RecordWaiter
+from services.runtime.log import Leadership, Log, Record, RecordWaiter
 from services.runtime.supervise import Bell
 from services.scheduler.runner import run_scheduler
 from services.scheduler.service import GROUP as SCHEDULER_GROUP
@@ -113,6 +116,7 @@ class Sizes:
     baseline_queues: int
     shape: str = "baseline"  # or "large-scale" (bench.scenarios.large_scale)
     heads_per_cycle: int = 1  # Configuration.headsPerClusterQueue given to the scheduler
+    shards: int = 1  # scheduler shards (partitions), the cohort trees dealt evenly (bench.shards.balanced)
 
 
 FULL = Sizes(latency_seconds=20, warmup_seconds=3, rates=(100, 500), throughput_workloads=20_000,
@@ -192,9 +196,9 @@ def envelope_of(obj: o.AnyObject, n: int, now_ms: int) -> tuple[bytes, bytes]:
     return event_key(env).encode(), encode(env)
 
 
-def make_topics(bootstrap: str, topics: Topics) -> None:
-    """Create the topics as the services would (configs of ``KafkaLog.topic_config``)."""
-    with KafkaLog(KafkaSettings(bootstrap_servers=bootstrap), prefix=topics.prefix) as log:
+def make_topics(bootstrap: str, topics: Topics, shards: int = 1) -> None:
+    """Create the topics as the services would (configs of ``KafkaLog.topic_config``), a partition per shard."""
+    with KafkaLog(KafkaSettings(bootstrap_servers=bootstrap, shards=shards), prefix=topics.prefix) as log:
         log.ensure_topics([topics.cluster_events, topics.decisions, topics.snapshots, topics.dead_letters])
 
 
@@ -398,8 +402,10 @@ def start_scheduler_process(bootstrap: str, prefix: str, log_path: Path,
 
 
 def start_service_process(service: str, bootstrap: str, prefix: str, log_path: Path,
-                          profile: Path | None = None, *extra: str) -> subprocess.Popen[bytes]:
-    """``kueuelog run SERVICE`` on the bench's broker (no HTTP server), output to ``log_path``."""
+                          profile: Path | None = None, *extra: str, shards: int = 1) -> subprocess.Popen[bytes]:
+    """``kueuelog run SERVICE`` on the bench's broker (no HTTP server), output to ``log_path``;
+    ``shards``: the topics' partitions (KUEUELOG_KAFKA_SHARDS; the shard itself is ``--shard`` in ``extra``)."""
+    env = {**os.environ, "KUEUELOG_KAFKA_SHARDS": str(shards)} if shards > 1 else None
     prof: list[str] = []
     if profile is not None:
         profile.parent.mkdir(parents=True, exist_ok=True)
@@ -407,7 +413,8 @@ def start_service_process(service: str, bootstrap: str, prefix: str, log_path: P
     with log_path.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, *prof, "-m", "services.app.cli", "run", service, "--bootstrap-servers", bootstrap,
-             "--topic-prefix", prefix, "--http-port", "0", *extra], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+             "--topic-prefix", prefix, "--http-port", "0", *extra], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+            env=env)
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
@@ -671,6 +678,8 @@ class BaselineResult:
     decision_ms: list[float] = field(default_factory=list)  # event appended -> a cycle that folded it written
     scheduler_rss_mib: float = 0.0  # procs mode: the scheduler process's peak RSS
     heads_per_cq: int = 1  # headsPerClusterQueue
+    per_shard: list[ShardFigures] = field(default_factory=list)  # procs mode: each shard's scheduler and decisions
+    admitted_workloads: int = 0  # workloads admitted at least once
 
     def lines(self) -> list[str]:
         waits = ", ".join(f"{k} {self.wait_by_class.get(k, float('nan')):.1f} s" for k in ("large", "medium", "small"))
@@ -748,17 +757,17 @@ def baseline_objects(sizes: Sizes, start_ms: int) -> tuple[list[tuple[Document, 
     return objects, scenario.klass
 
 
-async def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
-    """(timestamp ms, value) of every committed record of ``topic``."""
-    return [(ts, value) for _, ts, value in await read_all_offsets(bootstrap, topic)]
+async def read_all(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[int, bytes]]:
+    """(timestamp ms, value) of every committed record of ``topic`` (of one shard's partition)."""
+    return [(ts, value) for _, ts, value in await read_all_offsets(bootstrap, topic, partition)]
 
 
-async def read_all_offsets(bootstrap: str, topic: str) -> list[tuple[int, int, bytes]]:
-    """(offset, timestamp ms, value) of every committed record of ``topic``."""
+async def read_all_offsets(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[int, int, bytes]]:
+    """(offset, timestamp ms, value) of every committed record of ``topic`` (of one shard's partition)."""
     reader = new_reader(bootstrap, fetch_wait_ms=100)
     await reader.start()
     try:
-        tp = TopicPartition(topic, 0)
+        tp = TopicPartition(topic, partition)
         reader.assign([tp])
         end = (await reader.end_offsets([tp]))[tp]
         out: list[tuple[int, int, bytes]] = []
@@ -779,7 +788,7 @@ def measure_baseline(broker: LocalKafka, sizes: Sizes, profile: Path | None, run
     result counts the leadership changes (none is caused by the bench: each is a false take-over)."""
     bootstrap = broker.bootstrap_servers
     topics = Topics(prefix=f"base-{mode}-{next(_RUNS)}")
-    make_topics(bootstrap, topics)
+    make_topics(bootstrap, topics, sizes.shards)
     queues = sizes.baseline_cohorts * sizes.baseline_queues
     if mode == "all":
         run = _baseline_all(bootstrap, topics, sizes, broker.pid, profile)
@@ -804,6 +813,7 @@ class _BaselineRun:
     leader_changes: int = -1  # with a standby: leadership changes (-1: no standby)
     heartbeat_gap_ms: int = -1  # procs mode: the scheduler's longest time between two acknowledged heartbeats
     scheduler_rss_mib: float = 0.0  # procs mode: the scheduler process's peak RSS (VmHWM)
+    rss_mib: dict[str, float] = field(default_factory=dict)  # procs mode: each scheduler process's peak RSS
 
 
 def _baseline_all(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: int | None,
@@ -890,36 +900,88 @@ def _baseline_split(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
             summarize_profile(profile / "baseline-scheduler.prof")
 
 
+def _service_processes(shards: int) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(name, service, extra arguments) of each service process: a scheduler, an actuator and a
+    simulated cluster, and with several shards one of each per shard (``--shard N``, named SERVICE-N)."""
+    out: list[tuple[str, str, tuple[str, ...]]] = []
+    for shard in range(shards):
+        for service in ("scheduler", "actuator", "simcluster"):
+            extra: tuple[str, ...] = ("--clock", "real") if service == "simcluster" else ()
+            if shards == 1:
+                out.append((service, service, extra))
+            else:
+                out.append((f"{service}-{shard}", service, (*extra, "--shard", str(shard))))
+    return out
+
+
+def scheduler_name(shards: int, shard: int) -> str:
+    """The name :func:`_service_processes` gives shard ``shard``'s scheduler."""
+    return "scheduler" if shards == 1 else f"scheduler-{shard}"
+
+
+@contextlib.contextmanager
+def _publisher(bootstrap: str, topics: Topics, sizes: Sizes) -> Iterator[tuple[Log, list[KafkaLog]]]:
+    """The log the arrivals and the ticker append to (no role, as a watcher appends) and each
+    shard's own view: one KafkaLog, or with several shards a router over every shard, the trees
+    dealt evenly (``bench.shards.balanced``), as the watcher publishes."""
+    settings = KafkaSettings(bootstrap_servers=bootstrap, shards=sizes.shards)
+    if sizes.shards == 1:
+        with KafkaLog(settings, prefix=topics.prefix) as plain:
+            yield plain, [plain]
+        return
+    from bench.shards import balanced
+    from services.runtime.shards import RoutingLog
+
+    logs = [KafkaLog(settings, prefix=topics.prefix, shard=s) for s in range(sizes.shards)]
+    router = RoutingLog(logs, balanced(sizes.shards, sizes.baseline_cohorts), topics=topics)
+    try:
+        yield router, logs
+    finally:
+        router.close()
+
+
+async def _until_up(procs: Mapping[str, subprocess.Popen[bytes]], logs: Mapping[str, Path], shard_logs: Sequence[Log],
+                    topics: Topics, run_dir: Path) -> None:
+    """Up once every scheduler has folded a first tick and every actuator and cluster leads its role."""
+    deadline = time.perf_counter() + 120
+    others = [n for n in procs if not n.startswith("scheduler")]
+    while (any(log.position(SCHEDULER_GROUP, topics.cluster_events) == 0 for log in shard_logs)
+           or any(not _leads(logs[n]) for n in others)):
+        dead = [n for n, p in procs.items() if p.poll() is not None]
+        if dead or time.perf_counter() > deadline:
+            raise RuntimeError(f"{', '.join(dead) or 'a service'} did not start; see {run_dir}")
+        await asyncio.sleep(0.05)
+
+
 def _baseline_procs(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: int | None,
                     profile: Path | None, run_dir: Path, *, standby: bool = False) -> _BaselineRun:
-    """As deployed: scheduler, actuator and simulated cluster each a ``kueuelog run`` process; the
-    arrivals (a log without a role, as a watcher appends) and the ticker in this process, which
+    """As deployed: scheduler, actuator and simulated cluster each a ``kueuelog run`` process (one
+    of each per shard with ``sizes.shards``); the arrivals (a log without a role, as a watcher
+    appends; through the shard router with several shards) and the ticker in this process, which
     also watches cluster-events for the last workload to finish."""
-    settings = KafkaSettings(bootstrap_servers=bootstrap)
+    if standby and sizes.shards != 1:
+        raise ValueError("a standby scheduler is benchmarked with one shard only")
     procs: dict[str, subprocess.Popen[bytes]] = {}
-    logs = {name: run_dir / f"{name}-{topics.prefix}.log" for name in ("scheduler", "actuator", "simcluster",
-                                                                        "standby")}
+    services = _service_processes(sizes.shards)
+    logs = {name: run_dir / f"{name}-{topics.prefix}.log" for name in [n for n, _, _ in services] + ["standby"]}
+    schedulers = [scheduler_name(sizes.shards, s) for s in range(sizes.shards)]
     try:
-        for name in ("scheduler", "actuator", "simcluster"):
-            extra = ("--clock", "real") if name == "simcluster" else ()
-            procs[name] = start_service_process(name, bootstrap, topics.prefix, logs[name],
-                                                profile / f"baseline-{name}.prof" if profile else None, *extra)
-        with KafkaLog(settings, prefix=topics.prefix) as plain:
+        for name, service, extra in services:
+            procs[name] = start_service_process(service, bootstrap, topics.prefix, logs[name],
+                                                profile / f"baseline-{name}.prof" if profile else None, *extra,
+                                                shards=sizes.shards)
+        with _publisher(bootstrap, topics, sizes) as (plain, shard_logs):
 
             async def main() -> _BaselineRun:
                 stop, bell = asyncio.Event(), Bell()
                 ticks = asyncio.ensure_future(run_ticker(plain, stop, topics=topics, cluster=SimConfig().cluster,
                                                          bell=bell))
-                deadline = time.perf_counter() + 120
-                # Up once the scheduler has folded a first tick and actuator and cluster lead their roles.
-                while (plain.position(SCHEDULER_GROUP, topics.cluster_events) == 0
-                       or any(not _leads(logs[n]) for n in ("actuator", "simcluster"))):
-                    dead = [n for n, p in procs.items() if p.poll() is not None]
-                    if dead or time.perf_counter() > deadline:
-                        stop.set()
-                        await ticks
-                        raise RuntimeError(f"{', '.join(dead) or 'a service'} did not start; see {run_dir}")
-                    await asyncio.sleep(0.05)
+                try:
+                    await _until_up(procs, logs, shard_logs, topics, run_dir)
+                except RuntimeError:
+                    stop.set()
+                    await ticks
+                    raise
                 if standby:  # once the first scheduler leads: the standby waits beside it
                     procs["standby"] = start_service_process("scheduler", bootstrap, topics.prefix, logs["standby"])
                 start = wall_clock_ms() + 500
@@ -933,7 +995,7 @@ def _baseline_procs(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
 
                 async def until_finished() -> None:
                     nonlocal done
-                    done = await _count_finishes(bootstrap, topics, workloads, stop)
+                    done = await _count_finishes(bootstrap, topics, workloads, stop, sizes.shards)
                     stop.set()
 
                 async with asyncio.TaskGroup() as group:
@@ -949,9 +1011,10 @@ def _baseline_procs(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
                 changes = -1
                 if standby:
                     changes = sum(_leading_lines(logs[n]) for n in ("scheduler", "standby")) - 1
+                rss = {n: proc_peak_rss_mib(procs[n].pid) for n in schedulers}
                 return _BaselineRun(wall=wall, cpu=cpu, broker_cpu=bcpu, done=done, mode="procs",
-                                    scheduler_cpu=used["scheduler"], service_cpu=used, leader_changes=changes,
-                                    scheduler_rss_mib=proc_peak_rss_mib(procs["scheduler"].pid))
+                                    scheduler_cpu=sum(used[n] for n in schedulers), service_cpu=used,
+                                    leader_changes=changes, scheduler_rss_mib=max(rss.values()), rss_mib=rss)
 
             run = asyncio.run(main())
     finally:
@@ -960,7 +1023,8 @@ def _baseline_procs(bootstrap: str, topics: Topics, sizes: Sizes, broker_pid: in
         for name in procs:
             if profile is not None and (profile / f"baseline-{name}.prof").exists():
                 summarize_profile(profile / f"baseline-{name}.prof")
-    run.heartbeat_gap_ms = _heartbeat_gap_ms(logs["scheduler"])  # logged by the leader as it stopped
+    # logged by each leader as it stopped
+    run.heartbeat_gap_ms = max(_heartbeat_gap_ms(logs[n]) for n in schedulers)
     return run
 
 
@@ -990,18 +1054,19 @@ async def _watch_processes(procs: Mapping[str, subprocess.Popen[bytes]], stop: a
         await asyncio.sleep(0.2)
 
 
-async def _count_finishes(bootstrap: str, topics: Topics, workloads: int, stop: asyncio.Event) -> bool:
-    """Follow cluster-events until every workload has finished (True) or ``stop`` (False)."""
+async def _count_finishes(bootstrap: str, topics: Topics, workloads: int, stop: asyncio.Event,
+                          shards: int = 1) -> bool:
+    """Follow cluster-events (every shard's partition) until every workload has finished (True) or ``stop`` (False)."""
     reader = new_reader(bootstrap, fetch_wait_ms=100)
     await reader.start()
     try:
-        tp = TopicPartition(topics.cluster_events, 0)
-        reader.assign([tp])
-        await reader.seek_to_beginning(tp)
+        tps = [TopicPartition(topics.cluster_events, shard) for shard in range(shards)]
+        reader.assign(tps)
+        await reader.seek_to_beginning(*tps)
         finished: set[str] = set()
         while not stop.is_set():
-            got = await reader.getmany(tp, timeout_ms=100, max_records=10_000)
-            for m in got.get(tp, []):
+            got = await reader.getmany(*tps, timeout_ms=100, max_records=10_000)
+            for m in itertools.chain.from_iterable(got.values()):
                 ev = decode_envelope(m.value or b"").event
                 if isinstance(ev, WorkloadFinished) and ev.succeeded:
                     finished.add(f"{ev.namespace}/{ev.name}")
@@ -1012,23 +1077,90 @@ async def _count_finishes(bootstrap: str, topics: Topics, workloads: int, stop: 
         await reader.stop()
 
 
+@dataclass
+class ShardFigures:
+    """One shard's part of a run: its scheduler process and what it decided."""
+
+    shard: int
+    cpu: float = 0.0  # its scheduler process, during the run
+    rss_mib: float = 0.0  # its scheduler process's peak RSS
+    events: int = 0  # cluster events on its partition
+    cycles: int = 0
+    admissions: int = 0
+    evictions: int = 0
+    admitted: dict[str, int] = field(default_factory=dict)  # workload -> how often this shard admitted it
+    finished: set[str] = field(default_factory=set)  # workloads whose success this shard's cluster reported
+
+
+def _shard_figures(figures: ShardFigures, decisions: Sequence[tuple[int, bytes]]) -> list[tuple[int, int]]:
+    """Count ``decisions`` (one shard's) into ``figures``; returns (input_offset, written at) of
+    each cycle that folded further than the ones before."""
+    covered: list[tuple[int, int]] = []
+    for ts, value in decisions:
+        d = decode_decision(value)
+        if isinstance(d, CycleCompleted):
+            figures.cycles += 1
+            if not covered or d.input_offset > covered[-1][0]:
+                covered.append((d.input_offset, ts))
+        elif isinstance(d, AdmitWorkload):
+            figures.admissions += 1
+            key = f"{d.namespace}/{d.name}"
+            figures.admitted[key] = figures.admitted.get(key, 0) + 1
+        elif isinstance(d, EvictWorkload):
+            figures.evictions += 1
+    return covered
+
+
+@dataclass
+class _Read:
+    """Every shard's records of a run (each shard's in its order), and the per-shard figures."""
+
+    decisions: list[tuple[int, bytes]] = field(default_factory=list)
+    events: list[tuple[int, bytes]] = field(default_factory=list)
+    sims: list[tuple[int, bytes]] = field(default_factory=list)
+    decision_ms: list[float] = field(default_factory=list)
+    per_shard: list[ShardFigures] = field(default_factory=list)
+
+
+def _read_shards(bootstrap: str, topics: Topics, sizes: Sizes, run: _BaselineRun) -> _Read:
+    out = _Read()
+    for shard in range(sizes.shards):
+        decisions = asyncio.run(read_all(bootstrap, topics.decisions, shard))
+        located = asyncio.run(read_all_offsets(bootstrap, topics.cluster_events, shard))
+        name = scheduler_name(sizes.shards, shard)
+        figures = ShardFigures(shard=shard, cpu=run.service_cpu.get(name, 0.0), rss_mib=run.rss_mib.get(name, 0.0),
+                               events=len(located))
+        out.decision_ms += _decision_latencies(located, _shard_figures(figures, decisions))
+        out.per_shard.append(figures)
+        out.decisions += decisions
+        out.events += [(ts, value) for _, ts, value in located]
+        figures.finished = _finished(value for _, _, value in located)
+        out.sims += asyncio.run(read_all(bootstrap, sim_cluster_topic(topics), shard))
+    return out
+
+
+def _finished(values: Iterable[bytes]) -> set[str]:
+    out: set[str] = set()
+    for value in values:
+        ev = decode_envelope(value).event
+        if isinstance(ev, WorkloadFinished) and ev.succeeded:
+            out.add(f"{ev.namespace}/{ev.name}")
+    return out
+
+
 def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, run: _BaselineRun) -> BaselineResult:
     _, klass = baseline_objects(sizes, 0)
-    decisions = asyncio.run(read_all(bootstrap, topics.decisions))
-    located = asyncio.run(read_all_offsets(bootstrap, topics.cluster_events))
-    events = [(ts, value) for _, ts, value in located]
+    read = _read_shards(bootstrap, topics, sizes, run)
+    decisions, events = read.decisions, read.events
     first_admit: dict[str, int] = {}
     holds: dict[str, deque[int]] = defaultdict(deque)  # workload -> when each of its admissions was written
     admitted_at: dict[str, int] = {}  # decision id -> when it was written
     admissions = cycles = heads = 0
-    covered: list[tuple[int, int]] = []  # (input_offset, written at) of each cycle, input_offset ascending
     for ts, value in decisions:
         d = decode_decision(value)
         if isinstance(d, CycleCompleted):
             cycles += 1
             heads += len(d.heads)
-            if not covered or d.input_offset > covered[-1][0]:
-                covered.append((d.input_offset, ts))
         elif isinstance(d, AdmitWorkload):
             admissions += 1
             admitted_at[d.id] = ts
@@ -1063,7 +1195,7 @@ def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, 
                     started_ms.append(ev.time - runtime_of[key] - since)
     # The simulated cluster's side: start command written (by the actuator) -> run started there.
     commanded: dict[str, int] = {}
-    for ts, value in asyncio.run(read_all(bootstrap, sim_cluster_topic(topics))):
+    for ts, value in read.sims:
         rec = decode_sim_record(value)
         if isinstance(rec, StartWorkload):
             commanded[rec.decision_id] = ts
@@ -1073,7 +1205,7 @@ def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, 
     for key, at in first_admit.items():
         waits[klass[key]].append(at - created[key])
     start = min(created.values())
-    decision_ms = _decision_latencies(located, covered)
+    decision_ms = read.decision_ms
     makespan = last - start
     usage = used / (queues * 20_000 * makespan) * 100 if makespan else 0.0
     running = ran / (queues * 20_000 * makespan) * 100 if makespan else 0.0
@@ -1085,7 +1217,8 @@ def _baseline_result(bootstrap: str, topics: Topics, sizes: Sizes, queues: int, 
         scheduler_cpu=run.scheduler_cpu, service_cpu=run.service_cpu, heads=heads, running=running,
         applied_ms=applied_ms, started_ms=started_ms, sim_ms=sim_ms, leader_changes=run.leader_changes,
         heartbeat_gap_ms=run.heartbeat_gap_ms, shape=sizes.shape, decision_ms=decision_ms,
-        scheduler_rss_mib=run.scheduler_rss_mib, heads_per_cq=sizes.heads_per_cycle)
+        scheduler_rss_mib=run.scheduler_rss_mib, heads_per_cq=sizes.heads_per_cycle, per_shard=read.per_shard,
+        admitted_workloads=len(first_admit))
 
 
 def _decision_latencies(events: Sequence[tuple[int, int, bytes]], covered: Sequence[tuple[int, int]]) -> list[float]:

@@ -16,7 +16,17 @@ decisions. The decisions of every run are compared per workload with the 1-shard
 ``--embedded`` runs the same over the embedded log instead (one SQLite file, shard N its topics
 ``….shard-N``, each shard's process its own writer): for sizes the shared broker is too slow for.
 
-``python -m bench.shards [--cohorts C] [--queues Q] [--shards 1,2,4] [--embedded]``
+``--realtime`` runs instead the large-scale scenario at its real pace, as ``python -m bench kafka
+--only large-scale`` does (``bench.kafka.measure_baseline``, mode ``procs``; default full size,
+10 cohorts x 100 ClusterQueues, 50,000 workloads): topics with a partition per shard, the
+configuration and the arrivals (on the wall clock) published through the router with the trees
+dealt evenly (:func:`balanced`), and per shard ``kueuelog run scheduler --shard N``, ``run
+actuator --shard N`` and ``run simcluster --shard N`` as processes. Reported per run: what the
+Kafka bench reports (wall, time to admission per class, usage), and per shard its scheduler's
+CPU and peak RSS, cycles and decisions, with its admissions per workload compared with the
+1-shard run's.
+
+``python -m bench.shards [--cohorts C] [--queues Q] [--shards 1,2,4] [--embedded | --realtime]``
 """
 
 from __future__ import annotations
@@ -28,7 +38,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from events import objects as o
 from events.cluster import SIM_DURATION_ANNOTATION
@@ -36,6 +48,10 @@ from events.codec import encode
 from events.envelope import Envelope, Topics, event_key
 from events.messages import ObjectApplied
 from events.shardmap import ShardMap
+
+if TYPE_CHECKING:
+    from bench.kafka import BaselineResult, ShardFigures
+    from tests.infra.kafka import LocalKafka
 
 CLASSES = (("small", 35, 1000, 150, 50), ("medium", 11, 5000, 350, 100), ("large", 4, 20000, 700, 200))
 
@@ -179,6 +195,87 @@ def lines(results: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
+# --- in real time: the large-scale scenario as ``bench.kafka`` runs it, with N shards -----------
+
+
+def realtime(broker: LocalKafka, shards: int, cohorts: int, queues: int, run_dir: Path) -> BaselineResult:
+    """The large-scale scenario (``cohorts`` x ``queues``) in real time with ``shards`` shards;
+    one shard is exactly ``python -m bench kafka --only large-scale``'s run."""
+    from bench.kafka import LARGE_SCALE, measure_baseline
+
+    sizes = replace(LARGE_SCALE, baseline_cohorts=cohorts, baseline_queues=queues, shards=shards)
+    return measure_baseline(broker, sizes, None, run_dir, "procs")
+
+
+def _admitted(result: BaselineResult) -> dict[str, int]:
+    return {w: n for f in result.per_shard for w, n in f.admitted.items()}
+
+
+def _compared(figures: ShardFigures, one: dict[str, int]) -> str:
+    """How shard ``figures``' admissions per workload compare with the 1-shard run's (``one``)."""
+    missing = sum(1 for w in figures.admitted if w not in one)
+    differ = [w for w, n in figures.admitted.items() if one.get(w, 0) != n]
+    more = sum(max(0, n - one.get(w, 0)) for w, n in figures.admitted.items())
+    fewer = sum(max(0, one.get(w, 0) - n) for w, n in figures.admitted.items())
+    same = "the same workloads as" if not missing else f"{missing} workloads NOT admitted by"
+    return (f"{same} the 1-shard run; admissions per workload differ for {len(differ):,} of {len(figures.admitted):,} "
+            f"({more:,} readmissions more, {fewer:,} fewer)")
+
+
+def realtime_lines(results: Sequence[BaselineResult]) -> list[str]:
+    """Each run's figures (as the Kafka bench prints them), then one line per shard."""
+    return [line for i in range(len(results)) for line in _run_lines(results[i], results[:i + 1])]
+
+
+def _run_lines(r: BaselineResult, results: Sequence[BaselineResult]) -> list[str]:
+    """Run ``r``'s lines, its shards compared with the 1-shard run among ``results`` if there is one."""
+    one = next((_admitted(x) for x in results if len(x.per_shard) == 1), None)
+    n = len(r.per_shard)
+    complete = r.admitted_workloads == r.workloads and r.done
+    out = [f"== {n} shard{'s' if n > 1 else ''}: {r.admitted_workloads:,} of {r.workloads:,} workloads "
+           f"admitted, {'every one finished' if r.done else 'NOT ALL FINISHED'}{'' if complete else ' (INCOMPLETE)'}",
+           *r.lines(),
+           f"  the schedulers' longest time between two acknowledged heartbeats {r.heartbeat_gap_ms} ms (a leader "
+           f"fenced after the session timeout, KUEUELOG_KAFKA_SESSION_TIMEOUT_MS)"]
+    for f in r.per_shard:
+        line = (f"  shard {f.shard}: scheduler CPU {f.cpu:.1f} s ({f.cpu / r.wall * 100:.0f}% of a core), peak RSS "
+                f"{f.rss_mib:.0f} MiB, {f.cycles:,} cycles, {f.admissions:,} admissions of "
+                f"{len(f.admitted):,} workloads ({len(f.finished):,} finished), {f.evictions:,} evictions, "
+                f"{f.events:,} cluster events")
+        if one is not None and n > 1:
+            line += "; " + _compared(f, one)
+        out.append(line)
+    return out
+
+
+def _realtime_main(args: argparse.Namespace, counts: Sequence[int]) -> None:
+    import logging
+    import os
+    import tempfile
+
+    import structlog
+
+    from bench.kafka import local_broker, warm_up
+    from services.runtime.kafka import KafkaSettings
+
+    # The services' info lines (leadership, ...) would interleave with the figures.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    cohorts, queues = args.cohorts or 10, args.queues or 100
+    with local_broker() as broker, tempfile.TemporaryDirectory(prefix="kueuelog-bench-shards-") as tmp_dir:
+        tmp = args.run_dir or tmp_dir  # the services' own logs
+        session = KafkaSettings.from_env(bootstrap_servers="-").session_timeout_ms
+        print(f"large-scale in real time, {cohorts} cohorts x {queues} ClusterQueues, shards {counts}, session "
+              f"timeout {session} ms (KUEUELOG_KAFKA_SESSION_TIMEOUT_MS); broker "
+              f"warm-up {warm_up(broker.bootstrap_servers):.1f} ms per transaction; load average "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        results: list[BaselineResult] = []
+        for n in counts:  # each run's lines as it ends (a full run takes minutes)
+            results.append(realtime(broker, n, cohorts, queues, Path(tmp)))
+            for line in _run_lines(results[-1], results):
+                print(line, flush=True)
+            print(f"  (load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())})", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "worker":
@@ -186,13 +283,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(worker(bootstrap, prefix, shards, shard)), flush=True)
         return 0
     p = argparse.ArgumentParser(prog="python -m bench.shards")
-    p.add_argument("--cohorts", type=int, default=8)
-    p.add_argument("--queues", type=int, default=5)
+    p.add_argument("--cohorts", type=int, help="default 8, --realtime 10")
+    p.add_argument("--queues", type=int, help="ClusterQueues per cohort (default 5, --realtime 100)")
     p.add_argument("--shards", default="1,2,4")
     p.add_argument("--bootstrap-servers", help="an existing broker (default: start a local one)")
     p.add_argument("--embedded", action="store_true", help="the embedded log instead of Kafka")
+    p.add_argument("--run-dir", type=Path, help="--realtime: keep the services' logs here (default: a temporary "
+                                                 "directory)")
+    p.add_argument("--realtime", action="store_true",
+                   help="the large-scale scenario in real time, each shard's services as processes (a broker of "
+                        "its own)")
     args = p.parse_args(argv)
     counts = [int(x) for x in args.shards.split(",")]
+    if args.realtime:
+        if args.embedded or args.bootstrap_servers:
+            p.error("--realtime starts a local broker of its own: no --embedded or --bootstrap-servers")
+        _realtime_main(args, counts)
+        return 0
+    args.cohorts, args.queues = args.cohorts or 8, args.queues or 5
     if args.embedded:
         import tempfile
 
