@@ -30,7 +30,7 @@ The bench starts its own broker (``tests.infra.kafka.LocalKafka``) and stops it 
    scheduler and actuator as processes; placements/s and submission -> running on the worker.
 
 ``python -m bench.kafka [--quick] [--only latency,throughput,baseline,large-scale,failover,multicluster] [--profile DIR]
-[--baseline-mode split|all|both]``;
+[--memtrace DIR] [--baseline-mode split|all|both]``;
 ``KUEUELOG_BENCH_QUICK=1`` is the same as ``--quick`` (a smoke run well under two minutes).
 """
 
@@ -102,6 +102,8 @@ TARGETS = {"p99_ms": 50.0, "wall": 90.0, "usage": 70.0}
 LARGE_SCALE_TARGETS = {"p99_ms": 50.0, "wall": 20.0, "usage": 31.6}  # issue 23; usage: Kueue's CI floor
 ROOMY_QUEUES = 10
 _RUNS = itertools.count()  # every run gets topics of its own
+MEMTRACE_ENV = "KUEUELOG_BENCH_MEMTRACE"  # a directory: service processes run under bench.memtrace
+_TRACES = itertools.count()  # every traced process gets a file of its own
 ROOMY_NOMINAL_MILLI = 10**12  # "queues with room": nothing ever waits for quota
 
 
@@ -404,12 +406,16 @@ def start_scheduler_process(bootstrap: str, prefix: str, log_path: Path,
 def start_service_process(service: str, bootstrap: str, prefix: str, log_path: Path,
                           profile: Path | None = None, *extra: str, shards: int = 1) -> subprocess.Popen[bytes]:
     """``kueuelog run SERVICE`` on the bench's broker (no HTTP server), output to ``log_path``;
-    ``shards``: the topics' partitions (KUEUELOG_KAFKA_SHARDS; the shard itself is ``--shard`` in ``extra``)."""
+    ``shards``: the topics' partitions (KUEUELOG_KAFKA_SHARDS; the shard itself is ``--shard`` in ``extra``);
+    with ``KUEUELOG_BENCH_MEMTRACE`` (``--memtrace DIR``) and no profile, under ``bench.memtrace``."""
     env = {**os.environ, "KUEUELOG_KAFKA_SHARDS": str(shards)} if shards > 1 else None
     prof: list[str] = []
+    memtrace = os.environ.get(MEMTRACE_ENV, "")
     if profile is not None:
         profile.parent.mkdir(parents=True, exist_ok=True)
         prof = ["-m", "cProfile", "-o", str(profile)]
+    elif memtrace:
+        prof = ["-m", "bench.memtrace", str(Path(memtrace) / f"{prefix}-{service}-{next(_TRACES)}.rss.txt")]
     with log_path.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, *prof, "-m", "services.app.cli", "run", service, "--bootstrap-servers", bootstrap,
@@ -1308,6 +1314,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         "cluster in the bench; all: run_all in one process; every: one after the other")
     p.add_argument("--heads", type=int, default=1, metavar="N",
                    help="headsPerClusterQueue for the baseline and large-scale runs (default 1: Kueue's cycle)")
+    p.add_argument("--memtrace", type=Path, metavar="DIR",
+                   help="service processes (without --profile) write their RSS over time and where it grew here "
+                        "(bench.memtrace)")
     args = p.parse_args(argv)
     unknown = set(args.only.split(",")) - set(BENCHES)
     if unknown:
@@ -1317,6 +1326,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def cli(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.memtrace is not None:
+        os.environ[MEMTRACE_ENV] = str(args.memtrace.resolve())
     modes = BASELINE_MODES if args.baseline_mode == "every" else (args.baseline_mode,)
     for line in main(quick=args.quick, only=args.only.split(","), profile=args.profile,
                      baseline_seconds=args.baseline_seconds, baseline_modes=modes, heads=args.heads):

@@ -16,13 +16,19 @@ hold, chosen by type, not by field name: a condition map (whose order is the
 order conditions were first set) is a list, and a map keyed by (podSet, group)
 pairs is a sorted list of triples.
 
-:data:`FORMAT` names this encoding. Snapshots written with another format
-(older ones carry none) are not decoded: the scheduler replays the log instead.
+:data:`FORMAT` names how a snapshot record holds the state: since 9, this
+encoding deflated (zlib) and carried as a base64 JSON string (:func:`pack_state`),
+written piece by piece, so that writing a snapshot never holds the whole JSON
+state, nor a tree of plain data for it, in memory: a large state's JSON is tens of
+MB, and every copy of it (ours, then the Kafka client's) was resident at once.
+Format 8 (the encoding as it is) is still read. Snapshots written with another
+format (older ones carry none) are not decoded: the scheduler replays the log instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from typing import Final, Generic, TypeVar, get_type_hints
 
 import msgspec
@@ -32,12 +38,15 @@ from services.core import records, state
 from services.core.records import WorkloadRecord, canonical_fields
 from services.core.state import State
 
-FORMAT: Final = 8
+FORMAT: Final = 9
 """The snapshot format: 1 was the hand-listed encoding (snapshots without a format field), 2 this one
 before ``WorkloadRecord.last_cycle``, 3 before deactivation (``State.deactivating``,
 ``WorkloadRecord.deactivated``, ...), 4 before admission checks (``WorkloadRecord.checks``, ...) —
 deactivation alone wrote 4 —, 5 before admission fair sharing (``State.afs``), 6 before MultiKueue
-(``State.multikueue``), 7 before elastic scale-up (``State.slices``), 8 this one."""
+(``State.multikueue``), 7 before elastic scale-up (``State.slices``), 8 this one as plain JSON,
+9 this one deflated (:func:`pack_state`)."""
+PLAIN_FORMAT: Final = 8
+READABLE_FORMATS: Final = (PLAIN_FORMAT, FORMAT)
 
 
 _encoder = msgspec.json.Encoder(order="sorted")
@@ -122,34 +131,11 @@ def canonical(s: State) -> dict[str, object]:
 
 
 def encode_state(s: State) -> bytes:
-    """The bytes of ``_encoder.encode(canonical(s))``, put together a workload at a time: one call
-    over 50,000 workloads built a dict of every record (hundreds of MiB) and then held the GIL
-    for the whole encoding, long enough at that size for the log's I/O thread to miss its
-    heartbeats (a Kafka scheduler lost its leadership to its own snapshot)."""
-    data = _STATE.to_wire(s)
-    data["workloads"] = _Spliced([b"".join((_encoder.encode(k), b":", _encoder.encode(_RECORD.to_wire(r))))
-                                  for k, r in sorted(s.workloads.items())])
-    return _object(data)
-
-
-class _Spliced:
-    """A JSON object whose members are encoded already (``"key":value`` each, in key order)."""
-
-    __slots__ = ("members",)
-
-    def __init__(self, members: list[bytes]) -> None:
-        self.members = members
-
-
-def _object(data: dict[str, object]) -> bytes:
-    """``data`` as ``_encoder`` encodes a dict (keys sorted, compact), with :class:`_Spliced` values
-    taken as they are."""
-    parts = []
-    for key in sorted(data):
-        value = data[key]
-        body = b"{" + b",".join(value.members) + b"}" if isinstance(value, _Spliced) else _encoder.encode(value)
-        parts.append(_encoder.encode(key) + b":" + body)
-    return b"{" + b",".join(parts) + b"}"
+    """The bytes of ``_encoder.encode(canonical(s))``, put together a workload at a time
+    (:func:`encoded_pieces`): one call over 50,000 workloads built a dict of every record (hundreds
+    of MiB) and then held the GIL for the whole encoding, long enough at that size for the log's
+    I/O thread to miss its heartbeats (a Kafka scheduler lost its leadership to its own snapshot)."""
+    return b"".join(encoded_pieces(s))
 
 
 def decode_state(data: bytes) -> State:
@@ -158,3 +144,57 @@ def decode_state(data: bytes) -> State:
     wire_records: dict[str, msgspec.Raw] = getattr(wire, "workloads")  # noqa: B009 - a built type
     return _STATE.build(wire, workloads={key: _RECORD.build(_record_decoder.decode(raw))
                                          for key, raw in wire_records.items()})
+
+
+# --- the snapshot record's form: deflated, written piece by piece --------------------------------
+
+_HOLE: Final = b"\x00workloads\x00"  # JSON never holds a raw NUL byte: this cannot occur in an encoding
+_PIECE: Final = 1 << 20  # bytes of encoded records handed to the compressor at a time
+_LEVEL: Final = 1  # the state's JSON is repetitive: the fastest level already shrinks it about tenfold
+
+
+def encoded_pieces(s: State) -> Iterator[bytes]:
+    """:func:`encode_state` of ``s`` in consecutive pieces (joined, byte for byte the same), built
+    one workload record at a time: neither the whole encoding nor its plain data is held at once."""
+    data = _STATE.to_wire(s)
+    data["workloads"] = msgspec.Raw(_HOLE)
+    head, tail = _encoder.encode(data).split(_HOLE)
+    buf = bytearray(head)
+    buf += b"{"
+    for i, key in enumerate(sorted(s.workloads)):
+        if i:
+            buf += b","
+        _encoder.encode_into(key, buf, -1)
+        buf += b":"
+        _encoder.encode_into(_RECORD.to_wire(s.workloads[key]), buf, -1)
+        if len(buf) >= _PIECE:
+            yield bytes(buf)
+            buf.clear()
+    buf += b"}"
+    buf += tail
+    yield bytes(buf)
+
+
+def pack_state(s: State) -> bytes:
+    """The JSON value a snapshot record of :data:`FORMAT` holds for ``s``: a base64 string of the
+    deflated :func:`encode_state`."""
+    deflate = zlib.compressobj(_LEVEL)
+    parts = [deflate.compress(piece) for piece in encoded_pieces(s)]
+    parts.append(deflate.flush())
+    return _encoder.encode(b"".join(parts))
+
+
+def unpack_state(value: bytes, fmt: int) -> State:
+    """The state a snapshot record of format ``fmt`` (one of :data:`READABLE_FORMATS`) holds as
+    ``value``. A damaged one raises ``ValueError`` (or ``msgspec.DecodeError``, one of them)."""
+    if fmt == PLAIN_FORMAT:
+        return decode_state(value)
+    if fmt != FORMAT:
+        raise ValueError(f"snapshot format {fmt} is not one of {READABLE_FORMATS}")
+    deflated = msgspec.json.decode(value, type=bytes)
+    try:
+        data = zlib.decompress(deflated)
+    except zlib.error as e:
+        raise ValueError(f"snapshot state does not inflate: {e}") from e
+    del deflated
+    return decode_state(data)

@@ -44,7 +44,7 @@ from services.core.cycle import run_cycle
 from services.core.orbit import ScanOrbit
 from services.core.placement import route
 from services.core.snapshot import FORMAT as SNAPSHOT_FORMAT
-from services.core.snapshot import decode_state, encode_state
+from services.core.snapshot import READABLE_FORMATS, pack_state, unpack_state
 from services.core.state import State
 from services.runtime.log import Log, Record, read_backwards
 from services.runtime.shards import hand_over_topic
@@ -291,7 +291,7 @@ class Scheduler:
 
     def _snapshot(self, decisions_offset: int) -> bytes:
         return encode(Snapshot(input_offset=self.next_input, decisions_offset=decisions_offset,
-                               cycles=self.state.cycles, state=msgspec.Raw(encode_state(self.state)),
+                               cycles=self.state.cycles, state=msgspec.Raw(pack_state(self.state)),
                                format=SNAPSHOT_FORMAT))
 
     def write_snapshot(self) -> None:
@@ -310,9 +310,10 @@ class Scheduler:
                                   chunk=4):
             try:
                 snap = msgspec.json.decode(rec.value, type=Snapshot)
-                if snap.format != SNAPSHOT_FORMAT or (until_input is not None and snap.input_offset > until_input):
+                if snap.format not in READABLE_FORMATS or (until_input is not None
+                                                           and snap.input_offset > until_input):
                     continue
-                state = decode_state(bytes(snap.state))
+                state = unpack_state(bytes(snap.state), snap.format)
             except (msgspec.DecodeError, ValueError, RecursionError):
                 self.stats.unreadable_snapshots += 1  # a damaged cache: the next older one, or the log
                 continue
