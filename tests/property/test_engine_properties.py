@@ -187,11 +187,13 @@ class Run:
             # The victim's ClusterQueue must have been borrowing on some flavor it uses.
             assert any(node.usage.get(fr, 0) > node.subtree.get(fr, 0) for fr in victim.usage), (
                 f"{key} preempted from {cq}, which was within its nominal quota")
-            self.check_reclaim_within_nominal(key, preemptor_key.message)
+            self.check_reclaim_within_nominal(key, preemptor_key.message, before)
 
-    def check_reclaim_within_nominal(self, key: str, message: str) -> None:
+    def check_reclaim_within_nominal(self, key: str, message: str, before: dict[str, str | None]) -> None:
         """A ClusterQueue with reclaim_within_nominal reclaims only for a workload that fits in its own
-        nominal quota on some flavor (its own workloads being evicted left out)."""
+        nominal quota on some flavor (its own workloads being evicted left out), as the ClusterQueue
+        stood when the cycle began: with several heads per ClusterQueue, another head of it may be
+        admitted later in the same cycle, borrowing beside the preemptor's reservation."""
         s = self.state
         preemptor = next((r for r in s.workloads.values() if f"(UID: {r.obj.uid}," in message), None)
         if preemptor is None or preemptor.queued_in not in s.cluster_queues:
@@ -202,7 +204,8 @@ class Run:
         request = sum(v * ps.count for ps in preemptor.obj.pod_sets for r, v in ps.requests if r == "cpu")
         used: dict[str, int] = {}
         for r in s.workloads.values():
-            if r.admission is not None and not r.evicting and r.admission.cluster_queue == cq.name:
+            if (r.admission is not None and not r.evicting and r.admission.cluster_queue == cq.name
+                    and before.get(r.key) == cq.name):
                 for (flavor, resource), v in r.usage.items():
                     if resource == "cpu":
                         used[flavor] = used.get(flavor, 0) + v
