@@ -21,7 +21,7 @@ from services.runtime.supervise import (
     still_leading,
 )
 from services.scheduler.deadlines import DeadlineTicker
-from services.scheduler.service import BACKLOG_PER_STEP, Scheduler
+from services.scheduler.service import BACKLOG_PER_STEP, SNAPSHOT_EVENTS_PER_WORKLOAD, Scheduler
 
 if TYPE_CHECKING:
     from services.scheduler.metrics import SchedulerMetrics
@@ -52,6 +52,13 @@ def observe_scheduler(metrics: SchedulerMetrics) -> StepHook:
     return hook
 
 
+def _live(log: Log, topics: Topics) -> Scheduler:
+    """A scheduler as a live service steps: the waiting backlog folded before its cycles,
+    snapshots spaced by the state's size."""
+    return Scheduler(log, topics=topics, backlog_per_step=BACKLOG_PER_STEP,
+                     snapshot_per_workload=SNAPSHOT_EVENTS_PER_WORKLOAD)
+
+
 async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None = None, bell: Bell | None = None,
                         poll_seconds: float = POLL_SECONDS, status: ServiceStatus | None = None,
                         on_step: StepHook | None = None, long_poll: bool = False,
@@ -73,7 +80,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
     Simulated time leaves that to its driver."""
     bell = bell or Bell()
     topics = topics or Topics()
-    scheduler = Scheduler(log, topics=topics, backlog_per_step=BACKLOG_PER_STEP)
+    scheduler = _live(log, topics)
     waiter = log.waiter if long_poll else None
     deadlines = DeadlineTicker(log, wall_clock, topics=topics, cluster=cluster) if wall_clock is not None else None
     if not await lead(log, "scheduler", stop):
@@ -86,7 +93,7 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
         while not stop.is_set():
             try:
                 if fresh:
-                    scheduler = Scheduler(log, topics=topics, backlog_per_step=BACKLOG_PER_STEP)
+                    scheduler = _live(log, topics)
                     scheduler.recover()
                     fresh = False
                     mark_up(status, "scheduler")

@@ -71,6 +71,7 @@ MAX_IDLE_HEADS_PER_STEP = 100
 # is already stale, and spend a whole cycle over every ClusterQueue for each thousand (Kueue's
 # large-scale scenario: 681 s through Kafka with a cycle per 1,000 events, 35 s folding the backlog).
 BACKLOG_PER_STEP = 50_000
+SNAPSHOT_EVENTS_PER_WORKLOAD = 4  # see Scheduler.snapshot_per_workload
 
 
 class SchedulerStopped(RuntimeError):
@@ -117,6 +118,11 @@ class Scheduler:
     topics: Topics = field(default_factory=Topics)
     batch_size: int = 1000
     snapshot_every: int = 50_000  # cluster events between snapshots
+    # ... and at least this many per workload the state holds (a live runner sets
+    # SNAPSHOT_EVENTS_PER_WORKLOAD): a snapshot's cost grows with the state, so with 50,000 workloads
+    # one every 50,000 events cost as much as folding those events; spacing them by the state's size
+    # keeps that share bounded, and a restart replays at most that many events more.
+    snapshot_per_workload: int = 0
     max_heads_per_step: int = MAX_HEADS_PER_STEP
     max_idle_heads_per_step: int = MAX_IDLE_HEADS_PER_STEP
     # Live services end a step early (head budget, or a sweep after admissions) to fold what
@@ -259,7 +265,7 @@ class Scheduler:
                 for handover, part in self.state.released]
             self.state.released.clear()
         self._since_snapshot += events
-        if self._since_snapshot >= self.snapshot_every:
+        if self._since_snapshot >= max(self.snapshot_every, self.snapshot_per_workload * len(self.state.workloads)):
             # The snapshot reflects this batch's cycles too. Where they will land is not known before
             # the commit (a Kafka log puts control records between transactions), so the snapshot
             # records where they start at the earliest, and replay skips cycles it already holds.

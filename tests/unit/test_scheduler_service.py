@@ -250,3 +250,20 @@ def test_a_step_folds_no_more_of_the_backlog_than_its_limit(log: SqliteLog) -> N
     _drain(live)
     assert live.next_input == n
     assert list(Scheduler(log).replay(0, verify=True)) == []
+
+
+def test_snapshots_are_spaced_by_the_size_of_the_state(log: SqliteLog) -> None:
+    n = _seed(log)
+    plain = Scheduler(log, batch_size=5, snapshot_every=10)
+    _drain(plain)
+    by_events = log.end_offset(T.snapshots)
+    assert by_events >= 2
+    spaced_log = SqliteLog(log.directory.parent / "spaced")
+    spaced_log.append(T.cluster_events, [(r.key, r.value) for r in log.read(T.cluster_events, 0, 100_000)])
+    workloads = len(plain.state.workloads)
+    assert 10 < workloads < n
+    spaced = Scheduler(spaced_log, batch_size=5, snapshot_every=10, snapshot_per_workload=1)
+    _drain(spaced)
+    assert 1 <= spaced_log.end_offset(T.snapshots) < by_events
+    assert encode_state(spaced.state) == encode_state(plain.state)  # the same decisions either way
+    spaced_log.close()
