@@ -23,8 +23,11 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
 - ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (with the reason the decision
   carries: Kueue's granular one, ``services/core/reasons.py``) and our closed-set reason in
   ``kueuelog.io/pending-reason``, only when they changed (a cache of what was written spares the
-  reads). A pending mark is status, not an order: it never holds up the decisions behind it, and
-  when it cannot be written yet (no Workload object yet) it is retried before later batches until a
+  calls). Each is a merge patch from the last copy of the Workload the port read or wrote (no read
+  first: one call, two when the closed-set reason changed too); a copy another writer made stale
+  is refused with 409 Conflict, then the Workload is read and the patch made again. A pending
+  mark is status, not an order: it never holds up the decisions behind it, and when it cannot be
+  written yet (no Workload object yet) it is retried before later batches until a
   newer decision for the workload replaces it.
 - ``UpdateWorkloadStatus`` (status only): the Workload's ``status.admissionChecks`` and
   ``status.requeueState`` as they change between reservation and admission (a check Pending with
@@ -171,6 +174,9 @@ class KubePort:
         self.counts = QueueCounts()
         self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
         self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
+        # The last copy of each Workload read or written (its resourceVersion, annotations and status):
+        # a pending mark patches from it without a read; a stale copy is a 409 Conflict, then a read.
+        self._seen: OrderedDict[str, Json] = OrderedDict()
         self._flavors: dict[str, tuple[float, FlavorScheduling]] = {}
         self._quotas: dict[str, FlavorQuotas] = {}
         self._not_served: dict[str, float] = {}  # workload kinds whose list was a 404, when
@@ -263,8 +269,13 @@ class KubePort:
     async def _workload(self, d: Decision) -> Json:
         # Missing before an admission: not created yet, wait for it. Missing at an eviction: it was
         # there when admitted, so it is gone (finished and deleted) and there is nothing to stop.
-        wl = await self.kube.get(self._ref(d.namespace, d.name),
-                                 not_found_retriable=not isinstance(d, EvictWorkload))
+        ref = self._ref(d.namespace, d.name)
+        try:
+            wl = await self.kube.get(ref, not_found_retriable=not isinstance(d, EvictWorkload))
+        except KubeApiError:
+            self._seen.pop(str(ref), None)
+            raise
+        self._remember_workload(ref, wl)
         queue = (wl.get("spec") or {}).get("queueName")
         if isinstance(queue, str) and queue:
             self.counts.learn_local_queue(f"{d.namespace}/{d.name}", f"{d.namespace}/{queue}")
@@ -372,19 +383,36 @@ class KubePort:
         self._flavors[name] = (now, out)
         return out
 
+    def _remember_workload(self, ref: Ref, wl: Json) -> None:
+        """Keep what a pending mark needs of the Workload as the API server just returned it."""
+        meta = wl.get("metadata") or {}
+        key = str(ref)
+        self._seen[key] = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                                        "annotations": meta.get("annotations") or {}},
+                           "status": wl.get("status") or {}}
+        self._seen.move_to_end(key)
+        while len(self._seen) > self.pending_cache_size:
+            self._seen.popitem(last=False)
+
+    async def _patch_workload(self, ref: Ref, body: Json, *, status: bool) -> Json | None:
+        """The patched Workload (remembered); None on a conflict (forgotten: re-read and try again)."""
+        try:
+            out = await self.kube.patch(ref, body, status=status, not_found_retriable=True)
+        except KubeApiError as e:
+            self._seen.pop(str(ref), None)
+            if e.conflict:
+                self.stats.conflicts += 1
+                return None
+            raise
+        self._remember_workload(ref, out)
+        return out
+
     async def _write_status(self, ref: Ref, wl: Json, desired: Json) -> bool:
         """False on a conflict (re-read and try again)."""
         patch = status_patch(wl, desired)
         if patch is None:
             return True
-        try:
-            await self.kube.patch(ref, patch, status=True, not_found_retriable=True)
-        except KubeApiError as e:
-            if e.conflict:
-                self.stats.conflicts += 1
-                return False
-            raise
-        return True
+        return await self._patch_workload(ref, patch, status=True) is not None
 
     async def _patch_job(self, ref: Ref, body: Json) -> Json | None:
         """The patched Job; None on a conflict."""
@@ -530,9 +558,13 @@ class KubePort:
             self._pending_cache.popitem(last=False)
 
     async def _write_pending(self, d: MarkPending) -> None:
+        """The condition (and the annotation when its reason changed), patched from the last copy of
+        the Workload seen — read only when there is none, or when that copy is stale (409)."""
         ref = self._ref(d.namespace, d.name)
         for _ in range(self.max_conflicts):
-            wl = await self._workload(d)
+            wl = self._seen.get(str(ref))
+            if wl is None or holds_quota(wl):  # (a copy holding quota is read again to be sure)
+                wl = await self._workload(d)
             if holds_quota(wl):
                 # A redo of a pending mark from before the admission the Workload shows (the scheduler
                 # never marks a workload that holds quota pending): the newer state stands.
@@ -541,13 +573,10 @@ class KubePort:
             if annotations_of(wl).get(PENDING_REASON_ANNOTATION) != d.reason:
                 body = {"metadata": {"resourceVersion": resource_version(wl),
                                      "annotations": {PENDING_REASON_ANNOTATION: str(d.reason)}}}
-                try:
-                    wl = await self.kube.patch(ref, body, not_found_retriable=True)
-                except KubeApiError as e:
-                    if not e.conflict:
-                        raise
-                    self.stats.conflicts += 1
+                patched = await self._patch_workload(ref, body, status=False)
+                if patched is None:
                     continue
+                wl = patched
             desired = pending_status(wl.get("status") or {}, d)
             if status_patch(wl, desired) is None:
                 self.stats.pending_unchanged += 1

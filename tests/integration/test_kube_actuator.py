@@ -463,3 +463,38 @@ async def test_a_deactivating_eviction_suspends_the_job_and_sets_spec_active_fal
     assert conditions(wl)["Evicted"][:2] == ("True", "DeactivatedDueToRequeuingLimitExceeded")
     assert conditions(wl)["Requeued"][:2] == ("False", "DeactivatedDueToRequeuingLimitExceeded")
     assert "admission" not in wl["status"]
+
+
+async def test_pending_marks_patch_from_the_last_copy_seen(kueue_crds: None, kube_namespace: str,
+                                                           kube_api_client: client.ApiClient) -> None:
+    """A pending mark reads the Workload only when it has no copy of it, writes the annotation only
+    when the closed-set reason changed, and a copy made stale by another writer is refused (409)
+    by the real API server, then read again: the write lands on the newest object."""
+    k = Cluster(kube_api_client, kube_namespace)
+    await k.queues()
+    wl_name = await k.workload(await k.job("pend"))
+    port = KubePort(kube_api_client, cluster="test")
+    calls = port.stats.api.calls
+
+    def mark(cycle: int, reason: PendingReason, message: str) -> MarkPending:
+        return MarkPending(id=f"c{cycle}-0", cycle=cycle, time=1_700_000_000_000 + cycle * 1000, reason=reason,
+                           message=message, namespace=kube_namespace, name=wl_name, cluster_queue=k.cq)
+
+    await port.mark_pending(mark(1, PendingReason.WAITING_FOR_QUOTA, "first"))
+    assert calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 1}
+    await port.mark_pending(mark(2, PendingReason.WAITING_FOR_QUOTA, "second"))
+    assert calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 2}
+    wl = await k.read("workloads", wl_name)
+    assert conditions(wl) == {"QuotaReserved": ("False", "Pending", "second")}
+
+    # Another writer changes the Workload: the remembered resourceVersion is stale.
+    await k.co.patch_namespaced_custom_object(KUEUE, V, kube_namespace, "workloads", wl_name,
+                                              [{"op": "add", "path": "/metadata/labels/other", "value": "x"}])
+    await port.mark_pending(mark(3, PendingReason.BLOCKED_BY_STRICT_FIFO, "third"))
+    assert port.stats.conflicts == 1
+    assert calls["get Workload"] == 2
+    wl = await k.read("workloads", wl_name)
+    assert conditions(wl) == {"QuotaReserved": ("False", "Pending", "third")}
+    assert wl["metadata"]["annotations"]["kueuelog.io/pending-reason"] == "BlockedByStrictFIFO"
+    assert wl["metadata"]["labels"]["other"] == "x"
+    assert port.stats.pending_written == 3 and port.stats.pending_dropped == 0
