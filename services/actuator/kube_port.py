@@ -100,6 +100,7 @@ from services.actuator.kubeplan import (
     idempotency,
     job_admit_patch,
     job_evict_patch,
+    job_finished,
     job_ref,
     job_restore_patch,
     local_queue_ref,
@@ -520,8 +521,10 @@ class KubePort:
 
     async def _restore(self, ref: Ref, job: Json) -> bool:
         """Put the template's own scheduling back if the Job may change now; True when nothing is left to do."""
-        if (job.get("spec") or {}).get("suspend") is not True:
-            return True  # admitted again meanwhile: that admission built the template from the original
+        if (job.get("spec") or {}).get("suspend") is not True or job_finished(job):
+            # Admitted again meanwhile (that admission built the template from the original), or
+            # finished (evicted late: it never runs again, and a started Job's template may not change).
+            return True
         body = job_restore_patch(job)
         if body is None:
             return True

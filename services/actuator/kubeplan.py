@@ -24,6 +24,7 @@ from events.cluster import (
     ORIGINAL_POD_SCHEDULING_ANNOTATION,
     ConditionStatus,
     ConditionType,
+    JobConditionType,
 )
 from events.kueue_versions import STORAGE_VERSION
 from events.manifests import format_time, parse_time
@@ -277,6 +278,13 @@ def may_restore(job: Mapping[str, Any]) -> bool:
     suspended and not started (``status.startTime`` unset; the job controller resets it once a
     suspended Job's pods are gone)."""
     return (job.get("spec") or {}).get("suspend") is True and not (job.get("status") or {}).get("startTime")
+
+
+def job_finished(job: Mapping[str, Any]) -> bool:
+    """A Job with a ``Complete`` or ``Failed`` condition that is True never runs again."""
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(isinstance(c, Mapping) and c.get("type") in (JobConditionType.COMPLETE, JobConditionType.FAILED)
+               and c.get("status") == ConditionStatus.TRUE for c in conditions if isinstance(conditions, list))
 
 
 def job_restore_patch(job: Mapping[str, Any]) -> Json | None:
