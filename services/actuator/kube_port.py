@@ -53,6 +53,7 @@ The pure parts (patches, status payloads, :class:`QueueCounts`) are in
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections import OrderedDict
@@ -98,6 +99,7 @@ from services.actuator.kubeplan import (
     flavor_scheduling,
     holds_quota,
     idempotency,
+    is_finished,
     job_admit_patch,
     job_evict_patch,
     job_finished,
@@ -134,6 +136,7 @@ class KubeStats:
     pending_written: int = 0
     pending_unchanged: int = 0
     pending_dropped: int = 0
+    pending_superseded: int = 0  # queued marks replaced by a newer one of the workload before written
     conflicts: int = 0
     restores: int = 0
     queue_status_writes: int = 0
@@ -161,6 +164,8 @@ class KubePort:
     """Applies decisions to one cluster's API server (see the module docstring)."""
 
     takes_pending_marks: Final = True
+    marks_per_step = 50  # pending marks written before each batch at most: the newest of each workload's,
+    marks_at_once = 8  # oldest workload first, this many in flight
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
@@ -176,6 +181,8 @@ class KubePort:
         self._api = api  # pods (services/actuator/pods.py) are on /api/v1, which KubeCalls does not reach
         self.counts = QueueCounts()
         self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
+        # Pending marks not written yet: each workload's newest, in the order the workloads were first marked.
+        self._marks: OrderedDict[str, MarkPending] = OrderedDict()
         self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
         # The last copy of each Workload read or written (its resourceVersion, annotations and status):
         # a pending mark patches from it without a read; a stale copy is a 409 Conflict, then a read.
@@ -191,16 +198,29 @@ class KubePort:
     # --- the port's calls -----------------------------------------------------------------------
 
     def recover(self, history: Iterator[AnyDecision]) -> None:
-        """The ClusterQueue / LocalQueue counts from every decision before the committed position."""
+        """The ClusterQueue / LocalQueue counts from every decision before the committed position,
+        and each waiting workload's last pending mark, to be written (or found written) again: a
+        mark behind the committed position may not have been written before a crash."""
         self.counts = QueueCounts()
         self._slices = {}
+        self._marks = OrderedDict()
         for d in history:
             if isinstance(d, AdmitWorkload | AdmitChecked | EvictWorkload | MarkPending):
                 self._learn_slice(d)
                 self.counts.fold(d)
+                key = f"{d.namespace}/{d.name}"
+                self._marks.pop(key, None)
+                if isinstance(d, MarkPending):
+                    self._marks[key] = d
+
+    @property
+    def deferred_marks(self) -> int:
+        """Pending marks not written yet (the loop keeps stepping while there are any)."""
+        return len(self._marks)
 
     async def before_batch(self) -> None:
         await self._do_later()
+        await self._write_marks()
 
     async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
         self._learn_slice(decision)
@@ -218,9 +238,34 @@ class KubePort:
         return ()
 
     async def mark_pending(self, decision: MarkPending) -> None:
-        self._later.pop(f"pending:{decision.namespace}/{decision.name}", None)
-        await self._mark_pending(decision)
+        """Queued, not written: a pending mark is status, not an order, so orders go first and a
+        workload marked again before its mark was written costs no call for the older one."""
+        key = f"{decision.namespace}/{decision.name}"
+        self._later.pop(f"pending:{key}", None)
+        if key in self._marks:
+            self.stats.pending_superseded += 1
+        self._marks[key] = decision  # (keeps the workload's place in line)
         self.counts.fold(decision)
+
+    async def _write_marks(self) -> None:
+        """Up to ``marks_per_step`` queued marks, ``marks_at_once`` at a time (failures are deferred
+        by :meth:`_mark_pending` itself, never raised)."""
+        batch = [self._marks.popitem(last=False)[1] for _ in range(min(self.marks_per_step, len(self._marks)))]
+        if not batch:
+            return
+        if self.marks_at_once <= 1 or len(batch) == 1:
+            for d in batch:
+                await self._mark_pending(d)
+            return
+        gate = asyncio.Semaphore(self.marks_at_once)
+
+        async def one(d: MarkPending) -> None:
+            async with gate:
+                await self._mark_pending(d)
+
+        async with asyncio.TaskGroup() as group:
+            for d in batch:
+                group.create_task(one(d))
 
     async def write_status(self, decision: UpdateWorkloadStatus | UpdateLocalQueueFairSharing) -> None:
         """The Workload's admission checks and requeueState, or a LocalQueue's admission fair
@@ -253,6 +298,7 @@ class KubePort:
     def _applied(self, d: AdmitWorkload | AdmitChecked | EvictWorkload) -> None:
         key = f"{d.namespace}/{d.name}"
         self._later.pop(f"pending:{key}", None)
+        self._marks.pop(key, None)  # the newer decision replaces a mark not written yet
         self._pending_cache.pop(key, None)  # a pending mark after this one is news again
         self.counts.fold(d)
 
@@ -571,9 +617,10 @@ class KubePort:
             wl = self._seen.get(str(ref))
             if wl is None or holds_quota(wl):  # (a copy holding quota is read again to be sure)
                 wl = await self._workload(d)
-            if holds_quota(wl):
-                # A redo of a pending mark from before the admission the Workload shows (the scheduler
-                # never marks a workload that holds quota pending): the newer state stands.
+            if holds_quota(wl) or is_finished(wl):
+                # A redo of a pending mark from before the admission the Workload shows, or a mark
+                # recovered for a workload that finished since (the scheduler never marks a workload
+                # that holds quota or finished pending): the newer state stands.
                 self.stats.stale += 1
                 return
             if annotations_of(wl).get(PENDING_REASON_ANNOTATION) != d.reason:

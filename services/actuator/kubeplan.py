@@ -438,6 +438,11 @@ def pending_status(status: Mapping[str, Any], d: MarkPending) -> Json:
     return {**status, "conditions": conds}
 
 
+def is_finished(workload: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == ConditionType.FINISHED and c.get("status") == ConditionStatus.TRUE
+               for c in _conditions(workload.get("status") or {}))
+
+
 def holds_quota(workload: Mapping[str, Any]) -> bool:
     return any(c.get("type") == ConditionType.QUOTA_RESERVED and c.get("status") == ConditionStatus.TRUE
                for c in _conditions(workload.get("status") or {}))

@@ -336,8 +336,8 @@ class Actuator(Generic[P]):
 
     async def step(self) -> int:
         """Apply one batch of decisions and commit the port's records, the reports and the
-        position. Returns the records consumed, plus one when a retry is due (so a driver
-        waiting for quiet keeps stepping).
+        position. Returns the records consumed, plus one when a retry is due or the port has
+        work queued for the next steps (so a driver waiting for quiet keeps stepping).
 
         Decisions about different workloads may be applied at once (``tuning.concurrency``), each
         workload's in log order. A retriable failure cuts the batch there: what comes before it in
@@ -377,7 +377,10 @@ class Actuator(Generic[P]):
                 self._stale = True
                 raise
             self.next_offset = position
-        return consumed + (1 if self.retry_after is not None else 0)
+        # A port that queued work of its own for the next steps (the Kubernetes port's pending marks)
+        # keeps the driver stepping until it is done.
+        busy = self.retry_after is not None or bool(getattr(self.port, "deferred_marks", 0))
+        return consumed + (1 if busy else 0)
 
     def step_now(self) -> int:
         """:meth:`step` run to its end in the calling thread, for a port whose calls never

@@ -480,9 +480,15 @@ async def test_pending_marks_patch_from_the_last_copy_seen(kueue_crds: None, kub
         return MarkPending(id=f"c{cycle}-0", cycle=cycle, time=1_700_000_000_000 + cycle * 1000, reason=reason,
                            message=message, namespace=kube_namespace, name=wl_name, cluster_queue=k.cq)
 
+    # A mark is queued, not written; the next step writes each workload's newest one only.
+    await port.mark_pending(mark(1, PendingReason.QUEUED, "zeroth"))
     await port.mark_pending(mark(1, PendingReason.WAITING_FOR_QUOTA, "first"))
+    assert calls == {} and port.deferred_marks == 1 and port.stats.pending_superseded == 1
+    await port.before_batch()
     assert calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 1}
+    assert port.deferred_marks == 0
     await port.mark_pending(mark(2, PendingReason.WAITING_FOR_QUOTA, "second"))
+    await port.before_batch()
     assert calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 2}
     wl = await k.read("workloads", wl_name)
     assert conditions(wl) == {"QuotaReserved": ("False", "Pending", "second")}
@@ -491,6 +497,7 @@ async def test_pending_marks_patch_from_the_last_copy_seen(kueue_crds: None, kub
     await k.co.patch_namespaced_custom_object(KUEUE, V, kube_namespace, "workloads", wl_name,
                                               [{"op": "add", "path": "/metadata/labels/other", "value": "x"}])
     await port.mark_pending(mark(3, PendingReason.BLOCKED_BY_STRICT_FIFO, "third"))
+    await port.before_batch()
     assert port.stats.conflicts == 1
     assert calls["get Workload"] == 2
     wl = await k.read("workloads", wl_name)
@@ -498,3 +505,12 @@ async def test_pending_marks_patch_from_the_last_copy_seen(kueue_crds: None, kub
     assert wl["metadata"]["annotations"]["kueuelog.io/pending-reason"] == "BlockedByStrictFIFO"
     assert wl["metadata"]["labels"]["other"] == "x"
     assert port.stats.pending_written == 3 and port.stats.pending_dropped == 0
+
+    # A restarted port writes (or finds written) the last mark of each waiting workload again: a
+    # mark behind the committed position may have been lost in a crash before it was written.
+    restarted = KubePort(kube_api_client, cluster="test")
+    restarted.recover(iter([mark(1, PendingReason.WAITING_FOR_QUOTA, "first"),
+                            mark(3, PendingReason.BLOCKED_BY_STRICT_FIFO, "third")]))
+    assert restarted.deferred_marks == 1
+    await restarted.before_batch()
+    assert restarted.stats.api.calls == {"get Workload": 1} and restarted.stats.pending_unchanged == 1
