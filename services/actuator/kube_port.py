@@ -23,12 +23,14 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
 - ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (with the reason the decision
   carries: Kueue's granular one, ``services/core/reasons.py``) and our closed-set reason in
   ``kueuelog.io/pending-reason``, only when they changed (a cache of what was written spares the
-  calls). Each is a merge patch from the last copy of the Workload the port read or wrote (no read
-  first: one call, two when the closed-set reason changed too); a copy another writer made stale
-  is refused with 409 Conflict, then the Workload is read and the patch made again. A pending
-  mark is status, not an order: it never holds up the decisions behind it, and when it cannot be
-  written yet (no Workload object yet) it is retried before later batches until a
-  newer decision for the workload replaces it.
+  calls). A pending mark is status, not an order: it is queued, and before each batch up to
+  ``marks_per_step`` queued marks are written (the newest of each workload's: a workload marked
+  again before then costs one write, not two), so orders never wait behind a backlog of marks.
+  Each is a merge patch from the last copy of the Workload the port read or wrote (no read first:
+  one call, two when the closed-set reason changed too); a copy another writer made stale is
+  refused with 409 Conflict, then the Workload is read and the patch made again. A mark that cannot
+  be written yet (no Workload object yet) is retried before later batches until a newer decision
+  for the workload replaces it. At recovery each waiting workload's last mark is queued again.
 - ``UpdateWorkloadStatus`` (status only): the Workload's ``status.admissionChecks`` and
   ``status.requeueState`` as they change between reservation and admission (a check Pending with
   its message, Ready, Retry, Rejected; a back-off set or over), compared before written.
