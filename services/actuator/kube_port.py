@@ -59,7 +59,7 @@ import asyncio
 import functools
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -221,8 +221,13 @@ class KubePort:
         return len(self._marks)
 
     async def before_batch(self) -> None:
-        await self._do_later()
-        await self._write_marks()
+        """Restores due; then up to ``marks_per_step`` pending marks, ``marks_at_once`` at a time:
+        the retries that are due first, then the queued marks, oldest workload first."""
+        due = await self._do_later()
+        fresh = [self._marks.popitem(last=False)[1]
+                 for _ in range(min(max(self.marks_per_step - len(due), 0), len(self._marks)))]
+        await self._at_once([functools.partial(self._retry_pending, item) for item in due]
+                            + [functools.partial(self._mark_pending, d) for d in fresh])
 
     async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
         self._learn_slice(decision)
@@ -249,25 +254,21 @@ class KubePort:
         self._marks[key] = decision  # (keeps the workload's place in line)
         self.counts.fold(decision)
 
-    async def _write_marks(self) -> None:
-        """Up to ``marks_per_step`` queued marks, ``marks_at_once`` at a time (failures are deferred
-        by :meth:`_mark_pending` itself, never raised)."""
-        batch = [self._marks.popitem(last=False)[1] for _ in range(min(self.marks_per_step, len(self._marks)))]
-        if not batch:
-            return
-        if self.marks_at_once <= 1 or len(batch) == 1:
-            for d in batch:
-                await self._mark_pending(d)
+    async def _at_once(self, calls: Sequence[Callable[[], Awaitable[None]]]) -> None:
+        """Each call (which never raises :class:`ActuationError`), ``marks_at_once`` at a time."""
+        if self.marks_at_once <= 1 or len(calls) <= 1:
+            for call in calls:
+                await call()
             return
         gate = asyncio.Semaphore(self.marks_at_once)
 
-        async def one(d: MarkPending) -> None:
+        async def one(call: Callable[[], Awaitable[None]]) -> None:
             async with gate:
-                await self._mark_pending(d)
+                await call()
 
         async with asyncio.TaskGroup() as group:
-            for d in batch:
-                group.create_task(one(d))
+            for call in calls:
+                group.create_task(one(call))
 
     async def write_status(self, decision: UpdateWorkloadStatus | UpdateLocalQueueFairSharing) -> None:
         """The Workload's admission checks and requeueState, or a LocalQueue's admission fair
@@ -642,21 +643,31 @@ class KubePort:
         raise KubeApiError(f"mark Workload {d.namespace}/{d.name} pending: still conflicting after "
                            f"{self.max_conflicts} re-reads", retriable=True, status=409)
 
-    async def _do_later(self) -> None:
+    async def _do_later(self) -> list[_Later]:
+        """The restores that are due; returns the pending retries that are due (popped, at most
+        ``marks_per_step``: the rest wait for the next step)."""
         now = time.monotonic()
+        due: list[_Later] = []
         for name in sorted(k for k, v in self._later.items() if v.due <= now):
-            item = self._later.pop(name)
+            item = self._later[name]
             if item.decision is not None:
-                try:
-                    await self._write_pending(item.decision)
-                except ActuationError as e:
-                    self._defer_pending(item.decision, item.attempts, e)
-                else:
-                    key = f"{item.decision.namespace}/{item.decision.name}"
-                    self._remember_pending(key, (item.decision.condition_reason, item.decision.message,
-                                                 str(item.decision.reason)))
+                if len(due) < self.marks_per_step:
+                    due.append(self._later.pop(name))
             elif item.job is not None:
+                del self._later[name]
                 await self._retry_restore(name, item)
+        return due
+
+    async def _retry_pending(self, item: _Later) -> None:
+        assert item.decision is not None
+        try:
+            await self._write_pending(item.decision)
+        except ActuationError as e:
+            self._defer_pending(item.decision, item.attempts, e)
+        else:
+            key = f"{item.decision.namespace}/{item.decision.name}"
+            self._remember_pending(key, (item.decision.condition_reason, item.decision.message,
+                                         str(item.decision.reason)))
 
     async def _retry_restore(self, name: str, item: _Later) -> None:
         assert item.job is not None
