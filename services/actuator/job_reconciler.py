@@ -446,6 +446,9 @@ class JobReconciler:
     def __init__(self, api: client.ApiClient, *, cluster: str, policy: Policy = "suspend",
                  clock: Callable[[], int] = _wall_clock_ms, watch_timeout_s: int = 300, t9k: bool = False) -> None:
         """``t9k``: also Jobs on a T9k Queue (named in the pod template, so every Job is watched)."""
+        # Told of each Workload created, as the API server returned it (the actuator in the same
+        # process keeps it: its first write to the Workload then needs no read).
+        self.on_workload_created: Callable[[dict[str, Any]], None] | None = None
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
         self.cluster, self.policy, self.clock, self.watch_timeout_s = cluster, policy, clock, watch_timeout_s
@@ -732,10 +735,10 @@ class JobReconciler:
                 raise KubeApiError(f"Job {ref}: {e}; the Workload waits for it", retriable=True, status=404) from e
             raise
         try:
-            await _request(f"create Workload {draft.namespace}/{draft.name}",
-                           self._custom.create_namespaced_custom_object(
-                               KUEUE_GROUP, KUEUE_VERSION, draft.namespace, WORKLOADS, draft.body_with(priority),
-                               _preload_content=False))
+            created = await _request(f"create Workload {draft.namespace}/{draft.name}",
+                                     self._custom.create_namespaced_custom_object(
+                                         KUEUE_GROUP, KUEUE_VERSION, draft.namespace, WORKLOADS,
+                                         draft.body_with(priority), _preload_content=False))
         except _NamespaceTerminating:
             self._log.info("no workload: the namespace is being deleted", job=str(ref))
         except KubeApiError as e:
@@ -743,6 +746,8 @@ class JobReconciler:
                 raise
         else:
             self.stats.workloads_created += 1
+            if self.on_workload_created is not None and isinstance(created, dict):
+                self.on_workload_created(created)
             self._log.info("workload created", job=str(ref), workload=draft.name)
             await self._event(ref, "Normal", "CreatedWorkload", f"Created Workload: {draft.namespace}/{draft.name}")
         self._workload_done.add(ref.uid)

@@ -436,6 +436,18 @@ class KubePort:
         self._flavors[name] = (now, out)
         return out
 
+    def workload_created(self, wl: Json) -> None:
+        """The job reconciler (in this process) created ``wl``: remembered, so a pending mark for it
+        needs no read; a mark that waited for it (404) is due now."""
+        meta = wl.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        if not namespace or not name:
+            return
+        self._remember_workload(workload_ref(namespace, name), wl)
+        waiting = self._later.get(f"pending:{namespace}/{name}")
+        if waiting is not None:
+            waiting.due = 0.0
+
     def _remember_workload(self, ref: Ref, wl: Json) -> None:
         """Keep what a pending mark needs of the Workload as the API server just returned it."""
         meta = wl.get("metadata") or {}

@@ -514,3 +514,28 @@ async def test_pending_marks_patch_from_the_last_copy_seen(kueue_crds: None, kub
     assert restarted.deferred_marks == 1
     await restarted.before_batch()
     assert restarted.stats.api.calls == {"get Workload": 1} and restarted.stats.pending_unchanged == 1
+
+
+async def test_a_mark_waiting_for_its_workload_is_written_when_the_reconciler_creates_it(
+        kueue_crds: None, kube_namespace: str, kube_api_client: client.ApiClient) -> None:
+    """The mark of a workload whose Workload the job reconciler has not created yet waits (404);
+    told of the creation (the reconciler in the same process), the port writes it at the next step
+    from the created object, with no read."""
+    k = Cluster(kube_api_client, kube_namespace)
+    await k.queues()
+    job = await k.job("late")
+    name = jobs.workload_name_for_job(job["name"], job["uid"])
+    port = KubePort(kube_api_client, cluster="test")
+    await port.mark_pending(MarkPending(id="c1-0", cycle=1, time=1_700_000_001_000, namespace=kube_namespace,
+                                       name=name, cluster_queue=k.cq, reason=PendingReason.WAITING_FOR_QUOTA,
+                                       message="waiting"))
+    await port.before_batch()
+    assert port.stats.api.calls == {"get Workload": 1} and port.stats.api.errors == {"404": 1}
+
+    assert await k.workload(job) == name
+    port.workload_created(await k.read("workloads", name))  # what the reconciler's create returns
+    await port.before_batch()
+    assert port.stats.api.calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 1}
+    wl = await k.read("workloads", name)
+    assert conditions(wl) == {"QuotaReserved": ("False", "Pending", "waiting")}
+    assert wl["metadata"]["annotations"]["kueuelog.io/pending-reason"] == "WaitingForQuota"
