@@ -435,17 +435,23 @@ Key = tuple[str, str]
 
 
 class JobReconciler:
-    """List+watch of queued Jobs feeding one worker, which plans and executes per Job.
+    """List+watch of queued Jobs feeding ``workers`` workers, which plan and execute per Job.
 
-    The watch keeps the newest version of every queued Job; the worker reconciles the Jobs
-    whose keys it is handed, in order, one at a time, from that newest version. A failed
+    The watch keeps the newest version of every queued Job; the workers reconcile the Jobs
+    whose keys they are handed, in order, each Job by one worker at a time (a Job that changes
+    while it is reconciled is queued again when that pass ends), from that newest version. A failed
     retriable call is retried with a capped back-off; the watch relists on 410 Gone and on
     any interruption (capped back-off too), so a change missed meanwhile is seen on the list.
     """
 
+    workers = 8  # Jobs reconciled at once (each Job by one worker at a time)
+
     def __init__(self, api: client.ApiClient, *, cluster: str, policy: Policy = "suspend",
                  clock: Callable[[], int] = _wall_clock_ms, watch_timeout_s: int = 300, t9k: bool = False) -> None:
         """``t9k``: also Jobs on a T9k Queue (named in the pod template, so every Job is watched)."""
+        # Told of each Workload created, as the API server returned it (the actuator in the same
+        # process keeps it: its first write to the Workload then needs no read).
+        self.on_workload_created: Callable[[dict[str, Any]], None] | None = None
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
         self.cluster, self.policy, self.clock, self.watch_timeout_s = cluster, policy, clock, watch_timeout_s
@@ -459,6 +465,8 @@ class JobReconciler:
         self._jobs: dict[Key, dict[str, Any]] = {}
         self._queue: asyncio.Queue[Key] = asyncio.Queue()
         self._queued: set[Key] = set()
+        self._active: set[Key] = set()  # being reconciled by a worker
+        self._dirty: set[Key] = set()  # changed while being reconciled: queued again when that ends
         self._attempts: dict[Key, int] = {}
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._workload_done: set[str] = set()  # Job uids whose Workload is known to exist
@@ -468,7 +476,8 @@ class JobReconciler:
         self.what, self.kind_key = "Jobs", ("batch/v1", "Job")  # plural and (apiVersion, kind), for messages
 
     async def run(self, stop: asyncio.Event) -> ReconcilerStats:
-        tasks = [asyncio.create_task(self._list_and_watch()), asyncio.create_task(self._work())]
+        tasks = [asyncio.create_task(self._list_and_watch()),
+                 *(asyncio.create_task(self._work()) for _ in range(self.workers))]
         stopper = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
         for t in (*tasks, stopper):
@@ -585,6 +594,9 @@ class JobReconciler:
         timer = self._timers.pop(key, None)
         if timer is not None:
             timer.cancel()
+        if key in self._active:  # one worker per Job at a time: again once this pass is over
+            self._dirty.add(key)
+            return
         if key not in self._queued:
             self._queued.add(key)
             self._queue.put_nowait(key)
@@ -599,20 +611,30 @@ class JobReconciler:
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
-            log = self._log.bind(job=f"{key[0]}/{key[1]}")
+            self._active.add(key)
             try:
-                await self._reconcile(key)
-                self._attempts.pop(key, None)
-            except JobError as e:
-                self.stats.invalid += 1
-                log.warning("job cannot be read", error=str(e))
-            except KubeApiError as e:
-                self.stats.errors += 1
-                if e.retriable:
-                    log.warning("job reconcile failed; will retry", error=str(e))
-                    self._retry_later(key)
-                else:
-                    log.error("job reconcile failed", error=str(e))
+                await self._work_on(key)
+            finally:
+                self._active.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self._enqueue(key)
+
+    async def _work_on(self, key: Key) -> None:
+        log = self._log.bind(job=f"{key[0]}/{key[1]}")
+        try:
+            await self._reconcile(key)
+            self._attempts.pop(key, None)
+        except JobError as e:
+            self.stats.invalid += 1
+            log.warning("job cannot be read", error=str(e))
+        except KubeApiError as e:
+            self.stats.errors += 1
+            if e.retriable:
+                log.warning("job reconcile failed; will retry", error=str(e))
+                self._retry_later(key)
+            else:
+                log.error("job reconcile failed", error=str(e))
 
     async def _reconcile(self, key: Key) -> None:
         job: dict[str, Any] | None = self._jobs.get(key)
@@ -732,10 +754,10 @@ class JobReconciler:
                 raise KubeApiError(f"Job {ref}: {e}; the Workload waits for it", retriable=True, status=404) from e
             raise
         try:
-            await _request(f"create Workload {draft.namespace}/{draft.name}",
-                           self._custom.create_namespaced_custom_object(
-                               KUEUE_GROUP, KUEUE_VERSION, draft.namespace, WORKLOADS, draft.body_with(priority),
-                               _preload_content=False))
+            created = await _request(f"create Workload {draft.namespace}/{draft.name}",
+                                     self._custom.create_namespaced_custom_object(
+                                         KUEUE_GROUP, KUEUE_VERSION, draft.namespace, WORKLOADS,
+                                         draft.body_with(priority), _preload_content=False))
         except _NamespaceTerminating:
             self._log.info("no workload: the namespace is being deleted", job=str(ref))
         except KubeApiError as e:
@@ -743,6 +765,8 @@ class JobReconciler:
                 raise
         else:
             self.stats.workloads_created += 1
+            if self.on_workload_created is not None and isinstance(created, dict):
+                self.on_workload_created(created)
             self._log.info("workload created", job=str(ref), workload=draft.name)
             await self._event(ref, "Normal", "CreatedWorkload", f"Created Workload: {draft.namespace}/{draft.name}")
         self._workload_done.add(ref.uid)

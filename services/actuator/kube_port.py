@@ -23,9 +23,14 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
 - ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (with the reason the decision
   carries: Kueue's granular one, ``services/core/reasons.py``) and our closed-set reason in
   ``kueuelog.io/pending-reason``, only when they changed (a cache of what was written spares the
-  reads). A pending mark is status, not an order: it never holds up the decisions behind it, and
-  when it cannot be written yet (no Workload object yet) it is retried before later batches until a
-  newer decision for the workload replaces it.
+  calls). A pending mark is status, not an order: it is queued, and before each batch up to
+  ``marks_per_step`` queued marks are written (the newest of each workload's: a workload marked
+  again before then costs one write, not two), so orders never wait behind a backlog of marks.
+  Each is a merge patch from the last copy of the Workload the port read or wrote (no read first:
+  one call, two when the closed-set reason changed too); a copy another writer made stale is
+  refused with 409 Conflict, then the Workload is read and the patch made again. A mark that cannot
+  be written yet (no Workload object yet) is retried before later batches until a newer decision
+  for the workload replaces it. At recovery each waiting workload's last mark is queued again.
 - ``UpdateWorkloadStatus`` (status only): the Workload's ``status.admissionChecks`` and
   ``status.requeueState`` as they change between reservation and admission (a check Pending with
   its message, Ready, Retry, Rejected; a back-off set or over), compared before written.
@@ -50,10 +55,11 @@ The pure parts (patches, status payloads, :class:`QueueCounts`) are in
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -95,8 +101,10 @@ from services.actuator.kubeplan import (
     flavor_scheduling,
     holds_quota,
     idempotency,
+    is_finished,
     job_admit_patch,
     job_evict_patch,
+    job_finished,
     job_ref,
     job_restore_patch,
     local_queue_ref,
@@ -115,8 +123,10 @@ from services.actuator.podgroups import is_pod_workload, release_pods, stop_pods
 
 _log = structlog.get_logger(__name__)
 
-KUBE_TUNING: Final = Tuning(batch_size=100, max_attempts=10, retry_base_seconds=0.2, retry_max_seconds=10.0)
-"""API calls are slow and rate limited: a commit every 100 decisions, and a back-off between attempts."""
+KUBE_TUNING: Final = Tuning(batch_size=200, max_attempts=10, retry_base_seconds=0.2, retry_max_seconds=10.0,
+                            concurrency=32)
+"""API calls are slow and rate limited: a commit every 200 decisions, up to 32 workloads' decisions
+in flight at once (the rate limit is shared), and a back-off between attempts."""
 
 
 @dataclass
@@ -128,6 +138,7 @@ class KubeStats:
     pending_written: int = 0
     pending_unchanged: int = 0
     pending_dropped: int = 0
+    pending_superseded: int = 0  # queued marks replaced by a newer one of the workload before written
     conflicts: int = 0
     restores: int = 0
     queue_status_writes: int = 0
@@ -155,6 +166,8 @@ class KubePort:
     """Applies decisions to one cluster's API server (see the module docstring)."""
 
     takes_pending_marks: Final = True
+    marks_per_step = 50  # pending marks written before each batch at most: the newest of each workload's,
+    marks_at_once = 8  # oldest workload first, this many in flight
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
@@ -170,8 +183,14 @@ class KubePort:
         self._api = api  # pods (services/actuator/pods.py) are on /api/v1, which KubeCalls does not reach
         self.counts = QueueCounts()
         self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
+        # Pending marks not written yet: each workload's newest, in the order the workloads were first marked.
+        self._marks: OrderedDict[str, MarkPending] = OrderedDict()
         self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
+        # The last copy of each Workload read or written (its resourceVersion, annotations and status):
+        # a pending mark patches from it without a read; a stale copy is a 409 Conflict, then a read.
+        self._seen: OrderedDict[str, Json] = OrderedDict()
         self._flavors: dict[str, tuple[float, FlavorScheduling]] = {}
+        self._queues: dict[str, tuple[float, Json]] = {}  # ClusterQueue / LocalQueue copies, when read or written
         self._quotas: dict[str, FlavorQuotas] = {}
         self._not_served: dict[str, float] = {}  # workload kinds whose list was a 404, when
         # A scaled-up elastic Job's workload slices ("ns/slice") -> the name of the Job's Workload
@@ -181,16 +200,34 @@ class KubePort:
     # --- the port's calls -----------------------------------------------------------------------
 
     def recover(self, history: Iterator[AnyDecision]) -> None:
-        """The ClusterQueue / LocalQueue counts from every decision before the committed position."""
+        """The ClusterQueue / LocalQueue counts from every decision before the committed position,
+        and each waiting workload's last pending mark, to be written (or found written) again: a
+        mark behind the committed position may not have been written before a crash."""
         self.counts = QueueCounts()
         self._slices = {}
+        self._marks = OrderedDict()
         for d in history:
             if isinstance(d, AdmitWorkload | AdmitChecked | EvictWorkload | MarkPending):
                 self._learn_slice(d)
                 self.counts.fold(d)
+                key = f"{d.namespace}/{d.name}"
+                self._marks.pop(key, None)
+                if isinstance(d, MarkPending):
+                    self._marks[key] = d
+
+    @property
+    def deferred_marks(self) -> int:
+        """Pending marks not written yet (the loop keeps stepping while there are any)."""
+        return len(self._marks)
 
     async def before_batch(self) -> None:
-        await self._do_later()
+        """Restores due; then up to ``marks_per_step`` pending marks, ``marks_at_once`` at a time:
+        the retries that are due first, then the queued marks, oldest workload first."""
+        due = await self._do_later()
+        fresh = [self._marks.popitem(last=False)[1]
+                 for _ in range(min(max(self.marks_per_step - len(due), 0), len(self._marks)))]
+        await self._at_once([functools.partial(self._retry_pending, item) for item in due]
+                            + [functools.partial(self._mark_pending, d) for d in fresh])
 
     async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
         self._learn_slice(decision)
@@ -208,9 +245,30 @@ class KubePort:
         return ()
 
     async def mark_pending(self, decision: MarkPending) -> None:
-        self._later.pop(f"pending:{decision.namespace}/{decision.name}", None)
-        await self._mark_pending(decision)
+        """Queued, not written: a pending mark is status, not an order, so orders go first and a
+        workload marked again before its mark was written costs no call for the older one."""
+        key = f"{decision.namespace}/{decision.name}"
+        self._later.pop(f"pending:{key}", None)
+        if key in self._marks:
+            self.stats.pending_superseded += 1
+        self._marks[key] = decision  # (keeps the workload's place in line)
         self.counts.fold(decision)
+
+    async def _at_once(self, calls: Sequence[Callable[[], Awaitable[None]]]) -> None:
+        """Each call (which never raises :class:`ActuationError`), ``marks_at_once`` at a time."""
+        if self.marks_at_once <= 1 or len(calls) <= 1:
+            for call in calls:
+                await call()
+            return
+        gate = asyncio.Semaphore(self.marks_at_once)
+
+        async def one(call: Callable[[], Awaitable[None]]) -> None:
+            async with gate:
+                await call()
+
+        async with asyncio.TaskGroup() as group:
+            for call in calls:
+                group.create_task(one(call))
 
     async def write_status(self, decision: UpdateWorkloadStatus | UpdateLocalQueueFairSharing) -> None:
         """The Workload's admission checks and requeueState, or a LocalQueue's admission fair
@@ -243,6 +301,7 @@ class KubePort:
     def _applied(self, d: AdmitWorkload | AdmitChecked | EvictWorkload) -> None:
         key = f"{d.namespace}/{d.name}"
         self._later.pop(f"pending:{key}", None)
+        self._marks.pop(key, None)  # the newer decision replaces a mark not written yet
         self._pending_cache.pop(key, None)  # a pending mark after this one is news again
         self.counts.fold(d)
 
@@ -263,8 +322,13 @@ class KubePort:
     async def _workload(self, d: Decision) -> Json:
         # Missing before an admission: not created yet, wait for it. Missing at an eviction: it was
         # there when admitted, so it is gone (finished and deleted) and there is nothing to stop.
-        wl = await self.kube.get(self._ref(d.namespace, d.name),
-                                 not_found_retriable=not isinstance(d, EvictWorkload))
+        ref = self._ref(d.namespace, d.name)
+        try:
+            wl = await self.kube.get(ref, not_found_retriable=not isinstance(d, EvictWorkload))
+        except KubeApiError:
+            self._seen.pop(str(ref), None)
+            raise
+        self._remember_workload(ref, wl)
         queue = (wl.get("spec") or {}).get("queueName")
         if isinstance(queue, str) and queue:
             self.counts.learn_local_queue(f"{d.namespace}/{d.name}", f"{d.namespace}/{queue}")
@@ -372,19 +436,48 @@ class KubePort:
         self._flavors[name] = (now, out)
         return out
 
+    def workload_created(self, wl: Json) -> None:
+        """The job reconciler (in this process) created ``wl``: remembered, so a pending mark for it
+        needs no read; a mark that waited for it (404) is due now."""
+        meta = wl.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        if not namespace or not name:
+            return
+        self._remember_workload(workload_ref(namespace, name), wl)
+        waiting = self._later.get(f"pending:{namespace}/{name}")
+        if waiting is not None:
+            waiting.due = 0.0
+
+    def _remember_workload(self, ref: Ref, wl: Json) -> None:
+        """Keep what a pending mark needs of the Workload as the API server just returned it."""
+        meta = wl.get("metadata") or {}
+        key = str(ref)
+        self._seen[key] = {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                                        "annotations": meta.get("annotations") or {}},
+                           "status": wl.get("status") or {}}
+        self._seen.move_to_end(key)
+        while len(self._seen) > self.pending_cache_size:
+            self._seen.popitem(last=False)
+
+    async def _patch_workload(self, ref: Ref, body: Json, *, status: bool) -> Json | None:
+        """The patched Workload (remembered); None on a conflict (forgotten: re-read and try again)."""
+        try:
+            out = await self.kube.patch(ref, body, status=status, not_found_retriable=True)
+        except KubeApiError as e:
+            self._seen.pop(str(ref), None)
+            if e.conflict:
+                self.stats.conflicts += 1
+                return None
+            raise
+        self._remember_workload(ref, out)
+        return out
+
     async def _write_status(self, ref: Ref, wl: Json, desired: Json) -> bool:
         """False on a conflict (re-read and try again)."""
         patch = status_patch(wl, desired)
         if patch is None:
             return True
-        try:
-            await self.kube.patch(ref, patch, status=True, not_found_retriable=True)
-        except KubeApiError as e:
-            if e.conflict:
-                self.stats.conflicts += 1
-                return False
-            raise
-        return True
+        return await self._patch_workload(ref, patch, status=True) is not None
 
     async def _patch_job(self, ref: Ref, body: Json) -> Json | None:
         """The patched Job; None on a conflict."""
@@ -489,8 +582,10 @@ class KubePort:
 
     async def _restore(self, ref: Ref, job: Json) -> bool:
         """Put the template's own scheduling back if the Job may change now; True when nothing is left to do."""
-        if (job.get("spec") or {}).get("suspend") is not True:
-            return True  # admitted again meanwhile: that admission built the template from the original
+        if (job.get("spec") or {}).get("suspend") is not True or job_finished(job):
+            # Admitted again meanwhile (that admission built the template from the original), or
+            # finished (evicted late: it never runs again, and a started Job's template may not change).
+            return True
         body = job_restore_patch(job)
         if body is None:
             return True
@@ -530,24 +625,26 @@ class KubePort:
             self._pending_cache.popitem(last=False)
 
     async def _write_pending(self, d: MarkPending) -> None:
+        """The condition (and the annotation when its reason changed), patched from the last copy of
+        the Workload seen — read only when there is none, or when that copy is stale (409)."""
         ref = self._ref(d.namespace, d.name)
         for _ in range(self.max_conflicts):
-            wl = await self._workload(d)
-            if holds_quota(wl):
-                # A redo of a pending mark from before the admission the Workload shows (the scheduler
-                # never marks a workload that holds quota pending): the newer state stands.
+            wl = self._seen.get(str(ref))
+            if wl is None or holds_quota(wl):  # (a copy holding quota is read again to be sure)
+                wl = await self._workload(d)
+            if holds_quota(wl) or is_finished(wl):
+                # A redo of a pending mark from before the admission the Workload shows, or a mark
+                # recovered for a workload that finished since (the scheduler never marks a workload
+                # that holds quota or finished pending): the newer state stands.
                 self.stats.stale += 1
                 return
             if annotations_of(wl).get(PENDING_REASON_ANNOTATION) != d.reason:
                 body = {"metadata": {"resourceVersion": resource_version(wl),
                                      "annotations": {PENDING_REASON_ANNOTATION: str(d.reason)}}}
-                try:
-                    wl = await self.kube.patch(ref, body, not_found_retriable=True)
-                except KubeApiError as e:
-                    if not e.conflict:
-                        raise
-                    self.stats.conflicts += 1
+                patched = await self._patch_workload(ref, body, status=False)
+                if patched is None:
                     continue
+                wl = patched
             desired = pending_status(wl.get("status") or {}, d)
             if status_patch(wl, desired) is None:
                 self.stats.pending_unchanged += 1
@@ -558,21 +655,31 @@ class KubePort:
         raise KubeApiError(f"mark Workload {d.namespace}/{d.name} pending: still conflicting after "
                            f"{self.max_conflicts} re-reads", retriable=True, status=409)
 
-    async def _do_later(self) -> None:
+    async def _do_later(self) -> list[_Later]:
+        """The restores that are due; returns the pending retries that are due (popped, at most
+        ``marks_per_step``: the rest wait for the next step)."""
         now = time.monotonic()
+        due: list[_Later] = []
         for name in sorted(k for k, v in self._later.items() if v.due <= now):
-            item = self._later.pop(name)
+            item = self._later[name]
             if item.decision is not None:
-                try:
-                    await self._write_pending(item.decision)
-                except ActuationError as e:
-                    self._defer_pending(item.decision, item.attempts, e)
-                else:
-                    key = f"{item.decision.namespace}/{item.decision.name}"
-                    self._remember_pending(key, (item.decision.condition_reason, item.decision.message,
-                                                 str(item.decision.reason)))
+                if len(due) < self.marks_per_step:
+                    due.append(self._later.pop(name))
             elif item.job is not None:
+                del self._later[name]
                 await self._retry_restore(name, item)
+        return due
+
+    async def _retry_pending(self, item: _Later) -> None:
+        assert item.decision is not None
+        try:
+            await self._write_pending(item.decision)
+        except ActuationError as e:
+            self._defer_pending(item.decision, item.attempts, e)
+        else:
+            key = f"{item.decision.namespace}/{item.decision.name}"
+            self._remember_pending(key, (item.decision.condition_reason, item.decision.message,
+                                         str(item.decision.reason)))
 
     async def _retry_restore(self, name: str, item: _Later) -> None:
         assert item.job is not None
@@ -630,14 +737,22 @@ class KubePort:
         return self.counts.local_queue_status(key, self._quotas.get(cq, ()))
 
     async def _write_queue(self, ref: Ref, desired: Callable[[Json], Json]) -> bool:
-        """True when done (written, unchanged, or not there to write); False to try next step."""
+        """True when done (written, unchanged, or not there to write); False to try next step. The
+        object is read at most every ``flavor_ttl_seconds``; a write's answer is a fresh copy too."""
+        key, now = str(ref), time.monotonic()
         try:
-            obj = await self.kube.get(ref)
+            hit = self._queues.get(key)
+            if hit is not None and now - hit[0] < self.flavor_ttl_seconds:
+                obj = hit[1]  # as the API server returned it a moment ago (only we write its status)
+            else:
+                obj = await self.kube.get(ref)
+                self._queues[key] = (now, obj)
             patch = queue_status_patch(obj, desired(obj))
             if patch is not None:
-                await self.kube.patch(ref, patch, status=True)
+                self._queues[key] = (now, await self.kube.patch(ref, patch, status=True))
                 self.stats.queue_status_writes += 1
         except KubeApiError as e:
+            self._queues.pop(key, None)
             if e.retriable:
                 return False
             _log.warning("queue status not written", queue=str(ref), error=str(e))

@@ -24,6 +24,7 @@ from events.cluster import (
     ORIGINAL_POD_SCHEDULING_ANNOTATION,
     ConditionStatus,
     ConditionType,
+    JobConditionType,
 )
 from events.kueue_versions import STORAGE_VERSION
 from events.manifests import format_time, parse_time
@@ -279,6 +280,13 @@ def may_restore(job: Mapping[str, Any]) -> bool:
     return (job.get("spec") or {}).get("suspend") is True and not (job.get("status") or {}).get("startTime")
 
 
+def job_finished(job: Mapping[str, Any]) -> bool:
+    """A Job with a ``Complete`` or ``Failed`` condition that is True never runs again."""
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(isinstance(c, Mapping) and c.get("type") in (JobConditionType.COMPLETE, JobConditionType.FAILED)
+               and c.get("status") == ConditionStatus.TRUE for c in conditions if isinstance(conditions, list))
+
+
 def job_restore_patch(job: Mapping[str, Any]) -> Json | None:
     """Back to the template's own nodeSelector / tolerations; None when nothing is injected."""
     if ORIGINAL_POD_SCHEDULING_ANNOTATION not in annotations_of(job):
@@ -428,6 +436,11 @@ def pending_status(status: Mapping[str, Any], d: MarkPending) -> Json:
     conds = _conditions(status)
     set_condition(conds, cond.pending_as(d.condition_reason, d.message, d.time))
     return {**status, "conditions": conds}
+
+
+def is_finished(workload: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == ConditionType.FINISHED and c.get("status") == ConditionStatus.TRUE
+               for c in _conditions(workload.get("status") or {}))
 
 
 def holds_quota(workload: Mapping[str, Any]) -> bool:

@@ -29,6 +29,13 @@ committed); the decision is tried again after an exponential back-off (``retry_a
 to the port's ``max_attempts``, then reported as ``ActuationFailed(retriable=True)`` and the
 line moves on. A non-retriable one is reported at once.
 
+Workloads at once. A port whose calls wait on a server (``Tuning.concurrency`` above 1) gets the
+decisions of up to that many workloads at once; each workload's (an elastic Job's slices count as
+one) are applied in log order, one after another. The batch is committed only when every decision
+in it is done, and only up to the first that must be tried again: a decision after that point that
+was applied meanwhile is neither reported nor noted, and is applied again (an idempotent redo, as
+after a crash) and reported in a later step. So reports stay exactly once and in log order.
+
 :meth:`Actuator.step` is a coroutine. A port whose calls never suspend (the simulated
 cluster's) lets :meth:`Actuator.step_now` run a step to its end in the calling thread,
 without an event loop: how the deterministic driver and the demo step it.
@@ -36,6 +43,7 @@ without an event loop: how the deterministic driver and the demo step it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Generic, Protocol, TypeVar
@@ -84,13 +92,16 @@ class ActuationError(Exception):
 
 @dataclass(frozen=True)
 class Tuning:
-    """How the loop paces a port: decisions per commit, attempts of a retriable failure, and
-    the back-off between them (doubling from ``retry_base_seconds`` up to ``retry_max_seconds``)."""
+    """How the loop paces a port: decisions per commit, attempts of a retriable failure, the
+    back-off between them (doubling from ``retry_base_seconds`` up to ``retry_max_seconds``), and
+    how many workloads' decisions are applied at once (``concurrency``; a port whose calls never
+    suspend keeps 1)."""
 
     batch_size: int = 100
     max_attempts: int = 10
     retry_base_seconds: float = 0.2
     retry_max_seconds: float = 10.0
+    concurrency: int = 1  # workloads whose decisions are applied at once (1: one decision after another)
 
     def backoff(self, attempts: int) -> float:
         """The wait after the ``attempts``-th failure (counting from 1)."""
@@ -180,6 +191,9 @@ class Watermark:
         if cycle >= self.cycle:
             self.cycle, self.closed, self.ids = cycle, True, set()
 
+    def copy(self) -> Watermark:
+        return Watermark(self.cycle, self.closed, set(self.ids))
+
     @classmethod
     def recovered(cls, records: Iterator[Record], decode: Callable[[Record], DecisionRecord | None]) -> Watermark:
         """The watermark of a consumer whose committed position ``records`` walks back from
@@ -231,6 +245,36 @@ def _superseded_marks(batch: Sequence[Record], peeks: Sequence[DecisionPeek]) ->
     return frozenset(out)
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """One record of a batch as planned in log order: a decision to apply, or nothing to apply and
+    the :class:`Stats` counter it adds to when committed; ``closes`` a cycle."""
+
+    decision: AnyDecision | None
+    counter: str
+    closes: int | None
+
+    def mark(self, watermark: Watermark) -> None:
+        if self.closes is not None:
+            watermark.close_cycle(self.closes)
+        if self.decision is not None:
+            watermark.note(self.decision)
+
+    def marked(self, watermark: Watermark) -> _Planned:
+        self.mark(watermark)
+        return self
+
+
+@dataclass
+class _Outcome:
+    """A decision carried out: ``ok`` False when it must be tried again (the batch is cut before
+    it); its reports; the :class:`Stats` counter it adds to once committed."""
+
+    ok: bool
+    appends: dict[str, list[tuple[str, bytes]]] = field(default_factory=dict)
+    counter: str = ""
+
+
 def complete(coro: Coroutine[object, None, T]) -> T:
     """Run a coroutine that never suspends to its end, here, without an event loop."""
     try:
@@ -259,6 +303,7 @@ class Actuator(Generic[P]):
         self.stats = Stats()
         self.retry_after: float | None = None
         self._attempts: dict[str, int] = {}
+        self._aliases: dict[str, str] = {}  # an elastic Job's slice -> the first slice of its Workload object
         self._stale = True
 
     def recover(self) -> None:
@@ -268,8 +313,14 @@ class Actuator(Generic[P]):
         self.next_offset = self.log.position(GROUP, topic)
         self.watermark = Watermark.recovered(read_backwards(self.log, topic, self.next_offset), self._decode)
         self._attempts = {}
-        self.port.recover(self._history(self.next_offset))
+        self._aliases = {}
+        self.port.recover(self._learning_aliases(self._history(self.next_offset)))
         self._stale = False
+
+    def _learning_aliases(self, history: Iterator[AnyDecision]) -> Iterator[AnyDecision]:
+        for d in history:
+            self._learn_alias(d)
+            yield d
 
     def _history(self, end: int) -> Iterator[AnyDecision]:
         offset = 0
@@ -285,25 +336,38 @@ class Actuator(Generic[P]):
 
     async def step(self) -> int:
         """Apply one batch of decisions and commit the port's records, the reports and the
-        position. Returns the records consumed, plus one when a retry is due (so a driver
-        waiting for quiet keeps stepping)."""
+        position. Returns the records consumed, plus one when a retry is due or the port has
+        work queued for the next steps (so a driver waiting for quiet keeps stepping).
+
+        Decisions about different workloads may be applied at once (``tuning.concurrency``), each
+        workload's in log order. A retriable failure cuts the batch there: what comes before it in
+        the log is committed (with its reports); anything after it that was applied meanwhile is
+        neither reported nor noted, and is applied again (idempotently) and reported next step."""
         if self._stale:
             self.recover()  # at start, and after a failed commit left the watermark ahead of the log
         self.retry_after = None
         await self.port.before_batch()
         batch = self.log.read(self.topics.decisions, self.next_offset, self.tuning.batch_size)
-        appends: dict[str, list[tuple[str, bytes]]] = {}
-        consumed = 0
         # Most records are cycle records and pending marks: their tag, cycle and workload are often
         # all that matters, so every record is peeked at once and decoded in full only when needed.
         peeks = [peek_decision(rec.value) for rec in batch]
         superseded = _superseded_marks(batch, peeks) if self.port.takes_pending_marks else frozenset()
-        for rec, peek in zip(batch, peeks, strict=True):
-            if rec.offset in superseded:
-                self.stats.coalesced += 1
-            elif not await self._apply(rec, peek, appends):
-                break  # a retriable failure: commit what came before, try this one again next step
-            consumed += 1
+        before = self.watermark.copy()
+        plan = [_Planned(None, "coalesced", None) if rec.offset in superseded else self._plan(rec, peek)
+                for rec, peek in zip(batch, peeks, strict=True)]
+        outcomes = await self._run(plan)
+        consumed = next((i for i, out in enumerate(outcomes) if out is not None and not out.ok), len(batch))
+        appends: dict[str, list[tuple[str, bytes]]] = {}
+        for planned, out in zip(plan[:consumed], outcomes[:consumed], strict=True):
+            counter = out.counter if out is not None else planned.counter
+            if counter:
+                setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+            for topic, items in (out.appends if out is not None else {}).items():
+                appends.setdefault(topic, []).extend(items)
+        if consumed < len(batch):  # the watermark as of the cut: only what is committed is noted
+            self.watermark = before
+            for planned in plan[:consumed]:
+                planned.mark(self.watermark)
         await self.port.after_batch()
         if consumed:
             position = batch[consumed - 1].offset + 1  # offsets may have gaps: never assume +1
@@ -313,44 +377,94 @@ class Actuator(Generic[P]):
                 self._stale = True
                 raise
             self.next_offset = position
-        return consumed + (1 if self.retry_after is not None else 0)
+        # A port that queued work of its own for the next steps (the Kubernetes port's pending marks)
+        # keeps the driver stepping until it is done.
+        busy = self.retry_after is not None or bool(getattr(self.port, "deferred_marks", 0))
+        return consumed + (1 if busy else 0)
 
     def step_now(self) -> int:
         """:meth:`step` run to its end in the calling thread, for a port whose calls never
         suspend (the simulated cluster's): deterministic, no event loop, no threads."""
         return complete(self.step())
 
-    async def _apply(self, rec: Record, peek: DecisionPeek, appends: dict[str, list[tuple[str, bytes]]]) -> bool:
-        """Carry out one decision record (``peek``: its tag, cycle and workload) into ``appends``;
-        False to stop the batch before it."""
+    async def _run(self, plan: Sequence[_Planned]) -> list[_Outcome | None]:
+        """Apply the planned decisions: one after another, stopping at the first that must be
+        tried again; or, with ``concurrency`` above 1, each workload's in order and up to
+        ``concurrency`` workloads at once, none started past a failure already seen."""
+        outcomes: list[_Outcome | None] = [None] * len(plan)
+        chains: dict[str, list[int]] = {}
+        for i, planned in enumerate(plan):
+            if planned.decision is not None:
+                chains.setdefault(self._chain_key(planned.decision), []).append(i)
+        if self.tuning.concurrency <= 1 or len(chains) <= 1:
+            for i, planned in enumerate(plan):
+                if planned.decision is not None:
+                    out = outcomes[i] = await self._execute(planned.decision)
+                    if not out.ok:
+                        break
+            return outcomes
+        cut = [len(plan)]
+        gate = asyncio.Semaphore(self.tuning.concurrency)
+
+        async def chain(indices: list[int]) -> None:
+            async with gate:
+                for i in indices:
+                    if i > cut[0]:
+                        return
+                    decision = plan[i].decision
+                    assert decision is not None
+                    out = outcomes[i] = await self._execute(decision)
+                    if not out.ok:
+                        cut[0] = min(cut[0], i)
+                        return
+
+        async with asyncio.TaskGroup() as group:
+            for indices in chains.values():
+                group.create_task(chain(indices))
+        return outcomes
+
+    def _chain_key(self, d: AnyDecision) -> str:
+        """Decisions with the same key are applied in log order: a workload's, and an elastic Job's
+        slices' (they are written to one Workload object)."""
+        key = f"{d.namespace}/{d.name}"
+        return self._aliases.get(key, key)
+
+    def _learn_alias(self, d: AnyDecision) -> None:
+        if isinstance(d, AdmitWorkload) and d.replaced_slice:
+            self._aliases[f"{d.namespace}/{d.name}"] = self._aliases.get(d.replaced_slice, d.replaced_slice)
+
+    def _plan(self, rec: Record, peek: DecisionPeek) -> _Planned:
+        """What one decision record (``peek``: its tag, cycle and workload) asks for, in log order:
+        a decision to apply, or nothing (with the counter it adds to); the watermark moves as it will
+        once the record is applied."""
         if peek.type == "cycle" and peek.cycle >= 0:
-            self.watermark.close_cycle(peek.cycle)
-            return True
+            return _Planned(None, "", peek.cycle).marked(self.watermark)
         pending_wanted = self.port.takes_pending_marks
         if peek.type == "pending" and not pending_wanted:
-            self.stats.ignored += 1
-            return True
-        d = self._decode(rec)
+            return _Planned(None, "ignored", None)
+        d = self._decode(rec, count=False)
         if d is None:
-            return True
+            return _Planned(None, "skipped", None)
         if isinstance(d, CycleCompleted):
-            self.watermark.close(d)
-            return True
+            return _Planned(None, "", d.cycle).marked(self.watermark)
         if isinstance(d, MarkPending) and not pending_wanted:
-            self.stats.ignored += 1
-            return True
+            return _Planned(None, "ignored", None)
         if isinstance(d, _PLACEMENTS) and self.placer is None:
-            self.stats.ignored += 1  # no worker clusters to reach from here
-            return True
+            return _Planned(None, "ignored", None)  # no worker clusters to reach from here
         if self.watermark.applied(d):
-            self.stats.duplicates += 1
-            return True
+            return _Planned(None, "duplicates", None)
+        self._learn_alias(d)
+        return _Planned(d, "", None).marked(self.watermark)
+
+    async def _execute(self, d: AnyDecision) -> _Outcome:
+        """Carry out one decision: its reports, and whether the line may move past it."""
         if isinstance(d, MarkPending):
             await self.port.mark_pending(d)
-            self.watermark.note(d)
-            return True
+            return _Outcome(True)
         if isinstance(d, UpdateWorkloadStatus | UpdateLocalQueueFairSharing | PlacementWaiting):
             return await self._write_status(d)
+        assert not isinstance(d, CycleCompleted)
+        appends: dict[str, list[tuple[str, bytes]]] = {}
         try:
             if isinstance(d, PlaceWorkload | RemovePlacement):
                 assert self.placer is not None
@@ -359,20 +473,17 @@ class Actuator(Generic[P]):
                 staged = await (self.port.start(d) if isinstance(d, AdmitWorkload | AdmitChecked)
                                 else self.port.stop(d))
         except ActuationError as e:
-            return self._failed(d, e, appends)
+            return self._failed(d, e)
         self._attempts.pop(d.id, None)
         for topic, key, value in staged:
             appends.setdefault(topic, []).append((key, value))
         self._report(appends, DecisionApplied(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
                                               cluster=self.port.cluster), d.id)
-        self.watermark.note(d)
-        if isinstance(d, AdmitWorkload | AdmitChecked | PlaceWorkload):
-            self.stats.started += 1
-        else:
-            self.stats.stopped += 1
-        return True
+        started = isinstance(d, AdmitWorkload | AdmitChecked | PlaceWorkload)
+        return _Outcome(True, appends, "started" if started else "stopped")
 
-    async def _write_status(self, d: UpdateWorkloadStatus | UpdateLocalQueueFairSharing | PlacementWaiting) -> bool:
+    async def _write_status(self, d: UpdateWorkloadStatus | UpdateLocalQueueFairSharing | PlacementWaiting
+                            ) -> _Outcome:
         """Status news: retried like an order (in line, so a later write never lands first), given up
         after the port's attempts with a warning; no report (the scheduler waits for nothing)."""
         try:
@@ -387,38 +498,35 @@ class Actuator(Generic[P]):
                 self._attempts[d.id] = attempts
                 self.stats.retries += 1
                 self.retry_after = self.tuning.backoff(attempts)
-                return False
-            self.stats.failed += 1
+                return _Outcome(False)
+            self._attempts.pop(d.id, None)
             _log.warning("status not written", decision=d.id, object=f"{d.namespace}/{d.name}",
                          error=str(e), attempts=attempts)
-        else:
-            self.stats.statuses += 1
+            return _Outcome(True, counter="failed")
         self._attempts.pop(d.id, None)
-        self.watermark.note(d)
-        return True
+        return _Outcome(True, counter="statuses")
 
     def _failed(self, d: AdmitWorkload | AdmitChecked | EvictWorkload | PlaceWorkload | RemovePlacement,
-                e: ActuationError,
-                appends: dict[str, list[tuple[str, bytes]]]) -> bool:
-        """Retry later (False: stop the batch here) or report the failure and move on."""
+                e: ActuationError) -> _Outcome:
+        """Retry later (not ok: the batch stops before it) or report the failure and move on."""
         workload = f"{d.namespace}/{d.name}"
         attempts = self._attempts.get(d.id, 0) + 1
         if e.retriable and attempts < self.tuning.max_attempts:
             self._attempts[d.id] = attempts
             self.stats.retries += 1
-            self.retry_after = self.tuning.backoff(attempts)
+            after = self.tuning.backoff(attempts)
+            self.retry_after = after if self.retry_after is None else min(self.retry_after, after)
             _log.info("actuation will be retried", decision=d.id, workload=workload, error=str(e),
-                      attempts=attempts, after=self.retry_after)
-            return False
+                      attempts=attempts, after=after)
+            return _Outcome(False)
         self._attempts.pop(d.id, None)
-        self.stats.failed += 1
         _log.warning("actuation failed", decision=d.id, workload=workload, error=str(e), retriable=e.retriable,
                      attempts=attempts)
+        appends: dict[str, list[tuple[str, bytes]]] = {}
         self._report(appends, ActuationFailed(time=d.time, decision_id=d.id, namespace=d.namespace, name=d.name,
                                               error=str(e), retriable=e.retriable, cluster=self.port.cluster),
                      f"{d.id}:failed")
-        self.watermark.note(d)
-        return True
+        return _Outcome(True, appends, "failed")
 
     def _report(self, appends: dict[str, list[tuple[str, bytes]]], event: DecisionApplied | ActuationFailed,
                 suffix: str) -> None:
@@ -426,12 +534,12 @@ class Actuator(Generic[P]):
                        event=event)
         appends.setdefault(self.topics.cluster_events, []).append((event_key(env), encode(env)))
 
-    def _decode(self, rec: Record) -> DecisionRecord | None:
+    def _decode(self, rec: Record, *, count: bool = True) -> DecisionRecord | None:
         try:
             d: DecisionRecord = decode_decision(rec.value)
         except (MalformedRecord, UnknownEventType) as e:
             # Only the scheduler must stop on an unknown type; any other consumer skips with a warning.
-            self.stats.skipped += 1
+            self.stats.skipped += int(count)
             _log.warning("decision record skipped", offset=rec.offset, error=str(e))
             return None
         return d

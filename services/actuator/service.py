@@ -57,6 +57,7 @@ class ActuatorService:
         self.placer = WorkerPlacer(api, origin=cluster, namespace=multikueue_namespace, qps=qps, burst=burst)
         self.actuator = Actuator(log, self.port, topics=topics, placer=self.placer)
         self.reconciler = JobReconciler(reconciler_api or api, cluster=cluster, policy=policy, t9k=t9k)
+        self.reconciler.on_workload_created = self.port.workload_created
         # ACK's ElasticQuotaTree kept as Kueue objects (deploy/frontends/ack), when asked for.
         self.trees = TreeReconciler(reconciler_api or api) if elastic_quota_tree else None
         self.pods = PodReconciler(reconciler_api or api) if elastic_quota_tree else None

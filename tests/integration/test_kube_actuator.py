@@ -463,3 +463,79 @@ async def test_a_deactivating_eviction_suspends_the_job_and_sets_spec_active_fal
     assert conditions(wl)["Evicted"][:2] == ("True", "DeactivatedDueToRequeuingLimitExceeded")
     assert conditions(wl)["Requeued"][:2] == ("False", "DeactivatedDueToRequeuingLimitExceeded")
     assert "admission" not in wl["status"]
+
+
+async def test_pending_marks_patch_from_the_last_copy_seen(kueue_crds: None, kube_namespace: str,
+                                                           kube_api_client: client.ApiClient) -> None:
+    """A pending mark reads the Workload only when it has no copy of it, writes the annotation only
+    when the closed-set reason changed, and a copy made stale by another writer is refused (409)
+    by the real API server, then read again: the write lands on the newest object."""
+    k = Cluster(kube_api_client, kube_namespace)
+    await k.queues()
+    wl_name = await k.workload(await k.job("pend"))
+    port = KubePort(kube_api_client, cluster="test")
+    calls = port.stats.api.calls
+
+    def mark(cycle: int, reason: PendingReason, message: str) -> MarkPending:
+        return MarkPending(id=f"c{cycle}-0", cycle=cycle, time=1_700_000_000_000 + cycle * 1000, reason=reason,
+                           message=message, namespace=kube_namespace, name=wl_name, cluster_queue=k.cq)
+
+    # A mark is queued, not written; the next step writes each workload's newest one only.
+    await port.mark_pending(mark(1, PendingReason.QUEUED, "zeroth"))
+    await port.mark_pending(mark(1, PendingReason.WAITING_FOR_QUOTA, "first"))
+    assert calls == {} and port.deferred_marks == 1 and port.stats.pending_superseded == 1
+    await port.before_batch()
+    assert calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 1}
+    assert port.deferred_marks == 0
+    await port.mark_pending(mark(2, PendingReason.WAITING_FOR_QUOTA, "second"))
+    await port.before_batch()
+    assert calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 2}
+    wl = await k.read("workloads", wl_name)
+    assert conditions(wl) == {"QuotaReserved": ("False", "Pending", "second")}
+
+    # Another writer changes the Workload: the remembered resourceVersion is stale.
+    await k.co.patch_namespaced_custom_object(KUEUE, V, kube_namespace, "workloads", wl_name,
+                                              [{"op": "add", "path": "/metadata/labels/other", "value": "x"}])
+    await port.mark_pending(mark(3, PendingReason.BLOCKED_BY_STRICT_FIFO, "third"))
+    await port.before_batch()
+    assert port.stats.conflicts == 1
+    assert calls["get Workload"] == 2
+    wl = await k.read("workloads", wl_name)
+    assert conditions(wl) == {"QuotaReserved": ("False", "Pending", "third")}
+    assert wl["metadata"]["annotations"]["kueuelog.io/pending-reason"] == "BlockedByStrictFIFO"
+    assert wl["metadata"]["labels"]["other"] == "x"
+    assert port.stats.pending_written == 3 and port.stats.pending_dropped == 0
+
+    # A restarted port writes (or finds written) the last mark of each waiting workload again: a
+    # mark behind the committed position may have been lost in a crash before it was written.
+    restarted = KubePort(kube_api_client, cluster="test")
+    restarted.recover(iter([mark(1, PendingReason.WAITING_FOR_QUOTA, "first"),
+                            mark(3, PendingReason.BLOCKED_BY_STRICT_FIFO, "third")]))
+    assert restarted.deferred_marks == 1
+    await restarted.before_batch()
+    assert restarted.stats.api.calls == {"get Workload": 1} and restarted.stats.pending_unchanged == 1
+
+
+async def test_a_mark_waiting_for_its_workload_is_written_when_the_reconciler_creates_it(
+        kueue_crds: None, kube_namespace: str, kube_api_client: client.ApiClient) -> None:
+    """The mark of a workload whose Workload the job reconciler has not created yet waits (404);
+    told of the creation (the reconciler in the same process), the port writes it at the next step
+    from the created object, with no read."""
+    k = Cluster(kube_api_client, kube_namespace)
+    await k.queues()
+    job = await k.job("late")
+    name = jobs.workload_name_for_job(job["name"], job["uid"])
+    port = KubePort(kube_api_client, cluster="test")
+    await port.mark_pending(MarkPending(id="c1-0", cycle=1, time=1_700_000_001_000, namespace=kube_namespace,
+                                       name=name, cluster_queue=k.cq, reason=PendingReason.WAITING_FOR_QUOTA,
+                                       message="waiting"))
+    await port.before_batch()
+    assert port.stats.api.calls == {"get Workload": 1} and port.stats.api.errors == {"404": 1}
+
+    assert await k.workload(job) == name
+    port.workload_created(await k.read("workloads", name))  # what the reconciler's create returns
+    await port.before_batch()
+    assert port.stats.api.calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 1}
+    wl = await k.read("workloads", name)
+    assert conditions(wl) == {"QuotaReserved": ("False", "Pending", "waiting")}
+    assert wl["metadata"]["annotations"]["kueuelog.io/pending-reason"] == "WaitingForQuota"

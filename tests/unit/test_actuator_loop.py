@@ -152,8 +152,11 @@ class CallingPort:
         self.batches += 1
 
 
+CONCURRENT = Tuning(batch_size=100, max_attempts=3, concurrency=8)
 PORTS: dict[str, Callable[[], ActuationPort]] = {"records to commit (simulated cluster)": RefusingSimPort,
-                                                 "calls of its own (API server)": CallingPort}
+                                                 "calls of its own (API server)": CallingPort,
+                                                 "calls of its own, workloads at once": lambda: CallingPort(
+                                                     tuning=CONCURRENT)}
 
 
 @pytest.fixture
@@ -296,8 +299,10 @@ async def test_status_news_is_written_in_line_retried_and_never_reported(log: Sq
     assert reports(log) == [("actuator:c1:c0-0", "DecisionApplied", "c0-0", "", None)]
     s = actuator.stats
     assert (s.started, s.statuses, s.retries, s.failed, s.duplicates) == (1, 2, 1, 1, 1)
-    if isinstance(port, CallingPort):  # flaky's write retried before the ones after it: order kept
-        assert port.statuses == ["c0-1", "c0-3"]
+    if isinstance(port, CallingPort) and port.tuning.concurrency == 1:
+        assert port.statuses == ["c0-1", "c0-3"]  # flaky's write retried before the ones after it: order kept
+    elif isinstance(port, CallingPort):  # workloads at once: good's write may go first, and again after the cut
+        assert port.statuses.count("c0-1") == 1 and set(port.statuses) == {"c0-1", "c0-3"}
     assert actuator.log.position(GROUP, TOPICS.decisions) == 6
 
 
@@ -332,3 +337,91 @@ async def test_marks_in_separate_batches_are_each_written(log: SqliteLog) -> Non
     write(log, pending(0, 0, "a"), done(0, 1), pending(1, 0, "a"), done(1, 1))
     await drain(Actuator(log, port, topics=TOPICS))
     assert calls == ["c0-0", "c1-0"]
+
+
+@dataclass
+class SlowPort(CallingPort):
+    """A :class:`CallingPort` whose calls take a few turns of the event loop (more for some
+    workloads), recording each workload's calls in the order they finish and the calls in flight."""
+
+    turns: dict[str, int] = field(default_factory=dict)
+    done: dict[str, list[str]] = field(default_factory=dict)
+    in_flight: int = 0
+    most_in_flight: int = 0
+
+    async def _call(self, name: str) -> None:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            for _ in range(self.turns.get(name, 1)):
+                await asyncio.sleep(0)
+            await super()._call(name)
+        finally:
+            self.in_flight -= 1
+
+    async def start(self, decision: AdmitWorkload) -> Sequence[Staged]:
+        out = await super().start(decision)
+        self.done.setdefault(decision.name, []).append(decision.id)
+        return out
+
+    async def stop(self, decision: EvictWorkload) -> Sequence[Staged]:
+        out = await super().stop(decision)
+        self.done.setdefault(decision.name, []).append(decision.id)
+        return out
+
+
+async def test_workloads_are_applied_at_once_each_in_log_order(log: SqliteLog) -> None:
+    """The first decision of ``slow`` takes longest: the other workloads' go ahead meanwhile, but
+    ``slow``'s later decisions wait for it; never more calls in flight than ``concurrency``."""
+    names = ["slow", "a", "b", "c", "d", "e", "f", "g", "h", "i", "j"]
+    records: list[AnyDecision] = [admit(0, i, n) for i, n in enumerate(names)]
+    records += [done(0, len(names)), evict(1, 0, "slow"), evict(1, 1, "a"), admit(1, 2, "slow"), done(1, 3)]
+    write(log, *records)
+    port = SlowPort(tuning=Tuning(batch_size=100, max_attempts=3, concurrency=4), turns={"slow": 50})
+    actuator = Actuator(log, port, topics=TOPICS)
+    await drain(actuator)
+    assert port.done["slow"] == ["c0-0", "c1-0", "c1-2"] and port.done["a"] == ["c0-1", "c1-1"]
+    assert port.most_in_flight == 4
+    # Reports in log order, each once, in one commit.
+    assert [r[2] for r in reports(log)] == [f"c0-{i}" for i in range(len(names))] + ["c1-0", "c1-1", "c1-2"]
+    assert (actuator.stats.started, actuator.stats.stopped) == (len(names) + 1, 2)
+    assert log.position(GROUP, TOPICS.decisions) == log.end_offset(TOPICS.decisions)
+
+
+async def test_a_failure_in_the_middle_of_a_concurrent_batch_cuts_it_there(log: SqliteLog, tmp_path: Path) -> None:
+    """``flaky`` fails its first attempt while the workloads around it are applied: the commit
+    takes only what comes before it in the log; what came after and was applied meanwhile is
+    reported once, with the retry, in the next step; ``bad`` is reported failed and the line moves on."""
+    write(log, admit(0, 0, "a"), admit(0, 1, "bad"), admit(0, 2, "flaky"), admit(0, 3, "b"), evict(0, 4, "a"),
+          done(0, 5))
+    port = SlowPort(tuning=CONCURRENT, turns={"a": 1, "bad": 1, "flaky": 5, "b": 1})
+    actuator = Actuator(log, port, topics=TOPICS)
+    assert await actuator.step() == 2 + 1  # two committed, a retry due
+    assert log.position(GROUP, TOPICS.decisions) == 2
+    assert [r[2] for r in reports(log)] == ["c0-0", "c0-1"]
+    assert port.done["b"] == ["c0-3"] and port.done["a"] == ["c0-0", "c0-4"]  # applied, not committed
+    assert (actuator.stats.started, actuator.stats.stopped, actuator.stats.failed) == (1, 0, 1)
+
+    # A crash now: a restarted actuator applies the rest again (idempotent) and reports each once.
+    restarted = Actuator(log, SlowPort(tuning=CONCURRENT), topics=TOPICS)
+    await drain(restarted)
+    assert reports(log) == [
+        ("actuator:c1:c0-0", "DecisionApplied", "c0-0", "", None),
+        ("actuator:c1:c0-1:failed", "ActuationFailed", "c0-1", "ns/bad: forbidden", False),
+        ("actuator:c1:c0-2", "DecisionApplied", "c0-2", "", None),
+        ("actuator:c1:c0-3", "DecisionApplied", "c0-3", "", None),
+        ("actuator:c1:c0-4", "DecisionApplied", "c0-4", "", None),
+    ]
+    assert log.position(GROUP, TOPICS.decisions) == log.end_offset(TOPICS.decisions)
+
+    # Without the crash, the same actuator goes on from the cut just as well.
+    other = SqliteLog(tmp_path / "other")
+    try:
+        write(other, admit(0, 0, "a"), admit(0, 1, "bad"), admit(0, 2, "flaky"), admit(0, 3, "b"),
+              evict(0, 4, "a"), done(0, 5))
+        same = Actuator(other, SlowPort(tuning=CONCURRENT, turns={"flaky": 5}), topics=TOPICS)
+        await drain(same)
+        assert [r[2] for r in reports(other)] == ["c0-0", "c0-1", "c0-2", "c0-3", "c0-4"]
+        assert (same.stats.started, same.stats.stopped, same.stats.failed, same.stats.retries) == (3, 1, 1, 1)
+    finally:
+        other.close()

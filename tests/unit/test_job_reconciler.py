@@ -10,6 +10,7 @@ cannot be read is an error naming the Job and the field.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -401,3 +402,46 @@ def test_api_errors_say_whether_to_retry(status: int, body: Any, want_retriable:
     assert (err.status, err.retriable, isinstance(err, shell._NamespaceTerminating)) == (
         status, want_retriable, want_terminating)
     assert str(err).startswith(f"create Workload ns/x: HTTP {status}")
+
+
+async def test_workers_reconcile_jobs_at_once_but_each_job_by_one_worker_at_a_time() -> None:
+    """A Job that changes while a worker reconciles it is not handed to a second worker: it is
+    reconciled again once the first pass is over; other Jobs go ahead meanwhile."""
+    api = an_api_client()
+    try:
+        r = shell.JobReconciler(api, cluster="c")
+        release = asyncio.Event()
+        running: list[tuple[str, str]] = []
+        passes: list[tuple[str, str]] = []
+        most = 0
+
+        async def reconcile(key: tuple[str, str]) -> None:
+            nonlocal most
+            assert key not in running  # never two workers on one Job
+            running.append(key)
+            most = max(most, len(running))
+            if key == ("ns", "slow"):
+                await release.wait()
+            await asyncio.sleep(0)
+            running.remove(key)
+            passes.append(key)
+
+        r._reconcile = reconcile  # type: ignore[method-assign]
+        workers = [asyncio.create_task(r._work()) for _ in range(r.workers)]
+        r._enqueue(("ns", "slow"))
+        await asyncio.sleep(0)
+        r._enqueue(("ns", "slow"))  # changed while being reconciled
+        r._enqueue(("ns", "a"))
+        r._enqueue(("ns", "b"))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert passes == [("ns", "a"), ("ns", "b")] and most == 3  # went ahead of the slow one
+        release.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert passes.count(("ns", "slow")) == 2 and not running
+        for w in workers:
+            w.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+    finally:
+        await api.close()

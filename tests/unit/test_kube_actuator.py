@@ -32,6 +32,7 @@ from services.actuator.kubeplan import (
     injected,
     job_admit_patch,
     job_evict_patch,
+    job_finished,
     job_restore_patch,
     pending_status,
     queue_status_patch,
@@ -428,3 +429,16 @@ def test_a_workload_waiting_for_its_checks_reserves_but_is_not_admitted_until_th
     assert (status["reservingWorkloads"], status["admittedWorkloads"]) == (1, 1)
     assert status["flavorsUsage"] == status["flavorsReservation"]
     assert admitted_status({}, reserve)["conditions"][1]["reason"] == "UnsatisfiedAdmissionChecks"
+
+
+def test_a_finished_job_is_never_restored() -> None:
+    """A Job evicted after it finished never runs again: its template is not waited on."""
+    def job(*conditions: tuple[str, str]) -> dict[str, object]:
+        return {"spec": {"suspend": True},
+                "status": {"conditions": [{"type": t, "status": s} for t, s in conditions]}}
+
+    assert job_finished(job(("SuccessCriteriaMet", "True"), ("Complete", "True")))
+    assert job_finished(job(("Failed", "True")))
+    assert not job_finished(job(("Complete", "False")))
+    assert not job_finished(job())
+    assert not job_finished({"status": {"conditions": "garbled"}})
