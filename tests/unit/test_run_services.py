@@ -48,17 +48,25 @@ apiVersion: kueue.x-k8s.io/v1beta1
 kind: LocalQueue
 metadata: {name: lq, namespace: team}
 spec: {clusterQueue: cq}
-""" + "".join(f"""---
+"""
+
+
+def workload_manifest(name: str, created: str, count: int = 1) -> str:
+    """A Workload of ``count`` pods of 1 cpu in LocalQueue team/lq, created at ``created``."""
+    return f"""---
 apiVersion: kueue.x-k8s.io/v1beta1
 kind: Workload
-metadata: {{name: w{i}, namespace: team, creationTimestamp: "2025-01-01T00:00:0{i}Z"}}
+metadata: {{name: {name}, namespace: team, creationTimestamp: "{created}"}}
 spec:
   queueName: lq
   podSets:
   - name: main
-    count: 1
+    count: {count}
     template: {{spec: {{containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]}}}}
-""" for i in range(3))
+"""
+
+
+MANIFESTS += "".join(workload_manifest(f"w{i}", f"2025-01-01T00:00:0{i}Z") for i in range(3))
 
 
 @pytest.fixture
@@ -153,26 +161,9 @@ def test_the_metrics_hook_walks_the_workloads_and_asks_the_lag_only_after_recove
 async def test_the_live_scheduler_folds_the_whole_backlog_before_its_first_cycle(log: SqliteLog) -> None:
     """More than a read's worth waiting: the first live step folds all of it, so its cycles decide
     on the newest state (the last workload, created first, is admitted first), and replays exactly."""
-    many = "".join(f"""---
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: Workload
-metadata: {{name: x{i}, namespace: team, creationTimestamp: "2025-01-01T00:{10 + i // 60:02d}:{i % 60:02d}Z"}}
-spec:
-  queueName: lq
-  podSets:
-  - name: main
-    count: 1
-    template: {{spec: {{containers: [{{name: c, resources: {{requests: {{cpu: "1"}}}}}}]}}}}
-""" for i in range(1_200))
-    early = """---
-apiVersion: kueue.x-k8s.io/v1beta1
-kind: Workload
-metadata: {name: early, namespace: team, creationTimestamp: "2024-12-31T00:00:00Z"}
-spec:
-  queueName: lq
-  podSets:
-  - {name: main, count: 2, template: {spec: {containers: [{name: c, resources: {requests: {cpu: "1"}}}]}}}
-"""
+    many = "".join(workload_manifest(f"x{i}", f"2025-01-01T00:{10 + i // 60:02d}:{i % 60:02d}Z")
+                   for i in range(1_200))
+    early = workload_manifest("early", "2024-12-31T00:00:00Z", count=2)
     seeded = seed_all(log, load({"m.yaml": MANIFESTS + many + early}))
     assert seeded > Scheduler(log).batch_size
     steps: list[int | None] = []
