@@ -31,7 +31,7 @@ from services.core.quota import FR, Node
 from services.core.snapshot import encode_state
 from services.core.state import State, WorkloadRecord, finish_eviction
 from services.core.victims import Victims
-from tests.property.test_engine_properties import SETTINGS, Run, _play, actions, worlds
+from tests.property.test_engine_properties import SETTINGS, Cycle, Finish, Run, Submit, _play, actions, worlds
 
 
 def _over_by_scan(node: Node) -> dict[object, list[str]]:
@@ -88,6 +88,34 @@ def test_the_over_index_matches_a_scan_of_the_children(world: list[o.AnyObject],
 def test_several_heads_per_cluster_queue_keep_every_invariant_and_replay_exactly(
         world: list[o.AnyObject], history: list[object], heads: int) -> None:
     _play(OverRun(_with_heads(world, heads)), history)  # Run.cycle checks apply == run after each cycle
+
+
+def test_a_second_head_admitted_after_a_reclaim_within_nominal_in_the_same_cycle() -> None:
+    """A case Hypothesis found: cq1 (reclaimWithinNominal) reclaims for one head within its
+    nominal quota, and its second head is then admitted borrowing beside that reservation. The
+    reclaim was right as the queue stood when the cycle began, which is what the check reads."""
+    cpu = (("cpu", o.Quota(nominal=2000)),)
+    world: list[o.AnyObject] = [
+        o.ResourceFlavor(name="f0"), o.ResourceFlavor(name="f1"),
+        o.Cohort(name="left", parent="root"), o.Cohort(name="right", parent="root"),
+        o.ClusterQueue(name="cq0", cohort="root", namespace_selector=o.LabelSelector(),
+                       queueing_strategy=o.QueueingStrategy.STRICT_FIFO,
+                       resource_groups=(o.ResourceGroup(covered_resources=("cpu",), flavors=(
+                           o.FlavorQuotas(name="f0", resources=cpu), o.FlavorQuotas(name="f1", resources=cpu))),)),
+        o.LocalQueue(namespace="ns", name="lq0", cluster_queue="cq0"),
+        o.ClusterQueue(name="cq1", cohort="root", namespace_selector=o.LabelSelector(),
+                       preemption=o.PreemptionPolicy(reclaim_within_cohort=o.ReclaimWithinCohort.ANY,
+                                                     reclaim_within_nominal=True),
+                       resource_groups=(o.ResourceGroup(covered_resources=("cpu",), flavors=(
+                           o.FlavorQuotas(name="f0", resources=(("cpu", o.Quota(nominal=5000)),)),)),)),
+        o.LocalQueue(namespace="ns", name="lq1", cluster_queue="cq1"),
+    ]
+    history: list[object] = [
+        Submit(0, 1, 1, 0), Cycle(), Finish(56), Submit(0, 1, 2, 0), Submit(0, 5, 1, 10), Submit(1, 1, 1, 0),
+        Cycle(), Finish(955), Submit(3, 5, 1, 0), Submit(0, 1, 1, 0), Submit(1, 1, 1, 0), Cycle(),
+    ]
+    run = _play(OverRun(_with_heads(world, 2)), history)
+    assert run.within_nominal_reclaims >= 1  # the reclaim the case is about happened and was checked
 
 
 @SETTINGS
