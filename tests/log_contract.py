@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
-from services.runtime.log import Log, LogError, caught_up, read_backwards
+from services.runtime.log import Log, LogError, caught_up, read_backwards, values_of
 
 Topic = Callable[[str], str]
 
@@ -69,6 +69,14 @@ class LogContract:
         assert [r.value for r in read_backwards(log, t, end, chunk=4)] == [str(j).encode() for j in range(29, -1, -1)]
         middle = log.read(t, 0, 15)[-1].offset + 1
         assert [r.value for r in read_backwards(log, t, middle)] == [str(j).encode() for j in range(14, -1, -1)]
+
+    def test_reading_forwards_sees_every_value_oldest_first(self, log: Log, topic: Topic) -> None:
+        t = topic("t")
+        for i in range(0, 30, 3):  # several transactions: gaps between them on a transactional backend
+            log.transact({t: [(str(j), str(j).encode()) for j in range(i, i + 3)]}, {})
+        assert list(values_of(log, t, chunk=4)) == [str(j).encode() for j in range(30)]
+        middle = log.read(t, 0, 15)[-1].offset + 1
+        assert list(values_of(log, t, middle)) == [str(j).encode() for j in range(15, 30)]
 
     def test_caught_up_means_no_record_after_the_committed_position(self, log: Log, topic: Topic) -> None:
         t = topic("t")

@@ -121,6 +121,15 @@ def read_backwards(log: Log, topic: str, before: int, *, chunk: int = 64) -> Ite
         chunk = min(chunk * 2, 4096)
 
 
+def values_of(log: Log, topic: str, start: int = 0, *, chunk: int = 5000) -> Iterator[bytes]:
+    """The value of every record of ``topic`` from offset ``start``, oldest first, read ``chunk`` at
+    a time (offsets may have gaps: each read goes on after the last record the previous one gave)."""
+    offset = start
+    while batch := log.read(topic, offset, chunk):
+        yield from (r.value for r in batch)
+        offset = batch[-1].offset + 1
+
+
 def caught_up(log: Log, group: str, topic: str) -> bool:
     """Has ``group`` committed the end of ``topic``?"""
     return at_end(log, topic, log.position(group, topic))

@@ -29,7 +29,7 @@ from events.codec import decode_decision, decode_envelope
 from events.envelope import Topics
 from events.messages import AdmitWorkload, DecisionApplied, EvictWorkload, WorkloadFinished
 from events.simcluster import RunStarted, StartWorkload, decode_sim_record, sim_cluster_topic
-from services.runtime.log import Log
+from services.runtime.log import Log, values_of
 from services.runtime.sqlite import SqliteLog
 from tests.builders import a_cluster_queue, a_flavor, a_job, a_local_queue, a_priority_class
 
@@ -58,12 +58,7 @@ def _manifests() -> str:
 
 
 def _all(log: Log, topic: str) -> list[bytes]:
-    out: list[bytes] = []
-    offset = 0
-    while batch := log.read(topic, offset, 5000):
-        out.extend(r.value for r in batch)
-        offset = batch[-1].offset + 1
-    return out
+    return list(values_of(log, topic))
 
 
 def _size(log: Log) -> int:

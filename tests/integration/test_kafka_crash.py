@@ -31,7 +31,7 @@ from events.manifests import load
 from events.messages import AdmitWorkload, CycleCompleted, EvictWorkload, WorkloadFinished
 from services.core.snapshot import encode_state
 from services.runtime.kafka import KafkaLog, KafkaSettings
-from services.runtime.log import caught_up
+from services.runtime.log import caught_up, values_of
 from services.scheduler.service import GROUP, Scheduler
 from services.simcluster.arrivals import seed_all
 from tests.builders import a_cluster_queue, a_flavor, a_job, a_local_queue
@@ -68,10 +68,7 @@ class Services:
 
 
 def _records(log: KafkaLog, topic: str) -> Iterator[bytes]:
-    offset = 0
-    while batch := log.read(topic, offset, 5000):
-        yield from (r.value for r in batch)
-        offset = batch[-1].offset + 1
+    return values_of(log, topic)
 
 
 def _finished(log: KafkaLog, topics: Topics) -> set[str]:

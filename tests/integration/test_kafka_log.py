@@ -33,7 +33,7 @@ from events.messages import AdmitWorkload, ClockTicked, CycleCompleted, Workload
 from services.app.driver import drive_until_idle, run_all
 from services.app.logview import replay
 from services.runtime.kafka import Fenced, KafkaLog, KafkaSettings, LeadershipLost
-from services.runtime.log import Log, LogError
+from services.runtime.log import Log, LogError, values_of
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream, arrival_schedule, seed_all
@@ -262,12 +262,7 @@ def _manifests(jobs: int = 24) -> str:
 
 
 def _values(log: Log, topic: str) -> list[bytes]:
-    out: list[bytes] = []
-    offset = 0
-    while batch := log.read(topic, offset, 5000):
-        out.extend(r.value for r in batch)
-        offset = batch[-1].offset + 1
-    return out
+    return list(values_of(log, topic))
 
 
 def _cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

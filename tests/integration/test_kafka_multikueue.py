@@ -44,7 +44,7 @@ from events.messages import (
 from events.simcluster import RunStarted, StartWorkload, decode_sim_record, sim_cluster_topic
 from services.runtime.clock import wall_clock_ms
 from services.runtime.kafka import KafkaLog, KafkaSettings
-from services.runtime.log import caught_up
+from services.runtime.log import caught_up, values_of
 from services.scheduler.service import GROUP, Scheduler
 from services.simcluster import multicluster as mc
 from tests.infra.kafka import LocalKafka
@@ -127,10 +127,7 @@ class Procs:
 
 
 def _records(log: KafkaLog, topic: str) -> Iterator[bytes]:
-    offset = 0
-    while batch := log.read(topic, offset, 5000):
-        yield from (r.value for r in batch)
-        offset = batch[-1].offset + 1
+    return values_of(log, topic)
 
 
 def _events(log: KafkaLog, topics: Topics) -> list[Envelope]:

@@ -47,7 +47,7 @@ from services.app.driver import NotIdle, drive_until_idle, run_all
 from services.core.snapshot import encode_state
 from services.core.state import admission_usage
 from services.runtime.clock import wall_clock_ms
-from services.runtime.log import LogError, WriterLockHeld
+from services.runtime.log import LogError, WriterLockHeld, values_of
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
 from services.simcluster.arrivals import ArrivalStream, arrival_schedule, read_files, seed_all
@@ -98,10 +98,7 @@ def manifest_files() -> dict[str, str]:
 
 
 def records(log: SqliteLog, topic: str) -> Iterator[bytes]:
-    offset = 0
-    while batch := log.read(topic, offset, 5000):
-        yield from (r.value for r in batch)
-        offset = batch[-1].offset + 1
+    return values_of(log, topic)
 
 
 def envelopes(log: SqliteLog) -> list[Envelope]:

@@ -21,6 +21,7 @@ from events.simcluster import StartWorkload, decode_sim_record, sim_cluster_topi
 from services.app.driver import Round, drive
 from services.app.logview import replay
 from services.app.mcdemo import MANAGER, MultiLoop, build, generated_files, schedule
+from services.runtime.log import values_of
 from services.runtime.sqlite import SqliteLog
 from services.simcluster.multicluster import demo_manifests
 from services.web.model import overview
@@ -50,12 +51,7 @@ def _run(tmp_path: Path, files: dict[str, str],
 
 
 def _records(log: SqliteLog, topic: str) -> list[bytes]:
-    out: list[bytes] = []
-    offset = 0
-    while batch := log.read(topic, offset, 5000):
-        out.extend(r.value for r in batch)
-        offset = batch[-1].offset + 1
-    return out
+    return list(values_of(log, topic))
 
 
 def _decisions(log: SqliteLog) -> list[object]:

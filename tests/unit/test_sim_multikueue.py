@@ -28,7 +28,7 @@ from events.messages import (
 from events.simcluster import StartWorkload, StopWorkload, decode_sim_record, sim_cluster_topic
 from services.actuator.loop import Actuator, complete
 from services.actuator.sim_multikueue import SimMultiKueuePort
-from services.runtime.log import Log
+from services.runtime.log import Log, values_of
 from services.runtime.sqlite import SqliteLog
 from services.scheduler.service import Scheduler
 from services.simcluster import multicluster as mc
@@ -41,12 +41,7 @@ WORKERS = ("worker-1", "worker-2")
 
 
 def _all(log: Log, topic: str) -> list[bytes]:
-    out: list[bytes] = []
-    offset = 0
-    while batch := log.read(topic, offset, 5000):
-        out.extend(r.value for r in batch)
-        offset = batch[-1].offset + 1
-    return out
+    return list(values_of(log, topic))
 
 
 class World:
