@@ -283,6 +283,10 @@ def _nominate(state: State, e: Entry) -> None:
     _get_assignments(state, e)
     assert e.assignment is not None
     e.message = e.assignment.message()
+    if e.mode not in (Mode.FIT, Mode.NO_FIT) and not e.targets:
+        # Explained against the tree the nomination read, as the message it completes was: not
+        # against the reservations and admissions of heads processed before it in the cycle.
+        _explain_no_targets(state, e)
     if memo is not None:
         memo[key] = (e.assignment, tuple(e.targets), e.pending_reason, e.message)
 
@@ -640,8 +644,8 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
         return
     node = state.cq_node(e.cq.name)
     if mode != Mode.FIT and not e.targets:
-        # Explained before its own reservation is added, which would otherwise stand in its way.
-        _explain_no_targets(state, e, remembered=not overlay.added and not recomputed)
+        if recomputed:  # assigned again with earlier victims gone: explained as it is now
+            _explain_no_targets(state, e)
         if e.cq.preemption.reclaim_within_cohort != o.ReclaimWithinCohort.ANY:
             overlay.add(node, _resources_to_reserve(e, node))
         return
@@ -734,24 +738,13 @@ def _recompute_after_overlap(state: State, e: Entry, preempted: Victims) -> None
     e.deferred = e.assignment.mode == Mode.FIT
 
 
-def _explain_no_targets(state: State, e: Entry, *, remembered: bool) -> None:
+def _explain_no_targets(state: State, e: Entry) -> None:
     """Preemption found nothing: say whether the policy is what stops it (and which part),
-    by searching again as if every policy allowed everything. ``remembered``: nothing was
-    added to the tree in this cycle yet, so the answer may be remembered with the nomination's."""
+    by searching again as if every policy allowed everything."""
     p = e.cq.preemption
     assert e.assignment is not None
     if p.within_cluster_queue == o.WithinClusterQueue.NEVER and p.reclaim_within_cohort == o.ReclaimWithinCohort.NEVER:
         e.pending_reason = PendingReason.WAITING_FOR_QUOTA
-        return
-    memo, key = _memo_slot(state, e) if remembered else (None, ())
-    if memo is not None:
-        key = ("explain", *key)
-        known = memo.get(key)
-        if known is None:
-            _explain_search(state, e)
-            memo[key] = (e.assignment, (), e.pending_reason, e.message)
-        else:
-            _, _, e.pending_reason, e.message = known
         return
     _explain_search(state, e)
 

@@ -168,6 +168,28 @@ def test_the_policy_message_names_the_protected_cluster_queues_not_their_workloa
     assert out.wl("ns/a1").pending_reason == "PreemptionNotAllowed"
 
 
+def test_the_policy_message_reads_the_tree_the_nomination_read():
+    """The explanation completes the nomination's message, so it reads the same tree: the cycle's
+    start, not the quota that heads processed before it reserved. a1 (first: higher priority)
+    reserves its nominal 2 cpu; against that, b1 would also need c2 gone, and the message would
+    name cq-c too."""
+    objs = [
+        *_world(_cq("cq-a", 2).preemption(within="LowerPriority"), _cq("cq-b", 2).preemption(within="LowerPriority"),
+                _cq("cq-c", 2), _cq("cq-d", 2)),
+        _running("c1", "cq-c", 2, 0, at=10),
+        _running("c2", "cq-c", 2, 0, at=11),
+        _running("d1", "cq-d", 2, 0, at=20),
+        _running("d2", "cq-d", 2, 0, at=21),
+        _pending("a1", "cq-a", 2, 10),
+        _pending("b1", "cq-b", 2, 0),
+    ]
+    out = simulate(*objs, cycles=1)
+    assert out.preempted() == []
+    never = "reclaimWithinCohort=Never and borrowWithinCohort=Never do not allow preempting workloads of"
+    assert out.message("ns/a1") == _insufficient(2) + f". It would fit by preemption, but {never} ClusterQueue(s) cq-d"
+    assert out.message("ns/b1") == _insufficient(2) + f". It would fit by preemption, but {never} ClusterQueue(s) cq-d"
+
+
 def test_with_preemption_disabled_the_message_is_kueues_alone():
     cq = _cq("cq", 4, cohort=None)
     out = simulate(*_world(cq), _running("victim", "cq", 4, 5), _pending("preemptor", "cq", 4, 50), cycles=1)
