@@ -225,12 +225,17 @@ class Preemptor:
                     same_queue.append(_Candidate(cand, variant, None))
         hierarchy: list[_Candidate] = []
         priority: list[_Candidate] = []
+        # Without the advantage, borrowWithinCohort=Never makes every other queue's workload a
+        # candidate only for an attempt without borrowing; when the search makes no such attempt
+        # (see _search) none of them could be chosen, so they are not collected.
+        unborrowable = self._prunes_unborrowable(frs)
         if self.node.parent is not None and (self.permissive or p.reclaim_within_cohort != o.ReclaimWithinCohort.NEVER):
             advantage, remaining = _fits_in_quota(self.node, usage)
             prev: Node | None = None
             level: Node | None = self.node.parent
             while level is not None:
-                self._collect(level, prev, frs, advantage, level, hierarchy if advantage else priority)
+                if advantage or not unborrowable:
+                    self._collect(level, prev, frs, advantage, level, hierarchy if advantage else priority)
                 fits, remaining = _fits_in_quota(level, remaining)
                 # Kueue: quota the level holds (an idle sibling's, say) is the preemptor's to reclaim
                 # too; with reclaim_within_nominal only the ClusterQueue's own nominal quota is.
@@ -276,18 +281,33 @@ class Preemptor:
             known = self.memo[key] = tuple(self._search(frs, usage))
         return list(known)
 
+    def _forbidden(self) -> bool:
+        return self.cq.preemption.borrow_within_cohort == o.BorrowWithinCohortPolicy.NEVER and not self.permissive
+
+    def _under_nominal(self, frs: frozenset[FR]) -> bool:
+        return all(
+            self.node.usage.get(fr, 0) < self.node.quotas[fr].nominal if fr in self.node.quotas else False
+            for fr in frs
+        )
+
+    def _borrowing_only(self, frs: frozenset[FR]) -> bool:
+        """Whether the search makes only the attempt that lets the preemptor borrow, whatever the
+        candidates: borrowWithinCohort=Never for a ClusterQueue at or above its nominal quota."""
+        return self._forbidden() and not self._under_nominal(frs)
+
+    def _prunes_unborrowable(self, frs: frozenset[FR]) -> bool:
+        """Whether candidates that only an attempt without borrowing could take are left out
+        (the straightforward reference in tests/property/test_scale_properties.py keeps them)."""
+        return self._borrowing_only(frs)
+
     def _search(self, frs: frozenset[FR], usage: dict[FR, int]) -> list[Target]:
         if not frs:
             return []
         candidates, none_from_others, none_hierarchical = self._candidates(frs, usage)
         if not candidates:
             return []
-        forbidden = self.cq.preemption.borrow_within_cohort == o.BorrowWithinCohortPolicy.NEVER and not self.permissive
-        under_nominal = all(
-            self.node.usage.get(fr, 0) < self.node.quotas[fr].nominal if fr in self.node.quotas else False
-            for fr in frs
-        )
-        if none_from_others or (forbidden and not under_nominal):
+        forbidden = self._forbidden()
+        if none_from_others or self._borrowing_only(frs):
             attempts = [True]
         elif forbidden and none_hierarchical:
             attempts = [False, True]

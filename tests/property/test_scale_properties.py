@@ -26,7 +26,7 @@ from events import objects as o
 from events.codec import encode
 from services.core import cycle as cycle_module
 from services.core.cycle import run_cycle
-from services.core.preemption import Simulation
+from services.core.preemption import Preemptor, Simulation
 from services.core.quota import FR, Node
 from services.core.snapshot import encode_state
 from services.core.state import State, WorkloadRecord, finish_eviction
@@ -157,6 +157,8 @@ def _every_victim(state: State, e: object, preempted: Victims) -> list[WorkloadR
 def _straightforward() -> Iterator[None]:
     fits, over = cycle_module._fits_with_removals, Node.children_over
     recompute = cycle_module._victims_for_recompute
+    prunes = Preemptor._prunes_unborrowable
+    Preemptor._prunes_unborrowable = lambda self, frs: False  # type: ignore[method-assign]
     cycle_module._fits_with_removals = _fits_removing_every_victim  # type: ignore[assignment]
     cycle_module._victims_for_recompute = _every_victim  # type: ignore[assignment]
     Node.children_over = _children_over_by_scan  # type: ignore[method-assign]
@@ -166,6 +168,7 @@ def _straightforward() -> Iterator[None]:
         cycle_module._fits_with_removals = fits  # type: ignore[assignment]
         cycle_module._victims_for_recompute = recompute  # type: ignore[assignment]
         Node.children_over = over  # type: ignore[method-assign]
+        Preemptor._prunes_unborrowable = prunes  # type: ignore[method-assign]
 
 
 @SETTINGS
