@@ -644,8 +644,6 @@ def _process(state: State, out: _Decisions, e: Entry, overlay: _Overlay, preempt
         return
     node = state.cq_node(e.cq.name)
     if mode != Mode.FIT and not e.targets:
-        if recomputed:  # assigned again with earlier victims gone: explained as it is now
-            _explain_no_targets(state, e)
         if e.cq.preemption.reclaim_within_cohort != o.ReclaimWithinCohort.ANY:
             overlay.add(node, _resources_to_reserve(e, node))
         return

@@ -666,6 +666,25 @@ def test_a_recomputed_head_with_nothing_left_to_preempt_waits_with_the_new_messa
     assert out.wl("ns/c1").pending_reason == "WaitingForQuota"
 
 
+def test_a_recomputed_head_is_not_explained_by_its_policy():
+    """c1 had nominated b1, which a1 takes first; recomputed, nothing it may preempt is left. Its
+    message is Kueue's: no "it would fit by preemption, but ..." from a search that would find b1
+    (already going) and c0 (the policy protects it) in the middle of the cycle."""
+    objs = [
+        *_world(_cq("cq-a", 4).preemption(reclaim="Any"),
+                _cq("cq-c", 4).preemption(reclaim="Any", borrow="LowerPriority"), _cq("cq-b", 0)),
+        _running("c0", "cq-c", 4, priority=20, at=5),
+        _running("b1", "cq-b", 4, at=10),
+        _pending("a1", "cq-a", 4, created=100),
+        _pending("c1", "cq-c", 4, priority=10, created=200),
+    ]
+    out = simulate(*objs, cycles=1)
+    assert out.preempted() == ["ns/b1"]
+    assert out.message("ns/a1") == _insufficient(4) + ". Pending the preemption of 1 workload(s)"
+    assert out.message("ns/c1") == _insufficient(4)
+    assert out.wl("ns/c1").pending_reason == "WaitingForQuota"
+
+
 # --- recomputation upon overlapping targets (Kueue's scheduler_recompute_preemption_test) ---------
 
 
