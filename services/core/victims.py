@@ -17,7 +17,7 @@ histories).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from services.core.quota import FR, Node
 from services.core.state import State, WorkloadRecord
@@ -72,9 +72,12 @@ class Victims(dict[str, WorkloadRecord]):
         """The victims so far that were admitted in ``node``'s cohort tree, in the order chosen."""
         return self._by_root.get(node.root(), [])
 
-    def fits(self, node: Node, usage: dict[FR, int], targets: Iterable[WorkloadRecord]) -> bool:
+    def fits(self, node: Node, usage: dict[FR, int], targets: Sequence[WorkloadRecord]) -> bool:
         """Whether ``usage`` fits ``node`` (a ClusterQueue) once every victim so far and ``targets``
         (the head's own, none of them a victim yet) are gone."""
+        if not targets and node.root() not in self._by_root:
+            # Nothing leaves this tree: the fit as the tree stands (most heads of a cycle).
+            return all(v <= max(0, node.available(fr)) for fr, v in usage.items())
         extra = _Removed()
         for rec in targets:
             if rec.admission is not None:
