@@ -68,7 +68,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from events.envelope import SCHEMA_VERSION
 from services.runtime.clock import wall_clock_ns
-from services.runtime.log import Leadership, LeadershipLost, LogError, Record, RecordWaiter, Refused
+from services.runtime.log import Leadership, LeadershipLost, LogError, Outcome, Record, RecordWaiter, Refused
 
 T = TypeVar("T")
 _log = structlog.get_logger(__name__)
@@ -797,6 +797,24 @@ class KafkaLog:
                  commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]:
         """Appends and consumer-position commits in one Kafka transaction."""
         return self._run(self._transact(appends, commits), "transaction")
+
+    def transact_in_background(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
+                               commits: Mapping[tuple[str, str], int]) -> Outcome:
+        """:meth:`transact` begun on the I/O thread; the caller goes on and waits for the outcome
+        later (``services.runtime.log.begin_transaction``). A failed or timed-out wait cancels it,
+        as :meth:`_run` does."""
+        future = asyncio.run_coroutine_threadsafe(self._transact(appends, commits), self._io.loop)
+
+        def outcome() -> dict[str, list[int]]:
+            try:
+                return future.result(self.settings.request_timeout_ms / 1000 * 3)
+            except BaseException as e:
+                if isinstance(e, KeyboardInterrupt | SystemExit):
+                    raise
+                future.cancel()
+                raise _wrap("kafka transaction", e) from e
+
+        return outcome
 
     def append(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[int]:
         """Append and wait until the records are acknowledged by all in-sync replicas."""

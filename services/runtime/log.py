@@ -16,10 +16,10 @@ no notifications).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import asyncio
@@ -104,6 +104,31 @@ class Log(Protocol):
                  commits: Mapping[tuple[str, str], int]) -> dict[str, list[int]]: ...
 
     def close(self) -> None: ...
+
+
+Outcome = Callable[[], dict[str, list[int]]]
+"""Waits for a transaction begun with :func:`begin_transaction`: its offsets, or the LogError
+:meth:`Log.transact` would have raised."""
+
+
+@runtime_checkable
+class BackgroundCommits(Protocol):
+    """A log whose transactions can run while its caller goes on (Kafka: on the client's I/O
+    thread, while the caller reads and decides the next batch)."""
+
+    def transact_in_background(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
+                               commits: Mapping[tuple[str, str], int]) -> Outcome: ...
+
+
+def begin_transaction(log: Log, appends: Mapping[str, Sequence[tuple[str, bytes]]],
+                      commits: Mapping[tuple[str, str], int]) -> Outcome:
+    """Begin ``log.transact(appends, commits)``; the outcome must be waited for before the next
+    transaction begins, so that none commits after one that failed. A log that cannot commit in
+    the background commits here, and the outcome is already known."""
+    if isinstance(log, BackgroundCommits):
+        return log.transact_in_background(appends, commits)
+    done = log.transact(appends, commits)
+    return lambda: done
 
 
 def read_backwards(log: Log, topic: str, before: int, *, chunk: int = 64) -> Iterator[Record]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -55,7 +56,7 @@ def observe_scheduler(metrics: SchedulerMetrics) -> StepHook:
 def _live(log: Log, topics: Topics) -> Scheduler:
     """A scheduler as a live service steps: the waiting backlog folded before its cycles,
     snapshots spaced by the state's size."""
-    return Scheduler(log, topics=topics, backlog_per_step=BACKLOG_PER_STEP,
+    return Scheduler(log, topics=topics, backlog_per_step=BACKLOG_PER_STEP, commit_in_background=True,
                      snapshot_per_workload=SNAPSHOT_EVENTS_PER_WORKLOAD)
 
 
@@ -100,9 +101,13 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                     if on_step is not None:
                         on_step(scheduler, None)  # nothing written yet: gauges of the recovered state
                 did = scheduler.step()
+                if not did:
+                    scheduler.settle()  # nothing new to decide: the last step's commit is waited for now
                 ticked = deadlines is not None and deadlines.tick(scheduler.state)
             except LogError as e:
                 fresh = True
+                with contextlib.suppress(LogError):
+                    scheduler.settle()  # settled either way before the state is rebuilt from the log
                 await ride_out("scheduler", e, backoff, stop, status)
                 continue
             backoff.reset()
@@ -118,6 +123,8 @@ async def run_scheduler(log: Log, stop: asyncio.Event, *, topics: Topics | None 
                 await pace(bell, did, poll_seconds)
         return scheduler
     finally:
+        with contextlib.suppress(LogError):
+            scheduler.settle()  # a step still committing ends before the leadership does
         release(log, "scheduler")
 
 

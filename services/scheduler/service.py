@@ -7,7 +7,10 @@ event type stops the service, since skipping a fact would corrupt the state),
 run scheduling cycles until nothing changes, then commit — decisions, one
 ``CycleCompleted`` record per cycle (with the input offset it was computed at)
 and the new input position — in one transaction. A crash therefore never loses
-or doubles a decision.
+or doubles a decision. A live service on Kafka lets that transaction commit on the
+client's I/O thread while it reads and decides the next batch, and waits for it
+before committing the next: one transaction in flight at most, in order, and a
+failed one stops the next from committing (the service rebuilds from the log).
 
 Start-up is replay: the newest snapshot (one in this version's format; without
 one, the log from its start), then the recorded cycles after it are re-run at
@@ -46,7 +49,7 @@ from services.core.placement import route
 from services.core.snapshot import FORMAT as SNAPSHOT_FORMAT
 from services.core.snapshot import READABLE_FORMATS, pack_state, unpack_state
 from services.core.state import State
-from services.runtime.log import Log, Record, read_backwards
+from services.runtime.log import Log, Outcome, Record, begin_transaction, read_backwards
 from services.runtime.shards import hand_over_topic
 
 GROUP = "scheduler"
@@ -132,6 +135,9 @@ class Scheduler:
     # Events a step may fold before its cycles: more than ``batch_size`` only while more are
     # waiting (a live runner sets ``BACKLOG_PER_STEP``; tests drive one read per step).
     backlog_per_step: int = 0
+    # A live runner's step commits in the background (a log that can: Kafka) while the next one
+    # reads and decides; each step waits for the one before to commit before it begins its own.
+    commit_in_background: bool = False
     last_events: int = 0  # cluster events the last step read (0 for a step that only went on)
     state: State = field(default_factory=State)
     next_input: int = 0
@@ -144,6 +150,7 @@ class Scheduler:
     _cut_short: bool = False  # the last step stopped its cycles at the head budget: go on without new events
     _ran: tuple[list[AnyDecision], list[CycleCompleted]] = field(default_factory=lambda: ([], []))
     _orbit: ScanOrbit = field(default_factory=ScanOrbit)  # flavor scans going round in a circle
+    _unsettled: Outcome | None = None  # the last step's transaction, still committing
 
     # --- folding -----------------------------------------------------------------------
 
@@ -265,6 +272,7 @@ class Scheduler:
                 for handover, part in self.state.released]
             self.state.released.clear()
         self._since_snapshot += events
+        self.settle()  # the step before commits first (and the snapshot below reads where it ended)
         if self._since_snapshot >= max(self.snapshot_every, self.snapshot_per_workload * len(self.state.workloads)):
             # The snapshot reflects this batch's cycles too. Where they will land is not known before
             # the commit (a Kafka log puts control records between transactions), so the snapshot
@@ -273,10 +281,20 @@ class Scheduler:
             appends[self.topics.snapshots] = [("scheduler", self._snapshot(decisions_start))]
             self._since_snapshot = 0
         commits = {(GROUP, self.topics.cluster_events): self.next_input}
-        self.log.transact(appends, commits)
+        if self.commit_in_background:
+            self._unsettled = begin_transaction(self.log, appends, commits)
+        else:
+            self.log.transact(appends, commits)
         self.stats.batches += 1
         self.last_decisions, self.last_cycles = self._ran
         return events or len(self._ran[1])
+
+    def settle(self) -> None:
+        """Wait until the last step's transaction has committed; a LogError if it failed (the
+        state is then ahead of the log, and the runner rebuilds it)."""
+        outcome, self._unsettled = self._unsettled, None
+        if outcome is not None:
+            outcome()
 
     def _fold_waiting(self, dead: list[tuple[str, bytes]]) -> int:
         """Fold one read of cluster events and, while reads come back full (a backlog: at a steady
