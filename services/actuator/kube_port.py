@@ -17,7 +17,9 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   (when the decision has a preemption reason), ``QuotaReserved=False``, ``Admitted=False``,
   ``Requeued`` and no ``status.admission``. Kueue writes the last three when the eviction
   completes; we write them at once and the watcher reports ``EvictionCompleted`` when the Job
-  has no active pods.
+  has no active pods. A Workload nothing owns (:mod:`services.actuator.standalone`) gets only
+  ``Evicted`` / ``Preempted`` and ``kueuelog.io/evicted`` on itself: whatever runs it clears its
+  reservation, and the watcher reports that as the completion.
 - ``DeactivateWorkload`` (an eviction that deactivates): the same, then the Workload's
   ``spec.active=false``, as Kueue's workload controller writes it.
 - ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (with the reason the decision
@@ -120,6 +122,7 @@ from services.actuator.kubeplan import (
 )
 from services.actuator.loop import ActuationError, Staged, Tuning
 from services.actuator.podgroups import is_pod_workload, release_pods, stop_pods
+from services.actuator.standalone import evicted_mark_patch, evicting_status, is_standalone
 
 _log = structlog.get_logger(__name__)
 
@@ -525,7 +528,7 @@ class KubePort:
         key = f"{d.namespace}/{d.name}"
         for _ in range(self.max_conflicts):
             wl = await self._workload(d)
-            owned = await self._job_of(wl, d)
+            owned, standalone = await self._job_of(wl, d), False
             if owned is not None:
                 ref, job = owned
                 verdict = idempotency(job, d)
@@ -546,7 +549,13 @@ class KubePort:
                     continue
             elif is_pod_workload(wl):  # Kueue's pod integration stops its pods by deleting them
                 await stop_pods(self._api, d.namespace, wl)
-            desired = evicted_status(wl.get("status") or {}, d)
+            elif is_standalone(wl):  # its owner clears the reservation (services/actuator/standalone.py)
+                marked = await self._mark_evicted(wl, d)
+                if marked is None:
+                    continue
+                standalone, wl = True, marked
+            status = wl.get("status") or {}
+            desired = evicting_status(status, d) if standalone else evicted_status(status, d)
             if await self._write_status(self._ref(d.namespace, d.name), wl, desired):
                 if isinstance(d, DeactivateWorkload) and (wl.get("spec") or {}).get("active") is not False:
                     # Kueue's deactivation: spec.active=false, which a user sets back to true to start over.
@@ -555,6 +564,13 @@ class KubePort:
                 return
         raise KubeApiError(f"evict Workload {key}: still conflicting after {self.max_conflicts} re-reads",
                            retriable=True, status=409)
+
+    async def _mark_evicted(self, wl: Json, d: EvictWorkload) -> Json | None:
+        """A standalone Workload marked with the eviction's decision id; None on a conflict."""
+        patch = evicted_mark_patch(wl, d)
+        if patch is None:
+            return wl
+        return await self._patch_workload(self._ref(d.namespace, d.name), patch, status=False)
 
     async def _create_requests(self, d: AdmitWorkload) -> None:
         """The provisioning check's requests (Kueue's controller): each PodTemplate, then the
