@@ -196,6 +196,9 @@ class KubePort:
         self._queues: dict[str, tuple[float, Json]] = {}  # ClusterQueue / LocalQueue copies, when read or written
         self._quotas: dict[str, FlavorQuotas] = {}
         self._not_served: dict[str, float] = {}  # workload kinds whose list was a 404, when
+        # A Workload nothing owns found unclaimed, by (decision id, resourceVersion): an admission or
+        # eviction asks for a Job claiming it, then another kind, and one lookup answers both.
+        self._unclaimed: OrderedDict[tuple[str, str], None] = OrderedDict()
         # A scaled-up elastic Job's workload slices ("ns/slice") -> the name of the Job's Workload
         # object, which stands for every slice of the Job on the cluster (services/core/scaleup.py).
         self._slices: dict[str, str] = {}
@@ -378,6 +381,17 @@ class KubePort:
         a kind whose CRD is not served, or that the actuator may not list (not enabled), is skipped."""
         if (wl.get("metadata") or {}).get("ownerReferences") or len(d.name) > prebuilt.LABEL_VALUE_MAX:
             return None
+        key = (d.id, resource_version(wl))
+        if key in self._unclaimed:
+            return None
+        found = await self._find_claimant(d)
+        if found is None:  # (a claimant found is not kept: its copy goes stale with the write)
+            self._unclaimed[key] = None
+            while len(self._unclaimed) > 1024:
+                self._unclaimed.popitem(last=False)
+        return found
+
+    async def _find_claimant(self, d: Decision) -> tuple[jobkinds.JobKind, Ref, Json] | None:
         now = time.monotonic()
         for kind in jobkinds.KINDS:
             if kind.key not in prebuilt.SUPPORTED or now - self._not_served.get(kind.kind, -1e9) < 60:
