@@ -13,25 +13,30 @@ completes evictions. This bench does the same through the same kind of API serve
   ``--max-mutating-requests-inflight=2500``), and the log is a local Kafka broker;
 - kueuelog runs as deployed: ``kueuelog run watcher``, ``run scheduler`` and ``run actuator --kube``
   (the actuator process holds the job reconciler), each its own process, over Kafka;
-- the bench creates **Jobs** (suspended, labelled with the LocalQueue and a WorkloadPriorityClass of
-  the class's priority), not Workloads as Kueue's generator does: kueuelog's watcher reads a Workload
-  nothing owns, but nothing could complete its eviction (kueuelog learns an evicted workload's pods
-  are gone from its Job; Kueue's runner completes an eviction by clearing the reservation itself),
-  and preemption is part of this scenario. So each workload here is a Job and the Workload the job
-  reconciler creates for it: more API objects and writes than Kueue's run, which Kueue's figures
-  do not include;
-- the bench plays the pods as Kueue's runner does: it watches the Jobs, and from when it sees one
-  unsuspended (admitted) it waits the workload's runtime and then marks the Job complete (one status
-  write: startTime, completionTime, succeeded, SuccessCriteriaMet and Complete); a Job suspended
-  again meanwhile (evicted) is not finished and waits for its next admission. Its eviction needs no
-  act of the bench: the Job never had active pods, so the watcher reports it complete at once;
+- the bench creates **Workloads** as Kueue's generator does (``--objects workloads``, the default):
+  the LocalQueue, ``spec.priority`` = the class's priority, one pod set of one pod requesting the
+  class's cpu, the runtime and class as labels. It plays them as Kueue's runner does: it watches the
+  Workloads; one seen ``Admitted`` is marked ``Finished=True`` its runtime later (one status write);
+  one seen ``Evicted`` while it still holds its reservation gets the reservation cleared
+  (``QuotaReserved=False``, reason Pending, ``Admitted=False``, no ``status.admission``: one status
+  write), which is how kueuelog's watcher, like Kueue's cache, learns the eviction completed; then
+  it waits for its next admission. Each status write carries the copy's resourceVersion and is
+  read and written again after a 409 (Kueue's runner updates from its cache and requeues);
+- ``--objects jobs`` creates suspended **Jobs** instead (labelled with the LocalQueue and a
+  WorkloadPriorityClass of the class's priority), each with the Workload kueuelog's job reconciler
+  creates for it: more objects and writes than Kueue's run. A Job seen unsuspended is marked
+  complete its runtime later (one status write: startTime, completionTime, succeeded,
+  SuccessCriteriaMet and Complete); one suspended again meanwhile (evicted) waits for its next
+  admission, and its eviction needs no act of the bench (no pods: the watcher reports it complete);
 - client rate limits are Kueue's harness's: the bench's client (Kueue's runner) 1,000 qps, burst
   2,000; the actuator (Kueue's manager, minimalkueue) 50 qps, burst 100.
 
-Reported beside Kueue's figures: wall (first Job created -> last Job finished), usage of nominal quota
-(cpu reserved from when a Job is seen unsuspended until it is finished or seen suspended, over all
-ClusterQueues' nominal quota and the wall), average time to admission per class (creation request ->
-Job seen unsuspended) and the CPU of every process. ``python -m bench kube [--quick | --tiny]``
+Reported beside Kueue's figures: wall (first object created -> last finished), usage of nominal quota
+(cpu reserved from when a workload is seen admitted (a Job unsuspended) until it is finished or
+seen evicted (suspended), over all ClusterQueues' nominal quota and the wall), average time to
+admission per class (creation request -> seen admitted), the CPU of every process and the API
+calls per workload of the actuator and of the bench. ``python -m bench kube [--quick | --tiny |
+--seconds S] [--objects workloads|jobs]``
 (``make bench-kube``; not part of ``make bench``: the full size takes many minutes).
 """
 

@@ -171,6 +171,7 @@ class KubePort:
     takes_pending_marks: Final = True
     marks_per_step = 50  # pending marks written before each batch at most: the newest of each workload's,
     marks_at_once = 8  # oldest workload first, this many in flight
+    marks_when_behind = 8  # ... while the loop is a full batch or more behind: orders first
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
@@ -186,6 +187,7 @@ class KubePort:
         self._api = api  # pods (services/actuator/pods.py) are on /api/v1, which KubeCalls does not reach
         self.counts = QueueCounts()
         self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
+        self._behind = False  # the loop's last batch was full (note_backlog)
         # Pending marks not written yet: each workload's newest, in the order the workloads were first marked.
         self._marks: OrderedDict[str, MarkPending] = OrderedDict()
         self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
@@ -199,6 +201,8 @@ class KubePort:
         # A Workload nothing owns found unclaimed, by (decision id, resourceVersion): an admission or
         # eviction asks for a Job claiming it, then another kind, and one lookup answers both.
         self._unclaimed: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._served: set[str] = set()  # workload kinds a claimant lookup listed (so they are served)
+        self._probing: dict[str, asyncio.Lock] = {}  # per kind not known to be served: one lookup at a time
         # A scaled-up elastic Job's workload slices ("ns/slice") -> the name of the Job's Workload
         # object, which stands for every slice of the Job on the cluster (services/core/scaleup.py).
         self._slices: dict[str, str] = {}
@@ -226,12 +230,19 @@ class KubePort:
         """Pending marks not written yet (the loop keeps stepping while there are any)."""
         return len(self._marks)
 
+    def note_backlog(self, behind: bool) -> None:
+        """The loop read a full batch (``behind``): the next batch's marks get the smaller budget."""
+        self._behind = behind
+
     async def before_batch(self) -> None:
-        """Restores due; then up to ``marks_per_step`` pending marks, ``marks_at_once`` at a time:
-        the retries that are due first, then the queued marks, oldest workload first."""
+        """Restores due; then up to ``marks_per_step`` pending marks (``marks_when_behind`` while the
+        loop is behind), ``marks_at_once`` at a time: the retries that are due first, then the queued
+        marks, oldest workload first. Behind, most marks would be written for workloads admitted a
+        moment later (an admission drops its workload's queued mark), at the cost of orders."""
         due = await self._do_later()
+        budget = self.marks_when_behind if self._behind else self.marks_per_step
         fresh = [self._marks.popitem(last=False)[1]
-                 for _ in range(min(max(self.marks_per_step - len(due), 0), len(self._marks)))]
+                 for _ in range(min(max(budget - len(due), 0), len(self._marks)))]
         await self._at_once([functools.partial(self._retry_pending, item) for item in due]
                             + [functools.partial(self._mark_pending, d) for d in fresh])
 
@@ -392,22 +403,35 @@ class KubePort:
         return found
 
     async def _find_claimant(self, d: Decision) -> tuple[jobkinds.JobKind, Ref, Json] | None:
-        now = time.monotonic()
         for kind in jobkinds.KINDS:
-            if kind.key not in prebuilt.SUPPORTED or now - self._not_served.get(kind.kind, -1e9) < 60:
+            if kind.key not in prebuilt.SUPPORTED:
                 continue
             ref = Ref(kind.kind, kind.group, kind.version, kind.plural, "", d.namespace)
-            try:
-                items = await self.kube.list_objects(ref, label_selector=f"{PREBUILT_WORKLOAD_LABEL}={d.name}")
-            except KubeApiError as e:
-                if e.not_found or e.status == 403:  # no CRD, or not granted (its kind is off): not asked for a minute
-                    self._not_served[kind.kind] = now
-                    continue
-                raise
+            if kind.kind in self._served:
+                items = await self._list_claimants(kind, ref, d)
+            else:  # one lookup at a time finds out whether the kind is served, not every workload in flight
+                async with self._probing.setdefault(kind.kind, asyncio.Lock()):
+                    items = await self._list_claimants(kind, ref, d)
             if items:
                 obj = {"apiVersion": kind.api_version, "kind": kind.kind, **items[0]}
                 return kind, replace(ref, name=str((obj.get("metadata") or {}).get("name"))), obj
         return None
+
+    async def _list_claimants(self, kind: jobkinds.JobKind, ref: Ref, d: Decision) -> list[Json]:
+        """The objects of ``kind`` naming ``d``'s Workload as their prebuilt one; none when the kind is
+        not served (no CRD) or not granted (its kind is off): then it is not asked for a minute."""
+        if time.monotonic() - self._not_served.get(kind.kind, -1e9) < 60:
+            return []
+        try:
+            items = await self.kube.list_objects(ref, label_selector=f"{PREBUILT_WORKLOAD_LABEL}={d.name}")
+        except KubeApiError as e:
+            if e.not_found or e.status == 403:
+                self._not_served[kind.kind] = time.monotonic()
+                self._served.discard(kind.kind)
+                return []
+            raise
+        self._served.add(kind.kind)
+        return items
 
     async def _kind_apply(self, owner: tuple[jobkinds.JobKind, Ref, Json],
                           d: AdmitWorkload | AdmitChecked | EvictWorkload) -> bool:
