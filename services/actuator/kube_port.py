@@ -26,8 +26,9 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   carries: Kueue's granular one, ``services/core/reasons.py``) and our closed-set reason in
   ``kueuelog.io/pending-reason``, only when they changed (a cache of what was written spares the
   calls). A pending mark is status, not an order: it is queued, and before each batch up to
-  ``marks_per_step`` queued marks are written (the newest of each workload's: a workload marked
-  again before then costs one write, not two), so orders never wait behind a backlog of marks.
+  ``marks_per_step`` queued marks are written, ``marks_when_behind`` while the loop is behind (the
+  newest of each workload's: a workload marked again before then costs one write, not two), so
+  orders never wait behind a backlog of marks.
   Each is a merge patch from the last copy of the Workload the port read or wrote (no read first:
   one call, two when the closed-set reason changed too); a copy another writer made stale is
   refused with 409 Conflict, then the Workload is read and the patch made again. A mark that cannot
@@ -126,10 +127,12 @@ from services.actuator.standalone import evicted_mark_patch, evicting_status, is
 
 _log = structlog.get_logger(__name__)
 
-KUBE_TUNING: Final = Tuning(batch_size=200, max_attempts=10, retry_base_seconds=0.2, retry_max_seconds=10.0,
+KUBE_TUNING: Final = Tuning(batch_size=1000, max_attempts=10, retry_base_seconds=0.2, retry_max_seconds=10.0,
                             concurrency=32)
-"""API calls are slow and rate limited: a commit every 200 decisions, up to 32 workloads' decisions
-in flight at once (the rate limit is shared), and a back-off between attempts."""
+"""API calls are slow and rate limited: a commit every 1,000 decisions (most are cycle records and
+pending marks, which cost no call in the batch; each step's pending marks, queue statuses and commit
+are paid per batch), up to 32 workloads' decisions in flight at once (the rate limit is shared), and
+a back-off between attempts."""
 
 
 @dataclass
@@ -171,7 +174,8 @@ class KubePort:
     takes_pending_marks: Final = True
     marks_per_step = 50  # pending marks written before each batch at most: the newest of each workload's,
     marks_at_once = 8  # oldest workload first, this many in flight
-    marks_when_behind = 8  # ... while the loop is a full batch or more behind: orders first
+    marks_when_behind = 8  # ... while the loop is behind_at decisions or more behind: orders first
+    behind_at = 100
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
@@ -187,7 +191,7 @@ class KubePort:
         self._api = api  # pods (services/actuator/pods.py) are on /api/v1, which KubeCalls does not reach
         self.counts = QueueCounts()
         self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
-        self._behind = False  # the loop's last batch was full (note_backlog)
+        self._behind = False  # the loop's batch was behind_at decisions or more (note_backlog)
         # Pending marks not written yet: each workload's newest, in the order the workloads were first marked.
         self._marks: OrderedDict[str, MarkPending] = OrderedDict()
         self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
@@ -230,9 +234,10 @@ class KubePort:
         """Pending marks not written yet (the loop keeps stepping while there are any)."""
         return len(self._marks)
 
-    def note_backlog(self, behind: bool) -> None:
-        """The loop read a full batch (``behind``): the next batch's marks get the smaller budget."""
-        self._behind = behind
+    def note_backlog(self, records: int) -> None:
+        """The loop read ``records`` decisions for its next batch: ``behind_at`` or more, and that
+        batch's marks get the smaller budget."""
+        self._behind = records >= self.behind_at
 
     async def before_batch(self) -> None:
         """Restores due; then up to ``marks_per_step`` pending marks (``marks_when_behind`` while the
@@ -752,20 +757,30 @@ class KubePort:
     # --- queue status ---------------------------------------------------------------------------
 
     async def _flush_queues(self) -> None:
-        """Write each changed ClusterQueue / LocalQueue status once; failures wait for the next step."""
-        for name in sorted(self.counts.dirty_cluster_queues):
-            written = await self._write_t9k_queue(name) if self.t9k else None
-            if written is not None:  # a T9k Queue: no ClusterQueue object to write
-                if written:
-                    self.counts.dirty_cluster_queues.discard(name)
-                continue
-            ref = cluster_queue_ref(name)
-            if await self._write_queue(ref, functools.partial(self._cq_status, name)):
+        """Write each changed ClusterQueue / LocalQueue status once, ``marks_at_once`` queues at a
+        time (the ClusterQueues first: a LocalQueue's status reads its ClusterQueue's quotas); failures
+        wait for the next step."""
+        gate = asyncio.Semaphore(max(self.marks_at_once, 1))
+
+        async def cluster_queue(name: str) -> None:
+            async with gate:
+                written = await self._write_t9k_queue(name) if self.t9k else None
+                if written is None:  # not a T9k Queue: a ClusterQueue object
+                    written = await self._write_queue(cluster_queue_ref(name),
+                                                      functools.partial(self._cq_status, name))
+            if written:
                 self.counts.dirty_cluster_queues.discard(name)
-        for key in sorted(self.counts.dirty_local_queues):
+
+        async def local_queue(key: str) -> None:
             namespace, _, lq = key.partition("/")
-            if await self._write_queue(local_queue_ref(namespace, lq), functools.partial(self._lq_status, key)):
+            async with gate:
+                written = await self._write_queue(local_queue_ref(namespace, lq),
+                                                  functools.partial(self._lq_status, key))
+            if written:
                 self.counts.dirty_local_queues.discard(key)
+
+        await asyncio.gather(*(cluster_queue(n) for n in sorted(self.counts.dirty_cluster_queues)))
+        await asyncio.gather(*(local_queue(k) for k in sorted(self.counts.dirty_local_queues)))
 
     async def _write_t9k_queue(self, name: str) -> bool | None:
         """The Queue ``t9k-system/<name>``'s ``status.allocated``, kept from admitted usage: True when

@@ -349,7 +349,7 @@ class Actuator(Generic[P]):
         batch = self.log.read(self.topics.decisions, self.next_offset, self.tuning.batch_size)
         note_backlog = getattr(self.port, "note_backlog", None)  # (a port that queues pending marks)
         if note_backlog is not None:
-            note_backlog(len(batch) >= self.tuning.batch_size)
+            note_backlog(len(batch))
         await self.port.before_batch()
         # Most records are cycle records and pending marks: their tag, cycle and workload are often
         # all that matters, so every record is peeked at once and decoded in full only when needed.
