@@ -172,9 +172,9 @@ class KubePort:
     """Applies decisions to one cluster's API server (see the module docstring)."""
 
     takes_pending_marks: Final = True
-    marks_per_step = 50  # pending marks written before each batch at most: the newest of each workload's,
+    marks_per_step = 8  # pending marks written before each batch at most: the newest of each workload's,
     marks_at_once = 8  # oldest workload first, this many in flight
-    marks_when_behind = 8  # ... while the loop is behind_at decisions or more behind: orders first
+    marks_when_behind = 2  # ... while the loop is behind_at decisions or more behind: orders first
     behind_at = 100
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
