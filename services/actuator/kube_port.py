@@ -176,6 +176,8 @@ class KubePort:
     marks_at_once = 8  # oldest workload first, this many in flight
     marks_when_behind = 2  # ... while the loop is behind_at decisions or more behind: orders first
     behind_at = 100
+    marks_per_second = 5.0  # and no more than this on average: a fresh mark is up to three calls
+    queue_status_seconds = 2.0  # a ClusterQueue's or LocalQueue's status is written at most this often
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
@@ -192,6 +194,9 @@ class KubePort:
         self.counts = QueueCounts()
         self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
         self._behind = False  # the loop's batch was behind_at decisions or more (note_backlog)
+        self._idle = False  # ... or empty
+        self._mark_credit, self._credit_at = float(self.marks_per_step), time.monotonic()
+        self._queue_written: dict[str, float] = {}  # queue ref -> when its status was last written
         # Pending marks not written yet: each workload's newest, in the order the workloads were first marked.
         self._marks: OrderedDict[str, MarkPending] = OrderedDict()
         self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
@@ -231,23 +236,31 @@ class KubePort:
 
     @property
     def deferred_marks(self) -> int:
-        """Pending marks not written yet (the loop keeps stepping while there are any)."""
-        return len(self._marks)
+        """Pending marks not written yet, and queue statuses waiting for their turn (the loop keeps
+        stepping while there are any)."""
+        return len(self._marks) + len(self.counts.dirty_cluster_queues) + len(self.counts.dirty_local_queues)
 
     def note_backlog(self, records: int) -> None:
         """The loop read ``records`` decisions for its next batch: ``behind_at`` or more, and that
         batch's marks get the smaller budget."""
-        self._behind = records >= self.behind_at
+        self._behind, self._idle = records >= self.behind_at, records == 0
 
     async def before_batch(self) -> None:
         """Restores due; then up to ``marks_per_step`` pending marks (``marks_when_behind`` while the
         loop is behind), ``marks_at_once`` at a time: the retries that are due first, then the queued
         marks, oldest workload first. Behind, most marks would be written for workloads admitted a
         moment later (an admission drops its workload's queued mark), at the cost of orders."""
+        now = time.monotonic()
+        self._mark_credit = min(float(self.marks_per_step),
+                                self._mark_credit + (now - self._credit_at) * self.marks_per_second)
+        self._credit_at = now
+        if self._idle and self.deferred_marks:
+            await asyncio.sleep(0.25)  # nothing but deferred work, paced: do not spin
         due = await self._do_later()
-        budget = self.marks_when_behind if self._behind else self.marks_per_step
+        budget = min(self.marks_when_behind if self._behind else self.marks_per_step, int(self._mark_credit))
         fresh = [self._marks.popitem(last=False)[1]
                  for _ in range(min(max(budget - len(due), 0), len(self._marks)))]
+        self._mark_credit -= len(fresh)
         await self._at_once([functools.partial(self._retry_pending, item) for item in due]
                             + [functools.partial(self._mark_pending, d) for d in fresh])
 
@@ -761,8 +774,17 @@ class KubePort:
         time (the ClusterQueues first: a LocalQueue's status reads its ClusterQueue's quotas); failures
         wait for the next step."""
         gate = asyncio.Semaphore(max(self.marks_at_once, 1))
+        now = time.monotonic()
+
+        def due(ref: Ref) -> bool:
+            if now - self._queue_written.get(str(ref), -1e9) < self.queue_status_seconds:
+                return False
+            self._queue_written[str(ref)] = now
+            return True
 
         async def cluster_queue(name: str) -> None:
+            if not due(cluster_queue_ref(name)):
+                return
             async with gate:
                 written = await self._write_t9k_queue(name) if self.t9k else None
                 if written is None:  # not a T9k Queue: a ClusterQueue object
@@ -773,6 +795,8 @@ class KubePort:
 
         async def local_queue(key: str) -> None:
             namespace, _, lq = key.partition("/")
+            if not due(local_queue_ref(namespace, lq)):
+                return
             async with gate:
                 written = await self._write_queue(local_queue_ref(namespace, lq),
                                                   functools.partial(self._lq_status, key))
