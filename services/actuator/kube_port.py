@@ -177,7 +177,7 @@ class KubePort:
     marks_when_behind = 2  # ... while the loop is behind_at decisions or more behind: orders first
     behind_at = 100
     marks_per_second = 5.0  # and no more than this on average: a fresh mark is up to three calls
-    queue_status_seconds = 2.0  # a ClusterQueue's or LocalQueue's status is written at most this often
+    queue_status_seconds = 5.0  # a ClusterQueue's or LocalQueue's status is written at most this often
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
