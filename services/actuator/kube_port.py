@@ -236,9 +236,13 @@ class KubePort:
 
     @property
     def deferred_marks(self) -> int:
-        """Pending marks not written yet, and queue statuses waiting for their turn (the loop keeps
-        stepping while there are any)."""
-        return len(self._marks) + len(self.counts.dirty_cluster_queues) + len(self.counts.dirty_local_queues)
+        """Pending marks not written yet (the loop keeps stepping while there are any)."""
+        return len(self._marks)
+
+    @property
+    def deferred_queues(self) -> int:
+        """Queue statuses waiting for their turn (``queue_status_seconds``; the loop keeps stepping)."""
+        return len(self.counts.dirty_cluster_queues) + len(self.counts.dirty_local_queues)
 
     def note_backlog(self, records: int) -> None:
         """The loop read ``records`` decisions for its next batch: ``behind_at`` or more, and that
@@ -254,7 +258,7 @@ class KubePort:
         self._mark_credit = min(float(self.marks_per_step),
                                 self._mark_credit + (now - self._credit_at) * self.marks_per_second)
         self._credit_at = now
-        if self._idle and self.deferred_marks:
+        if self._idle and (self.deferred_marks or self.deferred_queues):
             await asyncio.sleep(0.25)  # nothing but deferred work, paced: do not spin
         due = await self._do_later()
         budget = min(self.marks_when_behind if self._behind else self.marks_per_step, int(self._mark_credit))

@@ -380,9 +380,10 @@ class Actuator(Generic[P]):
                 self._stale = True
                 raise
             self.next_offset = position
-        # A port that queued work of its own for the next steps (the Kubernetes port's pending marks)
-        # keeps the driver stepping until it is done.
-        busy = self.retry_after is not None or bool(getattr(self.port, "deferred_marks", 0))
+        # A port that queued work of its own for the next steps (the Kubernetes port's pending marks
+        # and queue statuses) keeps the driver stepping until it is done.
+        busy = (self.retry_after is not None or bool(getattr(self.port, "deferred_marks", 0))
+                or bool(getattr(self.port, "deferred_queues", 0)))
         return consumed + (1 if busy else 0)
 
     def step_now(self) -> int:
