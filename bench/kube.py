@@ -603,8 +603,9 @@ class KubeResult:
         """API calls per workload by process (each workload once, however often it was evicted)."""
         n = max(self.workloads, 1)
         calls = sum(v for k, v in self.actuator_metrics.items() if k.startswith("kueuelog_actuator_api_calls_total{"))
-        return (f"  API calls per workload: actuator{' + job reconciler' if self.objects == 'jobs' else ''} "
-                f"{calls / n:.1f}, the bench {self.api_calls / n:.1f} (its watch streams not counted)")
+        reconciler = " (the job reconciler's calls are not in these counters)" if self.objects == "jobs" else ""
+        return (f"  API calls per workload: actuator {calls / n:.1f}{reconciler}, the bench {self.api_calls / n:.1f} "
+                "(its watch streams not counted)")
 
     def _actuator_lines(self) -> list[str]:
         m = self.actuator_metrics
