@@ -38,7 +38,9 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   ``status.requeueState`` as they change between reservation and admission (a check Pending with
   its message, Ready, Retry, Rejected; a back-off set or over), compared before written.
 - After every batch, each ClusterQueue / LocalQueue whose counts (:class:`QueueCounts`, rebuilt
-  from the decisions before the committed position at recovery) changed gets its status written.
+  from the decisions before the committed position at recovery) changed gets its status written,
+  8 queues at a time, each at most every ``queue_status_seconds`` (a queue that must wait is written
+  by a later step: the loop keeps stepping while any waits).
 
 Exactly once, in effect. The loop (:mod:`services.actuator.loop`) deduplicates decisions by
 its watermark and commits reports with its position; each write here is idempotent: the Job
