@@ -5,8 +5,9 @@
 ``python -m bench shards [...]`` the scheduler shards on the local broker (``bench.shards``, not in
 the full run: it starts its broker again and takes minutes; ``--realtime``: the large-scale
 scenario in real time with each shard's services as processes);
-``python -m bench kube [--quick | --tiny]`` Kueue's baseline through a real kube-apiserver
-(``bench.kube``, ``make bench-kube``; not in the full run: its full size takes many minutes).
+``python -m bench kube [--quick | --tiny | --seconds S] [--objects workloads|jobs]`` Kueue's baseline
+through a real kube-apiserver (``bench.kube``, ``make bench-kube``; not in the full run: its full size
+takes many minutes).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         return kube.cli(argv[1:])
     if argv:
         print(f"usage: python -m bench [kafka [--quick] [--only ...] [--profile DIR] [--baseline-mode M] "
-              f"| shards [...] | kube [--quick | --tiny]]; "
+              f"| shards [...] | kube [--quick | --tiny | --seconds S] [--objects workloads|jobs]]; "
               f"got {' '.join(argv)}",
               file=sys.stderr)
         return 2

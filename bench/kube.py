@@ -13,25 +13,30 @@ completes evictions. This bench does the same through the same kind of API serve
   ``--max-mutating-requests-inflight=2500``), and the log is a local Kafka broker;
 - kueuelog runs as deployed: ``kueuelog run watcher``, ``run scheduler`` and ``run actuator --kube``
   (the actuator process holds the job reconciler), each its own process, over Kafka;
-- the bench creates **Jobs** (suspended, labelled with the LocalQueue and a WorkloadPriorityClass of
-  the class's priority), not Workloads as Kueue's generator does: kueuelog's watcher reads a Workload
-  nothing owns, but nothing could complete its eviction (kueuelog learns an evicted workload's pods
-  are gone from its Job; Kueue's runner completes an eviction by clearing the reservation itself),
-  and preemption is part of this scenario. So each workload here is a Job and the Workload the job
-  reconciler creates for it: more API objects and writes than Kueue's run, which Kueue's figures
-  do not include;
-- the bench plays the pods as Kueue's runner does: it watches the Jobs, and from when it sees one
-  unsuspended (admitted) it waits the workload's runtime and then marks the Job complete (one status
-  write: startTime, completionTime, succeeded, SuccessCriteriaMet and Complete); a Job suspended
-  again meanwhile (evicted) is not finished and waits for its next admission. Its eviction needs no
-  act of the bench: the Job never had active pods, so the watcher reports it complete at once;
+- the bench creates **Workloads** as Kueue's generator does (``--objects workloads``, the default):
+  the LocalQueue, ``spec.priority`` = the class's priority, one pod set of one pod requesting the
+  class's cpu, the runtime and class as labels. It plays them as Kueue's runner does: it watches the
+  Workloads; one seen ``Admitted`` is marked ``Finished=True`` its runtime later (one status write);
+  one seen ``Evicted`` while it still holds its reservation gets the reservation cleared
+  (``QuotaReserved=False``, reason Pending, ``Admitted=False``, no ``status.admission``: one status
+  write), which is how kueuelog's watcher, like Kueue's cache, learns the eviction completed; then
+  it waits for its next admission. Each status write carries the copy's resourceVersion and is
+  read and written again after a 409 (Kueue's runner updates from its cache and requeues);
+- ``--objects jobs`` creates suspended **Jobs** instead (labelled with the LocalQueue and a
+  WorkloadPriorityClass of the class's priority), each with the Workload kueuelog's job reconciler
+  creates for it: more objects and writes than Kueue's run. A Job seen unsuspended is marked
+  complete its runtime later (one status write: startTime, completionTime, succeeded,
+  SuccessCriteriaMet and Complete); one suspended again meanwhile (evicted) waits for its next
+  admission, and its eviction needs no act of the bench (no pods: the watcher reports it complete);
 - client rate limits are Kueue's harness's: the bench's client (Kueue's runner) 1,000 qps, burst
   2,000; the actuator (Kueue's manager, minimalkueue) 50 qps, burst 100.
 
-Reported beside Kueue's figures: wall (first Job created -> last Job finished), usage of nominal quota
-(cpu reserved from when a Job is seen unsuspended until it is finished or seen suspended, over all
-ClusterQueues' nominal quota and the wall), average time to admission per class (creation request ->
-Job seen unsuspended) and the CPU of every process. ``python -m bench kube [--quick | --tiny]``
+Reported beside Kueue's figures: wall (first object created -> last finished), usage of nominal quota
+(cpu reserved from when a workload is seen admitted (a Job unsuspended) until it is finished or
+seen evicted (suspended), over all ClusterQueues' nominal quota and the wall), average time to
+admission per class (creation request -> seen admitted), the CPU of every process and the API
+calls per workload of the actuator and of the bench. ``python -m bench kube [--quick | --tiny |
+--seconds S] [--objects workloads|jobs]``
 (``make bench-kube``; not part of ``make bench``: the full size takes many minutes).
 """
 
@@ -82,8 +87,11 @@ KUEUE = {"wall": 380.0, "usage": 52.8, "large": 29.9, "medium": 85.1, "small": 2
 V = "v1beta2"
 BENCH_LABEL = "kueuelog.io/bench"
 MERGE = "application/merge-patch+json"
-STALL_S = 240.0  # no Job admitted or finished for this long: the run is stuck
+STALL_S = 240.0  # no workload admitted or finished for this long: the run is stuck
 SERVICES = ("watcher", "scheduler", "actuator")
+OBJECTS = ("workloads", "jobs")  # what the bench creates: Kueue's generator creates Workloads
+RUNTIME_LABEL = "kueue.x-k8s.io/performance-scheduler-running-ms"  # Kueue's generator's labels
+CLASS_LABEL = "kueue.x-k8s.io/performance-scheduler-class"
 
 
 class BenchError(RuntimeError):
@@ -98,9 +106,9 @@ class KubeSizes:
     until_ms: int | None  # only the arrivals before this (None: the whole 500 per ClusterQueue)
 
 
-FULL = KubeSizes("full", 5, 6, None)  # 15,000 Jobs
-QUICK = KubeSizes("quick", 1, 3, 10_000)  # 378 Jobs: the first 10 s of 3 ClusterQueues
-TINY = KubeSizes("tiny", 1, 2, 3_000)  # 72 Jobs: the integration test's size
+FULL = KubeSizes("full", 5, 6, None)  # 15,000 workloads
+QUICK = KubeSizes("quick", 1, 3, 10_000)  # 378 workloads: the first 10 s of 3 ClusterQueues
+TINY = KubeSizes("tiny", 1, 2, 3_000)  # 72 workloads: the integration test's size
 SIZES = {s.name: s for s in (FULL, QUICK, TINY)}
 
 
@@ -201,6 +209,20 @@ def job_body(p: Plan, a: Arrival) -> dict[str, Any]:
     }
 
 
+def workload_body(p: Plan, a: Arrival) -> dict[str, Any]:
+    """A Workload as Kueue's generator creates it: its LocalQueue, ``spec.priority`` (the class's), one
+    pod set of one pod requesting the class's cpu, and the runtime as a label (Kueue's runner reads it)."""
+    priority = next(prio for klass, *_, prio in CLASSES if klass == a.klass)
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{V}", "kind": "Workload",
+        "metadata": {"name": a.name, "namespace": a.namespace, "labels": {
+            BENCH_LABEL: p.rid, RUNTIME_LABEL: str(a.runtime_ms), CLASS_LABEL: a.klass}},
+        "spec": {"queueName": "lq", "priority": priority, "podSets": [{"name": "main", "count": 1, "template": {
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "busybox:1.36", "resources": {"requests": {"cpu": f"{a.cpu_milli}m"}}}]}}}]},
+    }
+
+
 def _rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -267,17 +289,25 @@ class Api:
 
 @dataclass
 class Runner:
-    """Watches the run's Jobs; finishes each ``runtime`` after it was seen admitted (unsuspended)."""
+    """Kueue's runner: creates the objects on time and plays them. A Workload (Kueue's generator's
+    objects) seen ``Admitted`` is marked ``Finished`` ``runtime`` later; one seen ``Evicted`` while
+    it still holds its reservation gets the reservation cleared (one status write each, as Kueue's
+    runner). A Job seen unsuspended is completed ``runtime`` later (the job controller's write)."""
 
     api: Api
     plan: Plan
+    objects: str = "workloads"
     by_key: dict[str, Arrival] = field(init=False)
     created: dict[str, float] = field(default_factory=dict)  # key -> wall time the create was sent
     late_ms: list[float] = field(default_factory=list)  # how late each create went out
-    admitted: dict[str, float] = field(default_factory=dict)  # key -> first seen unsuspended
+    admitted: dict[str, float] = field(default_factory=dict)  # key -> first seen admitted
     running: dict[str, float] = field(default_factory=dict)  # key -> the admission it runs under
     finished: dict[str, float] = field(default_factory=dict)
+    latest: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> the Workload as last seen
+    clearing: set[str] = field(default_factory=set)  # Workloads whose reservation is being cleared
     evictions: int = 0
+    cleared: int = 0  # reservations the bench cleared (Workloads)
+    conflicts: int = 0  # status writes refused with 409 (read again, written again)
     used: float = 0.0  # milli-cpu x seconds reserved, as seen through the API
     progress: float = field(default_factory=time.time)  # the last admission or finish
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -285,6 +315,40 @@ class Runner:
 
     def __post_init__(self) -> None:
         self.by_key = {a.key: a for a in self.plan.arrivals}
+
+    @property
+    def collection(self) -> str:
+        """The cluster-wide path of the objects the bench creates and watches."""
+        return f"/apis/{KUEUE_GROUP}/{V}/workloads" if self.objects == "workloads" else "/apis/batch/v1/jobs"
+
+    def _path(self, a: Arrival, status: bool = False) -> str:
+        base = (f"/apis/{KUEUE_GROUP}/{V}/namespaces/{a.namespace}/workloads" if self.objects == "workloads"
+                else f"/apis/batch/v1/namespaces/{a.namespace}/jobs")
+        return base if not status else f"{base}/{a.name}/status"
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        async def run() -> None:
+            await coro
+
+        task = asyncio.get_running_loop().create_task(run())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def on_object(self, obj: dict[str, Any]) -> None:
+        if self.objects == "workloads":
+            self.on_workload(obj)
+        else:
+            self.on_job(obj)
+
+    def _seen_admitted(self, a: Arrival, now: float) -> None:
+        self.running[a.key] = now
+        self.admitted.setdefault(a.key, now)
+        self.progress = now
+        self._spawn(self._finish_later(a, now))
+
+    def _seen_evicted(self, a: Arrival, now: float) -> None:
+        self.used += (now - self.running.pop(a.key)) * a.cpu_milli
+        self.evictions += 1
 
     def on_job(self, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -295,23 +359,91 @@ class Runner:
         now = time.time()
         suspended = (obj.get("spec") or {}).get("suspend") is True
         if not suspended and key not in self.running:
-            self.running[key] = now
-            self.admitted.setdefault(key, now)
-            self.progress = now
-            task = asyncio.get_running_loop().create_task(self._finish_later(a, now))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+            self._seen_admitted(a, now)
         elif suspended and key in self.running:
-            self.used += (now - self.running.pop(key)) * a.cpu_milli
-            self.evictions += 1
+            self._seen_evicted(a, now)
+
+    def on_workload(self, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        a = self.by_key.get(key)
+        if a is None or key in self.finished:
+            return
+        self.latest[key] = obj
+        conds = _condition_status(obj)
+        if conds.get("Finished") == "True":
+            return
+        now = time.time()
+        if conds.get("Evicted") == "True" and conds.get("QuotaReserved") == "True":
+            if key in self.running:
+                self._seen_evicted(a, now)
+            if key not in self.clearing:
+                self.clearing.add(key)
+                self._spawn(self._clear_reservation(a))
+        elif conds.get("Admitted") == "True" and conds.get("Evicted") != "True" and key not in self.running:
+            self._seen_admitted(a, now)
+
+    async def _status_write(self, a: Arrival, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bool:
+        """One merge patch of the Workload's status from its last copy (``change`` gives the status to
+        write, None when there is nothing to do any more); on a conflict it is read and tried again."""
+        obj = self.latest[a.key]
+        for _ in range(10):
+            status = change(obj)
+            if status is None:
+                return False
+            body = {"metadata": {"resourceVersion": (obj.get("metadata") or {}).get("resourceVersion")},
+                    "status": status}
+            # exists_ok: a 409 (the copy is stale) comes back as {}
+            out = await self.api.call("PATCH", self._path(a, status=True), body, content_type=MERGE, exists_ok=True)
+            if out:
+                self.latest[a.key] = out
+                return True
+            self.conflicts += 1
+            obj = self.latest[a.key] = await self.api.call("GET", f"{self._path(a)}/{a.name}")
+        raise BenchError(f"Workload {a.key}: still conflicting after 10 reads")
+
+    async def _clear_reservation(self, a: Arrival) -> None:
+        """Kueue's runner completes an eviction: QuotaReserved=False (Pending), no admission."""
+        def change(obj: dict[str, Any]) -> dict[str, Any] | None:
+            conds = _condition_status(obj)
+            if conds.get("Evicted") != "True" or conds.get("QuotaReserved") != "True":
+                return None
+            stamp = _rfc3339(time.time())
+            kept = [c for c in (obj.get("status") or {}).get("conditions") or []
+                    if c.get("type") not in ("QuotaReserved", "Admitted")]
+            return {"admission": None, "conditions": [*kept, {
+                "type": "QuotaReserved", "status": "False", "reason": "Pending",
+                "message": "Evicted by the test runner", "lastTransitionTime": stamp}, {
+                "type": "Admitted", "status": "False", "reason": "NoReservation",
+                "message": "The workload has no reservation", "lastTransitionTime": stamp}]}
+
+        try:
+            if await self._status_write(a, change):
+                self.cleared += 1
+        except BenchError as e:
+            self.errors.append(str(e))
+        finally:
+            self.clearing.discard(a.key)
 
     async def _finish_later(self, a: Arrival, started: float) -> None:
         await asyncio.sleep(a.runtime_ms / 1000)
         if self.running.get(a.key) != started:
             return  # evicted meanwhile: its next admission runs it again
-        path = f"/apis/batch/v1/namespaces/{a.namespace}/jobs/{a.name}/status"
         try:
-            await self.api.call("PATCH", path, complete_status(started, time.time()), content_type=MERGE)
+            if self.objects == "workloads":
+                def change(obj: dict[str, Any]) -> dict[str, Any] | None:
+                    conds = _condition_status(obj)
+                    if conds.get("Admitted") != "True" or conds.get("Evicted") == "True":
+                        return None  # evicted since: not finished
+                    done = {"type": "Finished", "status": "True", "reason": "ByTest", "message": "By test runner",
+                            "lastTransitionTime": _rfc3339(time.time())}
+                    return {"conditions": [*((obj.get("status") or {}).get("conditions") or []), done]}
+
+                if not await self._status_write(a, change):
+                    return
+            else:
+                await self.api.call("PATCH", self._path(a, status=True), complete_status(started, time.time()),
+                                    content_type=MERGE)
         except BenchError as e:
             self.errors.append(str(e))
             return
@@ -322,10 +454,11 @@ class Runner:
         self.progress = now
 
     async def generate(self, start: float) -> None:
-        """Each (ClusterQueue, class) set in order, each Job at its time after ``start`` (wall clock)."""
+        """Each (ClusterQueue, class) set in order, each object at its time after ``start`` (wall clock)."""
         streams: dict[tuple[str, str], list[Arrival]] = defaultdict(list)
         for a in self.plan.arrivals:
             streams[(a.namespace, a.klass)].append(a)
+        body = workload_body if self.objects == "workloads" else job_body
 
         async def stream(items: list[Arrival]) -> None:
             for a in items:
@@ -334,21 +467,21 @@ class Runner:
                     await asyncio.sleep(delay)
                 self.created[a.key] = now = time.time()
                 self.late_ms.append(max(0.0, (now - start) * 1000 - a.at_ms))
-                await self.api.call("POST", f"/apis/batch/v1/namespaces/{a.namespace}/jobs", job_body(self.plan, a))
+                await self.api.call("POST", self._path(a), body(self.plan, a))
 
         async with asyncio.TaskGroup() as group:
             for items in streams.values():
                 group.create_task(stream(items))
 
     async def watch(self) -> None:
-        """LIST then WATCH the run's Jobs (all namespaces), relisting after a 410 or a cut stream."""
+        """LIST then WATCH the run's objects (all namespaces), relisting after a 410 or a cut stream."""
         selector = f"{BENCH_LABEL}={self.plan.rid}"
         rv = ""
         while True:
             if not rv:
-                listed = await self.api.call("GET", f"/apis/batch/v1/jobs?labelSelector={selector}")
+                listed = await self.api.call("GET", f"{self.collection}?labelSelector={selector}")
                 for item in listed.get("items") or []:
-                    self.on_job(item)
+                    self.on_object(item)
                 rv = str((listed.get("metadata") or {}).get("resourceVersion") or "")
             rv = await self._watch_from(selector, rv)
 
@@ -357,7 +490,7 @@ class Runner:
         params = {"watch": "1", "labelSelector": selector, "resourceVersion": rv, "allowWatchBookmarks": "true",
                   "timeoutSeconds": "600"}
         try:
-            async with self.api.session.get("/apis/batch/v1/jobs", params=params,
+            async with self.api.session.get(self.collection, params=params,
                                             timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as resp:
                 if resp.status == 410:
                     return ""
@@ -371,10 +504,15 @@ class Runner:
                         return "" if obj.get("code") == 410 else rv
                     rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
                     if event.get("type") in ("ADDED", "MODIFIED"):
-                        self.on_job(obj)
+                        self.on_object(obj)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             await asyncio.sleep(0.5)
         return rv
+
+
+def _condition_status(obj: dict[str, Any]) -> dict[str, str]:
+    return {str(c.get("type")): str(c.get("status")) for c in (obj.get("status") or {}).get("conditions") or []
+            if isinstance(c, dict)}
 
 
 # --- the run ----------------------------------------------------------------------------------------
@@ -385,6 +523,7 @@ class KubeResult:
     sizes: KubeSizes
     workloads: int
     queues: int
+    objects: str = "workloads"  # what the bench created: Workloads (Kueue's generator) or Jobs
     rid: str = ""  # the run id every object's name carries
     cleanup_error: str = ""  # deleting the run's objects failed (the first error)
     settle_s: float = 0.0  # after the last finish, until the log showed every finish (not in the wall)
@@ -393,9 +532,11 @@ class KubeResult:
     usage: float = 0.0
     wait_by_class: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # process -> CPU seconds during the run
-    admitted: int = 0  # Jobs the bench saw admitted
-    finished: int = 0  # Jobs the bench finished
+    admitted: int = 0  # objects the bench saw admitted
+    finished: int = 0  # objects the bench finished
     evictions_seen: int = 0
+    reservations_cleared: int = 0  # evictions the bench completed (Workloads)
+    conflicts: int = 0  # the bench's status writes refused with 409
     log_admitted: int = 0  # workloads with an AdmitWorkload in the decisions topic
     log_admissions: int = 0
     log_evictions: int = 0
@@ -421,12 +562,12 @@ class KubeResult:
         c = self.cpu
         ours = sum(c.get(n, 0.0) for n in SERVICES)
         return [
-            f"Kueue's baseline through a real kube-apiserver ({self.sizes.name}): {self.workloads:,} Jobs, "
+            f"Kueue's baseline through a real kube-apiserver ({self.sizes.name}): {self.workloads:,} {self.noun}, "
             f"{self.queues} ClusterQueues in {self.sizes.cohorts} cohort(s); {self.versions}; {os.cpu_count()} CPUs, "
             f"load average {'/'.join(f'{x:.1f}' for x in self.load_before)} before, "
             f"{'/'.join(f'{x:.1f}' for x in self.load_after)} after" + ("" if full else
                                                                         "; Kueue's figures are for the full size"),
-            f"  wall, first Job created -> last finished: {self.wall:.1f} s" + kueue(f"{k['wall']:.0f} s")
+            f"  wall, first {self.noun[:-1]} created -> last finished: {self.wall:.1f} s" + kueue(f"{k['wall']:.0f} s")
             + f" (setup before it {self.setup_s:.0f} s)",
             f"  usage of nominal quota: {self.usage:.1f}%" + kueue(f"{k['usage']}%"),
             f"  average time to admission large / medium / small: {w.get('large', float('nan')):.1f} / "
@@ -437,15 +578,34 @@ class KubeResult:
             f"etcd {c.get('etcd', 0):.1f}; Kafka broker {c.get('broker', 0):.1f}; the bench (generator + pods) "
             f"{c.get('bench', 0):.1f}"
             + kueue(f"kube-apiserver {k['apiserver_cpu']:.0f} s, Kueue {k['kueue_cpu']:.0f} s"),
-            f"  Jobs admitted {self.admitted:,}, finished {self.finished:,}, evictions seen {self.evictions_seen:,}; "
+            f"  {self.noun} admitted {self.admitted:,}, finished {self.finished:,}, "
+            f"evictions seen {self.evictions_seen:,}{self._cleared()}; "
             f"log: {self.log_admitted:,} workloads admitted ({self.log_admissions:,} admissions, "
             f"{self.log_evictions:,} evictions of {self.log_evicted:,} workloads), {self.log_finished:,} finished "
             f"{self.settle_s:.0f} s after the last finish (the scheduler then {self.scheduler_lag:,} events behind); "
             f"bench API calls {self.api_calls:,}, creates late p99 {self.late_p99_ms:.0f} ms",
             f"  evictions by reason: {', '.join(f'{k} {n}' for k, n in sorted(self.eviction_reasons.items()))}",
             *self._actuator_lines(),
+            self._per_workload(),
             *([f"  cleanup failed: {self.cleanup_error}"] if self.cleanup_error else []),
         ]
+
+    @property
+    def noun(self) -> str:
+        return "Workloads" if self.objects == "workloads" else "Jobs"
+
+    def _cleared(self) -> str:
+        if self.objects != "workloads":
+            return ""
+        return f", reservations cleared {self.reservations_cleared:,} (status conflicts {self.conflicts:,})"
+
+    def _per_workload(self) -> str:
+        """API calls per workload by process (each workload once, however often it was evicted)."""
+        n = max(self.workloads, 1)
+        calls = sum(v for k, v in self.actuator_metrics.items() if k.startswith("kueuelog_actuator_api_calls_total{"))
+        reconciler = " (the job reconciler's calls are not in these counters)" if self.objects == "jobs" else ""
+        return (f"  API calls per workload: actuator {calls / n:.1f}{reconciler}, the bench {self.api_calls / n:.1f} "
+                "(its watch streams not counted)")
 
     def _actuator_lines(self) -> list[str]:
         m = self.actuator_metrics
@@ -559,9 +719,9 @@ async def _until_done(runner: Runner, procs: _Procs, generating: asyncio.Task[No
         if runner.errors:
             raise BenchError(f"{len(runner.errors)} Job(s) could not be finished, first: {runner.errors[0]}")
         if generating.done() and generating.exception() is not None:
-            raise BenchError(f"creating the Jobs failed: {generating.exception()}")
+            raise BenchError(f"creating the objects failed: {generating.exception()}")
         if time.time() - runner.progress > STALL_S:
-            raise BenchError(f"no Job admitted or finished for {STALL_S:.0f} s: {len(runner.created):,} created, "
+            raise BenchError(f"no workload admitted or finished for {STALL_S:.0f} s: {len(runner.created):,} created, "
                              f"{len(runner.admitted):,} admitted, {len(runner.finished):,} of {n:,} finished")
         await asyncio.sleep(0.2)
 
@@ -602,6 +762,7 @@ async def _read_log(bootstrap: str, topics: Topics, p: Plan, result: KubeResult)
 
 
 def _figures(runner: Runner, result: KubeResult, start: float) -> None:
+    result.reservations_cleared, result.conflicts = runner.cleared, runner.conflicts
     result.admitted, result.finished, result.evictions_seen = len(runner.admitted), len(runner.finished), \
         runner.evictions
     last = max(runner.finished.values(), default=start)
@@ -620,14 +781,15 @@ def _figures(runner: Runner, result: KubeResult, start: float) -> None:
 
 async def run(plane: LocalControlPlane, bootstrap: str, sizes: KubeSizes, run_dir: Path, *,
               broker_pid: int | None = None, runner_qps: float = RUNNER_QPS, runner_burst: int = RUNNER_BURST,
-              manager_qps: float = MANAGER_QPS, manager_burst: int = MANAGER_BURST) -> KubeResult:
+              manager_qps: float = MANAGER_QPS, manager_burst: int = MANAGER_BURST,
+              objects: str = "workloads") -> KubeResult:
     """One run on a started control plane and broker (shared ones too: every name carries a run id,
     and everything created is deleted at the end)."""
     p = plan(sizes)
     topics = Topics(prefix=p.rid)
     await asyncio.to_thread(make_topics, bootstrap, topics)
     result = KubeResult(sizes=sizes, workloads=len(p.arrivals), queues=sizes.cohorts * sizes.queues,
-                        load_before=os.getloadavg(), rid=p.rid)
+                        load_before=os.getloadavg(), rid=p.rid, objects=objects)
     t_setup = time.time()
     await _apply_crds(plane)
     api = Api(plane, runner_qps, runner_burst)
@@ -638,7 +800,7 @@ async def run(plane: LocalControlPlane, bootstrap: str, sizes: KubeSizes, run_di
         await _eventually(lambda: _leading(procs), procs, "the scheduler and the actuator to lead")
         await _eventually(lambda: _configured(bootstrap, topics, p), procs, "the watcher to publish the queues")
         await _eventually(_caught_up(bootstrap, topics), procs, "the scheduler to fold the configuration")
-        runner = Runner(api, p)
+        runner = Runner(api, p, objects)
         watching = asyncio.create_task(runner.watch())
         cpu0 = _cpu(procs, plane, broker_pid)
         start = time.time() + 0.5
@@ -715,7 +877,8 @@ def control_plane() -> Iterator[LocalControlPlane]:
 
 
 def main(sizes: KubeSizes = FULL, *, runner_qps: float = RUNNER_QPS, runner_burst: int = RUNNER_BURST,
-         manager_qps: float = MANAGER_QPS, manager_burst: int = MANAGER_BURST) -> Iterator[str]:
+         manager_qps: float = MANAGER_QPS, manager_burst: int = MANAGER_BURST,
+         objects: str = "workloads") -> Iterator[str]:
     """Start a broker and a control plane of their own, run once, yield the report lines."""
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     with (local_broker() as broker, control_plane() as plane,
@@ -723,7 +886,7 @@ def main(sizes: KubeSizes = FULL, *, runner_qps: float = RUNNER_QPS, runner_burs
         versions = f"kube-apiserver {plane.kubernetes_version} + etcd {plane.etcd_version}, Kafka {broker.version}"
         result = asyncio.run(run(plane, broker.bootstrap_servers, sizes, Path(tmp), broker_pid=broker.pid,
                                  runner_qps=runner_qps, runner_burst=runner_burst, manager_qps=manager_qps,
-                                 manager_burst=manager_burst))
+                                 manager_burst=manager_burst, objects=objects))
         result.versions = versions
         yield from result.lines()
 
@@ -731,8 +894,10 @@ def main(sizes: KubeSizes = FULL, *, runner_qps: float = RUNNER_QPS, runner_burs
 def cli(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench kube", description=__doc__.split("\n\n")[0] if __doc__ else "")
     size = ap.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help=f"{len(plan(QUICK).arrivals)} Jobs (a couple of minutes)")
-    size.add_argument("--tiny", action="store_true", help=f"{len(plan(TINY).arrivals)} Jobs (the integration test's)")
+    size.add_argument("--quick", action="store_true",
+                      help=f"{len(plan(QUICK).arrivals)} workloads (a couple of minutes)")
+    size.add_argument("--tiny", action="store_true",
+                      help=f"{len(plan(TINY).arrivals)} workloads (the integration test's)")
     size.add_argument("--seconds", type=float, metavar="S",
                       help="the full topology (30 ClusterQueues) with only the arrivals of the first S seconds")
     ap.add_argument("--runner-qps", type=float, default=RUNNER_QPS,
@@ -741,6 +906,9 @@ def cli(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--manager-qps", type=float, default=MANAGER_QPS,
                     help="the actuator's --qps (default: Kueue's manager's, minimalkueue)")
     ap.add_argument("--manager-burst", type=int, default=MANAGER_BURST)
+    ap.add_argument("--objects", choices=OBJECTS, default="workloads",
+                    help="what the bench creates: Workloads, as Kueue's generator (default), or suspended Jobs "
+                         "(through the job reconciler)")
     args = ap.parse_args(argv)
     sizes = QUICK if args.quick else TINY if args.tiny else FULL
     if args.seconds is not None:
@@ -749,7 +917,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
     t = time.perf_counter()
     try:
         for line in main(sizes, runner_qps=args.runner_qps, runner_burst=args.runner_burst,
-                         manager_qps=args.manager_qps, manager_burst=args.manager_burst):
+                         manager_qps=args.manager_qps, manager_burst=args.manager_burst, objects=args.objects):
             print(line, flush=True)
     except BenchError as e:
         print(f"bench kube: {e}", file=sys.stderr)

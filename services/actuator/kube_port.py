@@ -17,15 +17,18 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   (when the decision has a preemption reason), ``QuotaReserved=False``, ``Admitted=False``,
   ``Requeued`` and no ``status.admission``. Kueue writes the last three when the eviction
   completes; we write them at once and the watcher reports ``EvictionCompleted`` when the Job
-  has no active pods.
+  has no active pods. A Workload nothing owns (:mod:`services.actuator.standalone`) gets only
+  ``Evicted`` / ``Preempted`` and ``kueuelog.io/evicted`` on itself: whatever runs it clears its
+  reservation, and the watcher reports that as the completion.
 - ``DeactivateWorkload`` (an eviction that deactivates): the same, then the Workload's
   ``spec.active=false``, as Kueue's workload controller writes it.
 - ``MarkPending``: the Workload's ``QuotaReserved=False`` condition (with the reason the decision
   carries: Kueue's granular one, ``services/core/reasons.py``) and our closed-set reason in
   ``kueuelog.io/pending-reason``, only when they changed (a cache of what was written spares the
   calls). A pending mark is status, not an order: it is queued, and before each batch up to
-  ``marks_per_step`` queued marks are written (the newest of each workload's: a workload marked
-  again before then costs one write, not two), so orders never wait behind a backlog of marks.
+  ``marks_per_step`` queued marks are written, ``marks_when_behind`` while the loop is behind (the
+  newest of each workload's: a workload marked again before then costs one write, not two), so
+  orders never wait behind a backlog of marks.
   Each is a merge patch from the last copy of the Workload the port read or wrote (no read first:
   one call, two when the closed-set reason changed too); a copy another writer made stale is
   refused with 409 Conflict, then the Workload is read and the patch made again. A mark that cannot
@@ -35,7 +38,9 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   ``status.requeueState`` as they change between reservation and admission (a check Pending with
   its message, Ready, Retry, Rejected; a back-off set or over), compared before written.
 - After every batch, each ClusterQueue / LocalQueue whose counts (:class:`QueueCounts`, rebuilt
-  from the decisions before the committed position at recovery) changed gets its status written.
+  from the decisions before the committed position at recovery) changed gets its status written,
+  8 queues at a time, each at most every ``queue_status_seconds`` (a queue that must wait is written
+  by a later step: the loop keeps stepping while any waits).
 
 Exactly once, in effect. The loop (:mod:`services.actuator.loop`) deduplicates decisions by
 its watermark and commits reports with its position; each write here is idempotent: the Job
@@ -120,13 +125,16 @@ from services.actuator.kubeplan import (
 )
 from services.actuator.loop import ActuationError, Staged, Tuning
 from services.actuator.podgroups import is_pod_workload, release_pods, stop_pods
+from services.actuator.standalone import evicted_mark_patch, evicting_status, is_standalone
 
 _log = structlog.get_logger(__name__)
 
-KUBE_TUNING: Final = Tuning(batch_size=200, max_attempts=10, retry_base_seconds=0.2, retry_max_seconds=10.0,
+KUBE_TUNING: Final = Tuning(batch_size=1000, max_attempts=10, retry_base_seconds=0.2, retry_max_seconds=10.0,
                             concurrency=32)
-"""API calls are slow and rate limited: a commit every 200 decisions, up to 32 workloads' decisions
-in flight at once (the rate limit is shared), and a back-off between attempts."""
+"""API calls are slow and rate limited: a commit every 1,000 decisions (most are cycle records and
+pending marks, which cost no call in the batch; each step's pending marks, queue statuses and commit
+are paid per batch), up to 32 workloads' decisions in flight at once (the rate limit is shared), and
+a back-off between attempts."""
 
 
 @dataclass
@@ -166,8 +174,12 @@ class KubePort:
     """Applies decisions to one cluster's API server (see the module docstring)."""
 
     takes_pending_marks: Final = True
-    marks_per_step = 50  # pending marks written before each batch at most: the newest of each workload's,
+    marks_per_step = 8  # pending marks written before each batch at most: the newest of each workload's,
     marks_at_once = 8  # oldest workload first, this many in flight
+    marks_when_behind = 2  # ... while the loop is behind_at decisions or more behind: orders first
+    behind_at = 100
+    marks_per_second = 5.0  # and no more than this on average: a fresh mark is up to three calls
+    queue_status_seconds = 5.0  # a ClusterQueue's or LocalQueue's status is written at most this often
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
@@ -183,6 +195,10 @@ class KubePort:
         self._api = api  # pods (services/actuator/pods.py) are on /api/v1, which KubeCalls does not reach
         self.counts = QueueCounts()
         self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
+        self._behind = False  # the loop's batch was behind_at decisions or more (note_backlog)
+        self._idle = False  # ... or empty
+        self._mark_credit, self._credit_at = float(self.marks_per_step), time.monotonic()
+        self._queue_written: dict[str, float] = {}  # queue ref -> when its status was last written
         # Pending marks not written yet: each workload's newest, in the order the workloads were first marked.
         self._marks: OrderedDict[str, MarkPending] = OrderedDict()
         self._pending_cache: OrderedDict[str, tuple[str, str, str]] = OrderedDict()
@@ -193,6 +209,11 @@ class KubePort:
         self._queues: dict[str, tuple[float, Json]] = {}  # ClusterQueue / LocalQueue copies, when read or written
         self._quotas: dict[str, FlavorQuotas] = {}
         self._not_served: dict[str, float] = {}  # workload kinds whose list was a 404, when
+        # A Workload nothing owns found unclaimed, by (decision id, resourceVersion): an admission or
+        # eviction asks for a Job claiming it, then another kind, and one lookup answers both.
+        self._unclaimed: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._served: set[str] = set()  # workload kinds a claimant lookup listed (so they are served)
+        self._probing: dict[str, asyncio.Lock] = {}  # per kind not known to be served: one lookup at a time
         # A scaled-up elastic Job's workload slices ("ns/slice") -> the name of the Job's Workload
         # object, which stands for every slice of the Job on the cluster (services/core/scaleup.py).
         self._slices: dict[str, str] = {}
@@ -220,12 +241,32 @@ class KubePort:
         """Pending marks not written yet (the loop keeps stepping while there are any)."""
         return len(self._marks)
 
+    @property
+    def deferred_queues(self) -> int:
+        """Queue statuses waiting for their turn (``queue_status_seconds``; the loop keeps stepping)."""
+        return len(self.counts.dirty_cluster_queues) + len(self.counts.dirty_local_queues)
+
+    def note_backlog(self, records: int) -> None:
+        """The loop read ``records`` decisions for its next batch: ``behind_at`` or more, and that
+        batch's marks get the smaller budget."""
+        self._behind, self._idle = records >= self.behind_at, records == 0
+
     async def before_batch(self) -> None:
-        """Restores due; then up to ``marks_per_step`` pending marks, ``marks_at_once`` at a time:
-        the retries that are due first, then the queued marks, oldest workload first."""
+        """Restores due; then up to ``marks_per_step`` pending marks (``marks_when_behind`` while the
+        loop is behind), ``marks_at_once`` at a time: the retries that are due first, then the queued
+        marks, oldest workload first. Behind, most marks would be written for workloads admitted a
+        moment later (an admission drops its workload's queued mark), at the cost of orders."""
+        now = time.monotonic()
+        self._mark_credit = min(float(self.marks_per_step),
+                                self._mark_credit + (now - self._credit_at) * self.marks_per_second)
+        self._credit_at = now
+        if self._idle and (self.deferred_marks or self.deferred_queues):
+            await asyncio.sleep(0.25)  # nothing but deferred work, paced: do not spin
         due = await self._do_later()
+        budget = min(self.marks_when_behind if self._behind else self.marks_per_step, int(self._mark_credit))
         fresh = [self._marks.popitem(last=False)[1]
-                 for _ in range(min(max(self.marks_per_step - len(due), 0), len(self._marks)))]
+                 for _ in range(min(max(budget - len(due), 0), len(self._marks)))]
+        self._mark_credit -= len(fresh)
         await self._at_once([functools.partial(self._retry_pending, item) for item in due]
                             + [functools.partial(self._mark_pending, d) for d in fresh])
 
@@ -375,22 +416,46 @@ class KubePort:
         a kind whose CRD is not served, or that the actuator may not list (not enabled), is skipped."""
         if (wl.get("metadata") or {}).get("ownerReferences") or len(d.name) > prebuilt.LABEL_VALUE_MAX:
             return None
-        now = time.monotonic()
+        key = (d.id, resource_version(wl))
+        if key in self._unclaimed:
+            return None
+        found = await self._find_claimant(d)
+        if found is None:  # (a claimant found is not kept: its copy goes stale with the write)
+            self._unclaimed[key] = None
+            while len(self._unclaimed) > 1024:
+                self._unclaimed.popitem(last=False)
+        return found
+
+    async def _find_claimant(self, d: Decision) -> tuple[jobkinds.JobKind, Ref, Json] | None:
         for kind in jobkinds.KINDS:
-            if kind.key not in prebuilt.SUPPORTED or now - self._not_served.get(kind.kind, -1e9) < 60:
+            if kind.key not in prebuilt.SUPPORTED:
                 continue
             ref = Ref(kind.kind, kind.group, kind.version, kind.plural, "", d.namespace)
-            try:
-                items = await self.kube.list_objects(ref, label_selector=f"{PREBUILT_WORKLOAD_LABEL}={d.name}")
-            except KubeApiError as e:
-                if e.not_found or e.status == 403:  # no CRD, or not granted (its kind is off): not asked for a minute
-                    self._not_served[kind.kind] = now
-                    continue
-                raise
+            if kind.kind in self._served:
+                items = await self._list_claimants(kind, ref, d)
+            else:  # one lookup at a time finds out whether the kind is served, not every workload in flight
+                async with self._probing.setdefault(kind.kind, asyncio.Lock()):
+                    items = await self._list_claimants(kind, ref, d)
             if items:
                 obj = {"apiVersion": kind.api_version, "kind": kind.kind, **items[0]}
                 return kind, replace(ref, name=str((obj.get("metadata") or {}).get("name"))), obj
         return None
+
+    async def _list_claimants(self, kind: jobkinds.JobKind, ref: Ref, d: Decision) -> list[Json]:
+        """The objects of ``kind`` naming ``d``'s Workload as their prebuilt one; none when the kind is
+        not served (no CRD) or not granted (its kind is off): then it is not asked for a minute."""
+        if time.monotonic() - self._not_served.get(kind.kind, -1e9) < 60:
+            return []
+        try:
+            items = await self.kube.list_objects(ref, label_selector=f"{PREBUILT_WORKLOAD_LABEL}={d.name}")
+        except KubeApiError as e:
+            if e.not_found or e.status == 403:
+                self._not_served[kind.kind] = time.monotonic()
+                self._served.discard(kind.kind)
+                return []
+            raise
+        self._served.add(kind.kind)
+        return items
 
     async def _kind_apply(self, owner: tuple[jobkinds.JobKind, Ref, Json],
                           d: AdmitWorkload | AdmitChecked | EvictWorkload) -> bool:
@@ -525,7 +590,7 @@ class KubePort:
         key = f"{d.namespace}/{d.name}"
         for _ in range(self.max_conflicts):
             wl = await self._workload(d)
-            owned = await self._job_of(wl, d)
+            owned, standalone = await self._job_of(wl, d), False
             if owned is not None:
                 ref, job = owned
                 verdict = idempotency(job, d)
@@ -546,7 +611,13 @@ class KubePort:
                     continue
             elif is_pod_workload(wl):  # Kueue's pod integration stops its pods by deleting them
                 await stop_pods(self._api, d.namespace, wl)
-            desired = evicted_status(wl.get("status") or {}, d)
+            elif is_standalone(wl):  # its owner clears the reservation (services/actuator/standalone.py)
+                marked = await self._mark_evicted(wl, d)
+                if marked is None:
+                    continue
+                standalone, wl = True, marked
+            status = wl.get("status") or {}
+            desired = evicting_status(status, d) if standalone else evicted_status(status, d)
             if await self._write_status(self._ref(d.namespace, d.name), wl, desired):
                 if isinstance(d, DeactivateWorkload) and (wl.get("spec") or {}).get("active") is not False:
                     # Kueue's deactivation: spec.active=false, which a user sets back to true to start over.
@@ -555,6 +626,13 @@ class KubePort:
                 return
         raise KubeApiError(f"evict Workload {key}: still conflicting after {self.max_conflicts} re-reads",
                            retriable=True, status=409)
+
+    async def _mark_evicted(self, wl: Json, d: EvictWorkload) -> Json | None:
+        """A standalone Workload marked with the eviction's decision id; None on a conflict."""
+        patch = evicted_mark_patch(wl, d)
+        if patch is None:
+            return wl
+        return await self._patch_workload(self._ref(d.namespace, d.name), patch, status=False)
 
     async def _create_requests(self, d: AdmitWorkload) -> None:
         """The provisioning check's requests (Kueue's controller): each PodTemplate, then the
@@ -698,20 +776,41 @@ class KubePort:
     # --- queue status ---------------------------------------------------------------------------
 
     async def _flush_queues(self) -> None:
-        """Write each changed ClusterQueue / LocalQueue status once; failures wait for the next step."""
-        for name in sorted(self.counts.dirty_cluster_queues):
-            written = await self._write_t9k_queue(name) if self.t9k else None
-            if written is not None:  # a T9k Queue: no ClusterQueue object to write
-                if written:
-                    self.counts.dirty_cluster_queues.discard(name)
-                continue
-            ref = cluster_queue_ref(name)
-            if await self._write_queue(ref, functools.partial(self._cq_status, name)):
+        """Write each changed ClusterQueue / LocalQueue status once, ``marks_at_once`` queues at a
+        time (the ClusterQueues first: a LocalQueue's status reads its ClusterQueue's quotas); failures
+        wait for the next step."""
+        gate = asyncio.Semaphore(max(self.marks_at_once, 1))
+        now = time.monotonic()
+
+        def due(ref: Ref) -> bool:
+            if now - self._queue_written.get(str(ref), -1e9) < self.queue_status_seconds:
+                return False
+            self._queue_written[str(ref)] = now
+            return True
+
+        async def cluster_queue(name: str) -> None:
+            if not due(cluster_queue_ref(name)):
+                return
+            async with gate:
+                written = await self._write_t9k_queue(name) if self.t9k else None
+                if written is None:  # not a T9k Queue: a ClusterQueue object
+                    written = await self._write_queue(cluster_queue_ref(name),
+                                                      functools.partial(self._cq_status, name))
+            if written:
                 self.counts.dirty_cluster_queues.discard(name)
-        for key in sorted(self.counts.dirty_local_queues):
+
+        async def local_queue(key: str) -> None:
             namespace, _, lq = key.partition("/")
-            if await self._write_queue(local_queue_ref(namespace, lq), functools.partial(self._lq_status, key)):
+            if not due(local_queue_ref(namespace, lq)):
+                return
+            async with gate:
+                written = await self._write_queue(local_queue_ref(namespace, lq),
+                                                  functools.partial(self._lq_status, key))
+            if written:
                 self.counts.dirty_local_queues.discard(key)
+
+        await asyncio.gather(*(cluster_queue(n) for n in sorted(self.counts.dirty_cluster_queues)))
+        await asyncio.gather(*(local_queue(k) for k in sorted(self.counts.dirty_local_queues)))
 
     async def _write_t9k_queue(self, name: str) -> bool | None:
         """The Queue ``t9k-system/<name>``'s ``status.allocated``, kept from admitted usage: True when

@@ -346,8 +346,11 @@ class Actuator(Generic[P]):
         if self._stale:
             self.recover()  # at start, and after a failed commit left the watermark ahead of the log
         self.retry_after = None
-        await self.port.before_batch()
         batch = self.log.read(self.topics.decisions, self.next_offset, self.tuning.batch_size)
+        note_backlog = getattr(self.port, "note_backlog", None)  # (a port that queues pending marks)
+        if note_backlog is not None:
+            note_backlog(len(batch))
+        await self.port.before_batch()
         # Most records are cycle records and pending marks: their tag, cycle and workload are often
         # all that matters, so every record is peeked at once and decoded in full only when needed.
         peeks = [peek_decision(rec.value) for rec in batch]
@@ -377,9 +380,10 @@ class Actuator(Generic[P]):
                 self._stale = True
                 raise
             self.next_offset = position
-        # A port that queued work of its own for the next steps (the Kubernetes port's pending marks)
-        # keeps the driver stepping until it is done.
-        busy = self.retry_after is not None or bool(getattr(self.port, "deferred_marks", 0))
+        # A port that queued work of its own for the next steps (the Kubernetes port's pending marks
+        # and queue statuses) keeps the driver stepping until it is done.
+        busy = (self.retry_after is not None or bool(getattr(self.port, "deferred_marks", 0))
+                or bool(getattr(self.port, "deferred_queues", 0)))
         return consumed + (1 if busy else 0)
 
     def step_now(self) -> int:

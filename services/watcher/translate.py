@@ -8,7 +8,8 @@ Workload rules (Kueue's workload name from the Job's name and uid). On top of
 that it reads what only a live cluster says about a Job: it finished
 (``WorkloadFinished``), all its pods are ready (``PodsReady``) or, after that, no
 longer all (``PodsNotReady``), the pods of an
-evicted Job are gone (``EvictionCompleted``). A Workload owned by a Job is
+evicted Job are gone, or an evicted Workload nothing owns no longer holds its reservation
+(``EvictionCompleted``). A Workload owned by a Job is
 ignored: the Job is its source of truth. A Job the job reconciler rejected (label
 ``kueuelog.io/rejected=true``: created running, so it runs outside quota) is not queued:
 it becomes the delete of its Workload, which the memory publishes only if the Job was
@@ -235,7 +236,8 @@ def _workload_status(kind: str, located: str, obj: Mapping[str, Any], body: dict
         running, events = _kind_status(OTHER_JOB_KINDS[kind], body, meta, normalized, time_ms)
         return list(events), running or injected, []
     if kind == "Workload":
-        return [(what, ev, "") for what, ev in _workload_finished(obj, normalized, time_ms)], False, []
+        finished = [(what, ev, "") for what, ev in _workload_finished(obj, normalized, time_ms)]
+        return finished or _workload_eviction_completed(obj, meta, normalized, time_ms), False, []
     if kind == "Job":
         running, events, errors = _job_status(located, body, meta, normalized, time_ms)
         return list(events), running or injected, errors
@@ -250,7 +252,7 @@ def _as_manifest(kind: str, obj: Mapping[str, Any], meta: Mapping[str, Any]) -> 
     body.setdefault("kind", kind)
     body.setdefault("apiVersion", API_VERSIONS[kind])
     annotations = meta.get("annotations")
-    if ((kind == "Job" or kind in OTHER_JOB_KINDS) and isinstance(annotations, Mapping)
+    if ((kind in ("Job", "Workload") or kind in OTHER_JOB_KINDS) and isinstance(annotations, Mapping)
             and not ACTUATION_ANNOTATIONS.isdisjoint(annotations)):
         body["metadata"] = {**meta, "annotations": {k: v for k, v in annotations.items()
                                                     if k not in ACTUATION_ANNOTATIONS}}
@@ -373,6 +375,29 @@ def _workload_finished(obj: Mapping[str, Any], wl: o.Workload, time_ms: int) -> 
                                                   succeeded=c.get("reason") != ConditionReason.FAILED,
                                                   message=message if isinstance(message, str) else ""))]
     return []
+
+
+def _workload_eviction_completed(obj: Mapping[str, Any], meta: Mapping[str, Any], wl: o.Workload, time_ms: int,
+                                 ) -> list[tuple[str, ClusterEvent, str]]:
+    """A Workload nothing owns that the actuator evicted (annotation ``kueuelog.io/evicted``: the
+    eviction's decision id) has completed its eviction once its quota reservation is cleared on
+    the cluster (``QuotaReserved`` not True, or no ``status.admission``): what runs it says so,
+    as Kueue's performance runner does. Correlated with the decision id, so the memory publishes
+    it once per eviction; a later re-admission reserves again and the next eviction has its own id."""
+    annotations = meta.get("annotations")
+    decision = annotations.get(EVICTED_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if not decision or not isinstance(decision, str) or meta.get("ownerReferences"):
+        return []
+    status = obj.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    conditions = status.get("conditions")
+    reserved = any(isinstance(c, Mapping) and c.get("type") == ConditionType.QUOTA_RESERVED
+                   and c.get("status") == ConditionStatus.TRUE
+                   for c in (conditions if isinstance(conditions, list) else []))
+    if reserved and status.get("admission"):
+        return []
+    completed = EvictionCompleted(time=time_ms, namespace=wl.namespace, name=wl.name)
+    return [("eviction-completed", completed, decision)]
 
 
 def _kind_status(

@@ -126,6 +126,17 @@ async def running(log: SqliteLog, api: client.ApiClient,
         await asyncio.wait_for(task, timeout=30)
 
 
+def status_counts(k: Cluster, plural: str, name: str, **want: int) -> Callable[[], Awaitable[dict[str, Any] | None]]:
+    """The queue, once its status shows the counts ``want``."""
+
+    async def check() -> dict[str, Any] | None:
+        obj = await k.read(plural, name, namespaced=plural == "localqueues")
+        status = obj.get("status") or {}
+        return obj if all(status.get(key) == value for key, value in want.items()) else None
+
+    return check
+
+
 class Cluster:
     """The objects of one test: a flavor, a ClusterQueue, a LocalQueue, Jobs and their Workloads."""
 
@@ -272,13 +283,13 @@ async def test_pending_admit_duplicate_evict(kueue_crds: None, kube_namespace: s
             {"name": "main", "flavors": {"cpu": k.flavor}, "resourceUsage": {"cpu": "1"}, "count": 1}]}
         assert conditions(wl) == {"QuotaReserved": ("True", "QuotaReserved", f"Quota reserved in ClusterQueue {k.cq}"),
                                   "Admitted": ("True", "Admitted", "The workload is admitted")}
-        cq = await k.read("clusterqueues", k.cq, namespaced=False)
-        assert {key: cq["status"][key] for key in ("pendingWorkloads", "reservingWorkloads", "admittedWorkloads")} \
-            == {"pendingWorkloads": 0, "reservingWorkloads": 1, "admittedWorkloads": 1}
+        # A queue's status is written at most every few seconds (KubePort.queue_status_seconds).
+        cq = await eventually(status_counts(k, "clusterqueues", k.cq, pendingWorkloads=0, reservingWorkloads=1,
+                                            admittedWorkloads=1), what="the ClusterQueue to count the admission")
         assert cq["status"]["flavorsReservation"] == [
             {"name": k.flavor, "resources": [{"name": "cpu", "total": "1", "borrowed": "0"}]}]
-        lq = await k.read("localqueues", "lq")
-        assert (lq["status"]["pendingWorkloads"], lq["status"]["admittedWorkloads"]) == (0, 1)
+        lq = await eventually(status_counts(k, "localqueues", "lq", pendingWorkloads=0, admittedWorkloads=1),
+                              what="the LocalQueue to count the admission")
         # v1beta2's spelling, the storage version's, whatever version the object is read at (conversion None).
         assert lq["status"]["flavorsUsage"] == [{"name": k.flavor, "resources": [{"name": "cpu", "total": "1"}]}]
         assert "flavorUsage" not in lq["status"]
@@ -316,8 +327,8 @@ async def test_pending_admit_duplicate_evict(kueue_crds: None, kube_namespace: s
         assert got["QuotaReserved"][:2] == ("False", "Pending")
         assert got["Admitted"] == ("False", "NoReservation", "The workload has no reservation")
         assert got["Requeued"][:2] == ("True", "Preempted")
-        cq = await k.read("clusterqueues", k.cq, namespaced=False)
-        assert (cq["status"]["pendingWorkloads"], cq["status"]["reservingWorkloads"]) == (1, 0)
+        cq = await eventually(status_counts(k, "clusterqueues", k.cq, pendingWorkloads=1, reservingWorkloads=0),
+                              what="the ClusterQueue to count the eviction")
         assert cq["status"]["flavorsUsage"][0]["resources"][0]["total"] == "0"
 
     actuator = task.result()

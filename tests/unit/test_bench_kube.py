@@ -1,5 +1,6 @@
 """bench/kube.py's pure parts: the generator's plan as Kueue's baseline config has it, the objects
-it creates, and the pods' part (a Job seen admitted runs; seen suspended again, it was evicted)."""
+it creates, and the pods' part (a Job seen admitted runs; seen suspended again, it was evicted; a
+Workload seen Admitted is marked Finished, one seen Evicted while reserved has its reservation cleared)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def test_the_pods_part_finishes_admitted_jobs_and_not_evicted_ones() -> None:
 
     async def scenario() -> tuple[kube.Runner, _Api]:
         api = _Api()
-        runner = kube.Runner(api, p)  # type: ignore[arg-type]  # a stand-in for kube.Api
+        runner = kube.Runner(api, p, "jobs")  # type: ignore[arg-type]  # a stand-in for kube.Api
         runner.on_job(_job(small, suspended=True))  # created, queued: nothing runs
         assert runner.running == {}
         runner.on_job(_job(small, suspended=False))  # admitted
@@ -92,3 +93,55 @@ def test_the_pods_part_finishes_admitted_jobs_and_not_evicted_ones() -> None:
     assert runner.evictions == 1
     assert api.calls == [("PATCH", f"/apis/batch/v1/namespaces/{small.namespace}/jobs/{small.name}/status")]
     assert runner.used > 0
+
+
+class _StatusApi(_Api):
+    """Answers a status write with the object as written (no conflict)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[dict[str, Any]] = []
+
+    async def call(self, method: str, path: str, body: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
+        self.calls.append((method, path))
+        self.bodies.append(body or {})
+        return {"metadata": {"resourceVersion": "2"}, **(body or {})}
+
+
+def _workload(a: kube.Arrival, **conditions: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": a.namespace, "name": a.name, "resourceVersion": "1"},
+            "status": {"admission": {"clusterQueue": "cq"},
+                       "conditions": [{"type": t, "status": v} for t, v in conditions.items()]}}
+
+
+def test_the_runner_finishes_admitted_workloads_and_clears_evicted_ones() -> None:
+    p = kube.plan(kube.TINY, rid="r")
+    small = next(a for a in p.arrivals if a.klass == "small")
+    other = next(a for a in p.arrivals if a.klass == "small" and a.key != small.key)
+    body = kube.workload_body(p, small)
+    assert body["spec"]["priority"] == 50 and body["spec"]["queueName"] == "lq"
+    assert body["spec"]["podSets"][0]["count"] == 1
+
+    async def scenario() -> tuple[kube.Runner, _StatusApi]:
+        api = _StatusApi()
+        runner = kube.Runner(api, p)  # type: ignore[arg-type]  # a stand-in for kube.Api
+        runner.on_workload(_workload(small, QuotaReserved="False"))  # pending: nothing runs
+        runner.on_workload(_workload(small, QuotaReserved="True", Admitted="True"))
+        runner.on_workload(_workload(other, QuotaReserved="True", Admitted="True"))
+        runner.on_workload(_workload(other, QuotaReserved="True", Admitted="True", Evicted="True"))
+        await asyncio.sleep(small.runtime_ms / 1000 + 0.1)
+        return runner, api
+
+    runner, api = asyncio.run(scenario())
+    assert set(runner.finished) == {small.key} and runner.evictions == runner.cleared == 1
+    def status(a: kube.Arrival) -> str:
+        return f"/apis/kueue.x-k8s.io/{kube.V}/namespaces/{a.namespace}/workloads/{a.name}/status"
+
+    assert sorted(api.calls) == sorted([("PATCH", status(other)), ("PATCH", status(small))])
+    by_path = dict(zip((path for _, path in api.calls), api.bodies, strict=True))
+    cleared = by_path[status(other)]["status"]
+    assert cleared["admission"] is None
+    assert {c["type"]: (c["status"], c.get("reason")) for c in cleared["conditions"]}["QuotaReserved"] == \
+        ("False", "Pending")
+    finished = by_path[status(small)]["status"]["conditions"]
+    assert finished[-1]["type"] == "Finished" and finished[-1]["status"] == "True"

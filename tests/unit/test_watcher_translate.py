@@ -593,3 +593,86 @@ def test_a_running_elastic_job_scaled_down(annotations: dict[str, str], parallel
     assert [ps.count for e in got for ps in e.object.pod_sets] == want  # type: ignore[union-attr]
     for e in got:  # only the count changed: not the actuator's node selector
         assert e.object.pod_sets[0].node_selector == ()  # type: ignore[union-attr]
+
+
+# --- a Workload nothing owns: its eviction completes when its reservation is cleared ------------------
+
+
+def _standalone(rv: str, *, evicted_by: str = "", reserved: bool = True, admission: bool = True,
+                finished: bool = False, owned: bool = False) -> dict[str, Any]:
+    """A Workload as Kueue's performance generator creates it, at some point of its life."""
+    body = a_workload("team-a", "w").queue("lq").priority(100).request(cpu="1").admitted("cq", {"cpu": "default"})
+    out = served(body.obj(), rv)
+    status = out["status"]
+    if evicted_by:
+        out["metadata"]["annotations"] = {EVICTED_ANNOTATION: evicted_by}
+        status["conditions"].append({"type": "Evicted", "status": "True", "reason": "Preempted", "message": "x",
+                                     "lastTransitionTime": "2025-01-01T00:00:01Z"})
+    if not reserved:
+        status["conditions"][0].update(status="False", reason="Pending", message="Evicted by the test runner")
+    if not admission:
+        del status["admission"]
+    if finished:
+        status["conditions"].append({"type": "Finished", "status": "True", "reason": "ByTest", "message": "done",
+                                     "lastTransitionTime": "2025-01-01T00:00:09Z"})
+    if owned:
+        out["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "p1"}]
+    return out
+
+
+W = "Workload:team-a/w"
+COMPLETED_W = EvictionCompleted(time=NOW, namespace="team-a", name="w")
+
+
+@pytest.mark.parametrize(("obj", "want"), [
+    pytest.param(_standalone("1"), [], id="admitted"),
+    pytest.param(_standalone("2", evicted_by="c4-1"), [], id="evicted, still reserved"),
+    pytest.param(_standalone("3", evicted_by="c4-1", reserved=False, admission=False),
+                 [env(W, "3", "eviction-completed", COMPLETED_W, "c4-1")], id="reservation cleared (Kueue's runner)"),
+    pytest.param(_standalone("4", evicted_by="c4-1", reserved=False),
+                 [env(W, "4", "eviction-completed", COMPLETED_W, "c4-1")], id="QuotaReserved=False"),
+    pytest.param(_standalone("5", evicted_by="c4-1", admission=False),
+                 [env(W, "5", "eviction-completed", COMPLETED_W, "c4-1")], id="status.admission removed"),
+    pytest.param(_standalone("6", reserved=False, admission=False), [], id="never evicted by kueuelog"),
+    pytest.param(_standalone("7", evicted_by="c4-1", reserved=False, admission=False, owned=True), [],
+                 id="owned by something (a pod group): its owner says"),
+])
+def test_a_standalone_workloads_eviction_completes_when_its_reservation_is_cleared(
+        obj: dict[str, Any], want: list[Envelope]) -> None:
+    tr = run("Workload", obj)
+    assert tr.errors == []
+    assert [e for e in tr.envelopes if not isinstance(e.event, ObjectApplied)] == want
+
+
+def test_the_eviction_annotation_is_not_part_of_the_workload() -> None:
+    plain, marked = run("Workload", _standalone("1")), run("Workload", _standalone("1", evicted_by="c4-1"))
+    applied = [e.event for e in (*plain.envelopes, *marked.envelopes) if isinstance(e.event, ObjectApplied)]
+    assert len(applied) == 2
+    assert isinstance(applied[1].object, o.Workload) and applied[1].object.annotations == ()
+
+
+def test_a_standalone_workloads_life_publishes_each_eviction_once() -> None:
+    memory = Published()
+    steps = [
+        (_standalone("1"), ["ObjectApplied"]),
+        (_standalone("2", evicted_by="c4-1"), ["ObjectApplied"]),  # Evicted=True while reserved
+        (_standalone("3", evicted_by="c4-1", reserved=False, admission=False), ["ObjectApplied", "EvictionCompleted"]),
+        (_standalone("4", evicted_by="c4-1", reserved=False, admission=False), []),  # re-delivered
+        # re-admitted: the old decision id is still there, the reservation is back
+        (_standalone("5", evicted_by="c4-1"), ["ObjectApplied"]),
+        (_standalone("6", evicted_by="c9-2"), []),
+        (_standalone("7", evicted_by="c9-2", reserved=False, admission=False), ["ObjectApplied", "EvictionCompleted"]),
+        (_standalone("8", evicted_by="c9-2"), ["ObjectApplied"]),
+        (_standalone("9", evicted_by="c9-2", finished=True), ["WorkloadFinished"]),
+    ]
+    said: list[Envelope] = []
+    for i, (obj, want) in enumerate(steps):
+        change = memory.select(run("Workload", obj))
+        memory.commit(change)
+        said.extend(change.envelopes)
+        assert kinds_of([e.event for e in change.envelopes]) == want, f"step {i}"
+    assert [e.correlation_id for e in said if isinstance(e.event, EvictionCompleted)] == ["c4-1", "c9-2"]
+    rebuilt = Published()
+    for e in said[:4]:  # up to the first completion, as a restarted watcher reads its log
+        rebuilt.remember(e)
+    assert publish(rebuilt, run("Workload", steps[3][0])) == []  # a restarted watcher repeats nothing
