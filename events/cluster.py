@@ -92,16 +92,19 @@ TRAINJOB_RUNTIME_KEY: Final = f"{KUEUELOG_PREFIX}runtime"
 ORIGINAL_POD_SCHEDULING_ANNOTATION: Final = f"{KUEUELOG_PREFIX}original-pod-scheduling"
 """On a Job while its pod template carries the flavors' nodeSelector and tolerations: the
 template's own ones (JSON), restored after an eviction."""
+PENDING_REASON_ANNOTATION: Final = f"{KUEUELOG_PREFIX}pending-reason"
+"""On a pending Workload: the closed-set reason of its pending message (the actuator's pending mark)."""
 ACTUATION_ANNOTATIONS: Final = frozenset({
     DECISION_ID_ANNOTATION, DECISION_CYCLE_ANNOTATION, EVICTED_ANNOTATION, ORIGINAL_POD_SCHEDULING_ANNOTATION,
+    PENDING_REASON_ANNOTATION,
 })
-"""The actuator's bookkeeping on a Job: not the user's Job, so not part of its Workload."""
+"""The actuator's bookkeeping on a Job or a Workload: not the user's object, so not part of its
+Workload (a pending mark on a Workload nothing owns is no news to the scheduler)."""
 REJECTED_LABEL: Final = f"{KUEUELOG_PREFIX}rejected"
 """On a queued Job created running that the job reconciler's ``reject`` policy refused ("true"):
 it runs outside quota and is not queued."""
 REJECTION_ANNOTATION: Final = f"{KUEUELOG_PREFIX}rejection"
 """... and why it was refused."""
-PENDING_REASON_ANNOTATION: Final = f"{KUEUELOG_PREFIX}pending-reason"
 T9K_ALLOCATED_ANNOTATION: Final = f"{KUEUELOG_PREFIX}t9k-allocated"
 """On the Workload ``simulate`` makes of a T9k Queue's ``status.allocated`` (``events.t9k``)."""
 """On a pending Workload: our closed-set reason (``events.messages.PendingReason``)."""

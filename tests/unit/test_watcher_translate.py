@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from events import objects as o
-from events.cluster import EVICTED_ANNOTATION, REJECTED_LABEL
+from events.cluster import EVICTED_ANNOTATION, PENDING_REASON_ANNOTATION, REJECTED_LABEL
 from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ORIGINAL_ANNOTATION
 from events.envelope import Envelope
 from events.messages import (
@@ -649,6 +649,29 @@ def test_the_eviction_annotation_is_not_part_of_the_workload() -> None:
     applied = [e.event for e in (*plain.envelopes, *marked.envelopes) if isinstance(e.event, ObjectApplied)]
     assert len(applied) == 2
     assert isinstance(applied[1].object, o.Workload) and applied[1].object.annotations == ()
+
+
+def test_a_pending_mark_on_a_standalone_workload_is_no_news() -> None:
+    """The actuator's pending mark (the reason annotation and QuotaReserved=False) on a Workload
+    nothing owns: republishing it would make the scheduler fold it, cycle and mark it again."""
+    memory = Published()
+
+    def pending(rv: str, reason: str = "") -> dict[str, Any]:
+        out = served(a_workload("team-a", "w").queue("lq").priority(100).request(cpu="1").obj(), rv)
+        if reason:
+            out["metadata"]["annotations"] = {PENDING_REASON_ANNOTATION: reason, "team": "a"}
+            out["status"] = {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                             "message": f"{reason}: 3 more needed",
+                                             "lastTransitionTime": "2025-01-01T00:00:01Z"}]}
+        else:
+            out["metadata"]["annotations"] = {"team": "a"}
+        return out
+
+    for i, (obj, want) in enumerate([(pending("1"), ["ObjectApplied"]), (pending("2", "WaitingForQuota"), []),
+                                     (pending("3", "PreemptionNotAllowed"), [])]):
+        change = memory.select(run("Workload", obj))
+        memory.commit(change)
+        assert kinds_of([e.event for e in change.envelopes]) == want, f"step {i}"
 
 
 def test_a_standalone_workloads_life_publishes_each_eviction_once() -> None:
