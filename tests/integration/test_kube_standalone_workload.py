@@ -127,8 +127,10 @@ async def test_a_standalone_workload_is_preempted_its_owner_completes_the_evicti
         evictions = [d for d in ds if isinstance(d, EvictWorkload) and f"{d.namespace}/{d.name}" == victim_key]
         admissions = [d for d in ds if isinstance(d, AdmitWorkload) and f"{d.namespace}/{d.name}" == victim_key]
         assert len(evictions) == 1 and len(admissions) == 2
+        # The session's services and topics are shared with other tests: this test's namespace only.
         completed = [(env.event.name, env.correlation_id) for r in log.read(topics.cluster_events, 0, 100_000)
-                     if isinstance((env := decode_envelope(r.value)).event, EvictionCompleted)]
+                     if isinstance((env := decode_envelope(r.value)).event, EvictionCompleted)
+                     and env.event.namespace == c.ns_in]
         assert completed == [("victim", evictions[0].id)]
         assert victim["metadata"]["annotations"][EVICTED_ANNOTATION] == evictions[0].id
     finally:
