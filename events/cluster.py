@@ -93,7 +93,8 @@ ORIGINAL_POD_SCHEDULING_ANNOTATION: Final = f"{KUEUELOG_PREFIX}original-pod-sche
 """On a Job while its pod template carries the flavors' nodeSelector and tolerations: the
 template's own ones (JSON), restored after an eviction."""
 PENDING_REASON_ANNOTATION: Final = f"{KUEUELOG_PREFIX}pending-reason"
-"""On a pending Workload: the closed-set reason of its pending message (the actuator's pending mark)."""
+"""On a pending Workload: our closed-set reason (``events.messages.PendingReason``), written with the
+actuator's pending mark."""
 ACTUATION_ANNOTATIONS: Final = frozenset({
     DECISION_ID_ANNOTATION, DECISION_CYCLE_ANNOTATION, EVICTED_ANNOTATION, ORIGINAL_POD_SCHEDULING_ANNOTATION,
     PENDING_REASON_ANNOTATION,
@@ -107,7 +108,6 @@ REJECTION_ANNOTATION: Final = f"{KUEUELOG_PREFIX}rejection"
 """... and why it was refused."""
 T9K_ALLOCATED_ANNOTATION: Final = f"{KUEUELOG_PREFIX}t9k-allocated"
 """On the Workload ``simulate`` makes of a T9k Queue's ``status.allocated`` (``events.t9k``)."""
-"""On a pending Workload: our closed-set reason (``events.messages.PendingReason``)."""
 PENDING_MESSAGE_ANNOTATION: Final = f"{KUEUELOG_PREFIX}pending-message"
 """On a pending workload in the visibility API's answer: why it waits, with the numbers."""
 SIM_DURATION_ANNOTATION: Final = f"{KUEUELOG_PREFIX}sim-duration"
