@@ -30,7 +30,9 @@ call of the port waits for its coroutine there.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -275,7 +277,11 @@ class _LoopThread:
         self._thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return self.wait(asyncio.run_coroutine_threadsafe(coro, self.loop), timeout)
+
+    @staticmethod
+    def wait(future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
+        """The result of work begun on the loop; a failed or timed-out wait cancels it."""
         try:
             return future.result(timeout)
         except Exception:
@@ -490,8 +496,11 @@ class KafkaLog:
         """Run ``coro`` on the I/O thread and wait; a failure or timeout comes out as a LogError
         (and the work is cancelled: a timed-out transaction must not commit after the service
         rebuilt from the log and wrote that step again)."""
+        return self._wait(asyncio.run_coroutine_threadsafe(coro, self._io.loop), what)
+
+    def _wait(self, future: concurrent.futures.Future[T], what: str) -> T:
         try:
-            return self._io.run(coro, timeout=self.settings.request_timeout_ms / 1000 * 3)
+            return self._io.wait(future, timeout=self.settings.request_timeout_ms / 1000 * 3)
         except BaseException as e:
             if isinstance(e, KeyboardInterrupt | SystemExit):
                 raise
@@ -801,20 +810,9 @@ class KafkaLog:
     def transact_in_background(self, appends: Mapping[str, Sequence[tuple[str, bytes]]],
                                commits: Mapping[tuple[str, str], int]) -> Outcome:
         """:meth:`transact` begun on the I/O thread; the caller goes on and waits for the outcome
-        later (``services.runtime.log.begin_transaction``). A failed or timed-out wait cancels it,
-        as :meth:`_run` does."""
+        later (``services.runtime.log.begin_transaction``), and the wait is :meth:`_run`'s."""
         future = asyncio.run_coroutine_threadsafe(self._transact(appends, commits), self._io.loop)
-
-        def outcome() -> dict[str, list[int]]:
-            try:
-                return future.result(self.settings.request_timeout_ms / 1000 * 3)
-            except BaseException as e:
-                if isinstance(e, KeyboardInterrupt | SystemExit):
-                    raise
-                future.cancel()
-                raise _wrap("kafka transaction", e) from e
-
-        return outcome
+        return functools.partial(self._wait, future, "transaction")
 
     def append(self, topic: str, records: Sequence[tuple[str, bytes]]) -> list[int]:
         """Append and wait until the records are acknowledged by all in-sync replicas."""
