@@ -158,6 +158,11 @@ class Simulation:
 class Preemptor:
     """Finds preemption targets for one pending workload in one ClusterQueue."""
 
+    PRUNES_UNBORROWABLE = True
+    """Candidates that only an attempt without borrowing could take are left out when no such
+    attempt is made (the straightforward reference in tests/property/test_scale_properties.py
+    keeps them)."""
+
     def __init__(self, state: State, cq: o.ClusterQueue, rec: WorkloadRecord, *, permissive: bool = False,
                  memo: Searches | None = None) -> None:
         """``permissive`` ignores the ClusterQueue's policies: used only to explain what they forbid.
@@ -214,8 +219,10 @@ class Preemptor:
             else:
                 self._collect(child, None, frs, advantage, lca, out)
 
-    def _candidates(self, frs: frozenset[FR], usage: dict[FR, int]) -> tuple[list[_Candidate], bool, bool]:
-        """(ordered candidates, none from other queues, none for hierarchical reclaim)."""
+    def _candidates(self, frs: frozenset[FR], usage: dict[FR, int],
+                    borrowing_only: bool) -> tuple[list[_Candidate], bool, bool]:
+        """(ordered candidates, none from other queues, none for hierarchical reclaim);
+        ``borrowing_only``: the search makes only the attempt that lets the preemptor borrow."""
         p = self.cq.preemption
         same_queue: list[_Candidate] = []
         if self.permissive or p.within_cluster_queue != o.WithinClusterQueue.NEVER:
@@ -228,7 +235,7 @@ class Preemptor:
         # Without the advantage, borrowWithinCohort=Never makes every other queue's workload a
         # candidate only for an attempt without borrowing; when the search makes no such attempt
         # (see _search) none of them could be chosen, so they are not collected.
-        unborrowable = self._prunes_unborrowable(frs)
+        unborrowable = borrowing_only and self.PRUNES_UNBORROWABLE
         if self.node.parent is not None and (self.permissive or p.reclaim_within_cohort != o.ReclaimWithinCohort.NEVER):
             advantage, remaining = _fits_in_quota(self.node, usage)
             prev: Node | None = None
@@ -281,33 +288,21 @@ class Preemptor:
             known = self.memo[key] = tuple(self._search(frs, usage))
         return list(known)
 
-    def _forbidden(self) -> bool:
-        return self.cq.preemption.borrow_within_cohort == o.BorrowWithinCohortPolicy.NEVER and not self.permissive
-
-    def _under_nominal(self, frs: frozenset[FR]) -> bool:
-        return all(
-            self.node.usage.get(fr, 0) < self.node.quotas[fr].nominal if fr in self.node.quotas else False
-            for fr in frs
-        )
-
-    def _borrowing_only(self, frs: frozenset[FR]) -> bool:
-        """Whether the search makes only the attempt that lets the preemptor borrow, whatever the
-        candidates: borrowWithinCohort=Never for a ClusterQueue at or above its nominal quota."""
-        return self._forbidden() and not self._under_nominal(frs)
-
-    def _prunes_unborrowable(self, frs: frozenset[FR]) -> bool:
-        """Whether candidates that only an attempt without borrowing could take are left out
-        (the straightforward reference in tests/property/test_scale_properties.py keeps them)."""
-        return self._borrowing_only(frs)
-
     def _search(self, frs: frozenset[FR], usage: dict[FR, int]) -> list[Target]:
         if not frs:
             return []
-        candidates, none_from_others, none_hierarchical = self._candidates(frs, usage)
+        forbidden = self.cq.preemption.borrow_within_cohort == o.BorrowWithinCohortPolicy.NEVER and not self.permissive
+        under_nominal = all(
+            self.node.usage.get(fr, 0) < self.node.quotas[fr].nominal if fr in self.node.quotas else False
+            for fr in frs
+        )
+        # borrowWithinCohort=Never for a ClusterQueue at or above its nominal quota: whatever the
+        # candidates, only the attempt that lets the preemptor borrow is made.
+        borrowing_only = forbidden and not under_nominal
+        candidates, none_from_others, none_hierarchical = self._candidates(frs, usage, borrowing_only)
         if not candidates:
             return []
-        forbidden = self._forbidden()
-        if none_from_others or self._borrowing_only(frs):
+        if none_from_others or borrowing_only:
             attempts = [True]
         elif forbidden and none_hierarchical:
             attempts = [False, True]

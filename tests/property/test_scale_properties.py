@@ -157,8 +157,7 @@ def _every_victim(state: State, e: object, preempted: Victims) -> list[WorkloadR
 def _straightforward() -> Iterator[None]:
     fits, over = cycle_module._fits_with_removals, Node.children_over
     recompute = cycle_module._victims_for_recompute
-    prunes = Preemptor._prunes_unborrowable
-    Preemptor._prunes_unborrowable = lambda self, frs: False  # type: ignore[method-assign]
+    Preemptor.PRUNES_UNBORROWABLE = False
     cycle_module._fits_with_removals = _fits_removing_every_victim  # type: ignore[assignment]
     cycle_module._victims_for_recompute = _every_victim  # type: ignore[assignment]
     Node.children_over = _children_over_by_scan  # type: ignore[method-assign]
@@ -168,7 +167,7 @@ def _straightforward() -> Iterator[None]:
         cycle_module._fits_with_removals = fits  # type: ignore[assignment]
         cycle_module._victims_for_recompute = recompute  # type: ignore[assignment]
         Node.children_over = over  # type: ignore[method-assign]
-        Preemptor._prunes_unborrowable = prunes  # type: ignore[method-assign]
+        Preemptor.PRUNES_UNBORROWABLE = True
 
 
 @SETTINGS
