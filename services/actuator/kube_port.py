@@ -86,6 +86,7 @@ from events.messages import (
     UpdateWorkloadStatus,
 )
 from services.actuator import checkplan
+from services.actuator.informer import Informer, resource_version_newer
 from services.actuator.kindplan import kind_admit_ops, kind_evict_ops
 from services.actuator.kubeapi import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
 from services.actuator.kubeplan import (
@@ -152,6 +153,7 @@ class KubeStats:
     queue_status_writes: int = 0
     provisioning_requests: int = 0  # ProvisioningRequests created (not found there already)
     status_writes: int = 0  # status-only decisions written (or found written)
+    cached_reads: int = 0  # Workloads and prebuilt claimants answered by the watched copies, not a call
     api: ApiStats = field(default_factory=ApiStats)
 
     def as_dict(self) -> dict[str, Any]:
@@ -217,6 +219,18 @@ class KubePort:
         # A scaled-up elastic Job's workload slices ("ns/slice") -> the name of the Job's Workload
         # object, which stands for every slice of the Job on the cluster (services/core/scaleup.py).
         self._slices: dict[str, str] = {}
+        # Watched copies (run by watch()): the Workloads, and per kind that may claim a prebuilt
+        # Workload the objects naming one, by that name. Until one has listed, the port reads.
+        self.workloads = Informer(api, workload_ref("", ""))
+        self.claimants = {kind.kind: Informer(api, Ref(kind.kind, kind.group, kind.version, kind.plural, ""),
+                                              label_selector=PREBUILT_WORKLOAD_LABEL, index=_prebuilt_name)
+                          for kind in jobkinds.KINDS if kind.key in prebuilt.SUPPORTED}
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Keep the watched copies until ``stop`` (the actuator's process runs this beside the loop)."""
+        async with asyncio.TaskGroup() as group:
+            for informer in (self.workloads, *self.claimants.values()):
+                group.create_task(informer.run(stop), name=f"watch {informer.what}")
 
     # --- the port's calls -----------------------------------------------------------------------
 
@@ -360,28 +374,47 @@ class KubePort:
         """The Workload object a decision about ``namespace/name`` is written to."""
         return workload_ref(namespace, self._slices.get(f"{namespace}/{name}", name))
 
-    async def _workload(self, d: Decision) -> Json:
+    def _watched(self, ref: Ref) -> Json | None:
+        """The watched copy of a Workload; None when there is none, or when this port wrote a newer
+        one since (the watch is behind: read it, rather than write from the old copy and be refused)."""
+        if not self.workloads.synced:
+            return None
+        wl = self.workloads.get(ref.namespace, ref.name)
+        seen = self._seen.get(str(ref))
+        if wl is None or (seen is not None and resource_version_newer(resource_version(seen), resource_version(wl))):
+            return None
+        return wl
+
+    async def _workload(self, d: Decision, *, fresh: bool = False) -> Json:
+        """The Workload: its watched copy, or read (``fresh``: always read, after a conflict)."""
         # Missing before an admission: not created yet, wait for it. Missing at an eviction: it was
         # there when admitted, so it is gone (finished and deleted) and there is nothing to stop.
         ref = self._ref(d.namespace, d.name)
+        if not fresh and (wl := self._watched(ref)) is not None:
+            self.stats.cached_reads += 1
+            self._learn_queue(d, wl)
+            return wl
         try:
             wl = await self.kube.get(ref, not_found_retriable=not isinstance(d, EvictWorkload))
         except KubeApiError:
             self._seen.pop(str(ref), None)
             raise
         self._remember_workload(ref, wl)
+        self._learn_queue(d, wl)
+        return wl
+
+    def _learn_queue(self, d: Decision, wl: Json) -> None:
         queue = (wl.get("spec") or {}).get("queueName")
         if isinstance(queue, str) and queue:
             self.counts.learn_local_queue(f"{d.namespace}/{d.name}", f"{d.namespace}/{queue}")
-        return wl
 
-    async def _job_of(self, wl: Json, d: Decision) -> tuple[Ref, Json] | None:
+    async def _job_of(self, wl: Json, d: Decision, *, fresh: bool = False) -> tuple[Ref, Json] | None:
         """The Job that owns the Workload; None for a Workload no Job owns (only its status is written)."""
         owners = [r for r in (wl.get("metadata") or {}).get("ownerReferences") or []
                   if isinstance(r, dict) and r.get("apiVersion") == "batch/v1" and r.get("kind") == "Job"]
         owners.sort(key=lambda r: not r.get("controller"))
         if not owners:
-            claimant = await self._claimant(wl, d)
+            claimant = await self._claimant(wl, d, fresh=fresh)
             return (claimant[1], claimant[2]) if claimant is not None and claimant[0] is jobkinds.JOB else None
         ref = job_ref(d.namespace, str(owners[0].get("name")))
         job = await self.kube.get(ref, not_found_retriable=not isinstance(d, EvictWorkload))
@@ -391,7 +424,8 @@ class KubePort:
                                 f"names {ref} with uid {owners[0]['uid']}, but that Job has uid {uid} (recreated)")
         return ref, job
 
-    async def _kind_owner(self, wl: Json, d: Decision) -> tuple[jobkinds.JobKind, Ref, Json] | None:
+    async def _kind_owner(self, wl: Json, d: Decision, *, fresh: bool = False
+                          ) -> tuple[jobkinds.JobKind, Ref, Json] | None:
         """The object of a workload kind besides Job (a JobSet, a PyTorchJob, ...) that owns the Workload."""
         for r in (wl.get("metadata") or {}).get("ownerReferences") or []:
             if not isinstance(r, dict):
@@ -406,32 +440,38 @@ class KubePort:
                 raise InvalidObject(f"Workload {d.namespace}/{d.name}", "metadata.ownerReferences",
                                     f"names {ref} with uid {r['uid']}, but that object has uid {uid} (recreated)")
             return kind, ref, obj
-        claimant = await self._claimant(wl, d)
+        claimant = await self._claimant(wl, d, fresh=fresh)
         return claimant if claimant is not None and claimant[0] is not jobkinds.JOB else None
 
-    async def _claimant(self, wl: Json, d: Decision) -> tuple[jobkinds.JobKind, Ref, Json] | None:
+    async def _claimant(self, wl: Json, d: Decision, *, fresh: bool) -> tuple[jobkinds.JobKind, Ref, Json] | None:
         """A Workload nothing owns yet may be the prebuilt Workload of a job
         (``kueue.x-k8s.io/prebuilt-workload-name``) that its reconciler has not adopted yet: that job
-        takes the decision. Looked up by label (a name past 63 characters is only found once adopted);
-        a kind whose CRD is not served, or that the actuator may not list (not enabled), is skipped."""
+        takes the decision. Looked up by label (a name past 63 characters is only found once adopted)
+        among the watched copies, listed when not watched yet or ``fresh`` (after a conflict); a kind
+        whose CRD is not served, or that the actuator may not list (not enabled), is skipped."""
         if (wl.get("metadata") or {}).get("ownerReferences") or len(d.name) > prebuilt.LABEL_VALUE_MAX:
             return None
         key = (d.id, resource_version(wl))
         if key in self._unclaimed:
             return None
-        found = await self._find_claimant(d)
+        found = await self._find_claimant(d, fresh=fresh)
         if found is None:  # (a claimant found is not kept: its copy goes stale with the write)
             self._unclaimed[key] = None
             while len(self._unclaimed) > 1024:
                 self._unclaimed.popitem(last=False)
         return found
 
-    async def _find_claimant(self, d: Decision) -> tuple[jobkinds.JobKind, Ref, Json] | None:
+    async def _find_claimant(self, d: Decision, *, fresh: bool) -> tuple[jobkinds.JobKind, Ref, Json] | None:
         for kind in jobkinds.KINDS:
             if kind.key not in prebuilt.SUPPORTED:
                 continue
             ref = Ref(kind.kind, kind.group, kind.version, kind.plural, "", d.namespace)
-            if kind.kind in self._served:
+            watched = self.claimants[kind.kind]
+            if watched.synced and not fresh:
+                hit = watched.find(d.namespace, d.name)
+                self.stats.cached_reads += 1
+                items = [hit] if hit is not None else []
+            elif kind.kind in self._served:
                 items = await self._list_claimants(kind, ref, d)
             else:  # one lookup at a time finds out whether the kind is served, not every workload in flight
                 async with self._probing.setdefault(kind.kind, asyncio.Lock()):
@@ -558,9 +598,10 @@ class KubePort:
         # With admission checks the Job starts only once they are all Ready (AdmitChecked); a
         # podSetUpdate that conflicts with the flavors means it fails to start (Kueue's FailedToStart).
         starts = (not d.admission_checks) if isinstance(d, AdmitWorkload) else not d.failed_to_start
-        for _ in range(self.max_conflicts):
-            wl = await self._workload(d)
-            owned = await self._job_of(wl, d) if starts else None
+        for attempt in range(self.max_conflicts):
+            fresh = attempt > 0  # after a conflict: read, the watched copies were stale
+            wl = await self._workload(d, fresh=fresh)
+            owned = await self._job_of(wl, d, fresh=fresh) if starts else None
             if owned is not None:
                 ref, job = owned
                 verdict = idempotency(job, d)
@@ -574,7 +615,7 @@ class KubePort:
                     self._later.pop(f"restore:{d.namespace}/{d.name}", None)
                 else:
                     self.stats.already_applied += 1
-            elif starts and (kind_owner := await self._kind_owner(wl, d)) is not None:
+            elif starts and (kind_owner := await self._kind_owner(wl, d, fresh=fresh)) is not None:
                 if not await self._kind_apply(kind_owner, d):
                     continue
             elif starts and is_pod_workload(wl):  # pods held by the scheduling gate (a pod, a group): release them
@@ -588,9 +629,10 @@ class KubePort:
 
     async def _evict(self, d: EvictWorkload) -> None:
         key = f"{d.namespace}/{d.name}"
-        for _ in range(self.max_conflicts):
-            wl = await self._workload(d)
-            owned, standalone = await self._job_of(wl, d), False
+        for attempt in range(self.max_conflicts):
+            fresh = attempt > 0  # after a conflict: read, the watched copies were stale
+            wl = await self._workload(d, fresh=fresh)
+            owned, standalone = await self._job_of(wl, d, fresh=fresh), False
             if owned is not None:
                 ref, job = owned
                 verdict = idempotency(job, d)
@@ -606,7 +648,7 @@ class KubePort:
                     self.stats.already_applied += 1
                 if ANN_ORIGINAL in annotations_of(job) and not await self._restore(ref, job):
                     self._later[f"restore:{key}"] = _Later(attempts=0, due=time.monotonic() + 1.0, job=ref)
-            elif (kind_owner := await self._kind_owner(wl, d)) is not None:
+            elif (kind_owner := await self._kind_owner(wl, d, fresh=fresh)) is not None:
                 if not await self._kind_apply(kind_owner, d):
                     continue
             elif is_pod_workload(wl):  # Kueue's pod integration stops its pods by deleting them
@@ -706,10 +748,11 @@ class KubePort:
         """The condition (and the annotation when its reason changed), patched from the last copy of
         the Workload seen — read only when there is none, or when that copy is stale (409)."""
         ref = self._ref(d.namespace, d.name)
-        for _ in range(self.max_conflicts):
-            wl = self._seen.get(str(ref))
+        for attempt in range(self.max_conflicts):
+            # The watched copy, or the one written last; after a conflict, read.
+            wl = None if attempt else (self._watched(ref) or self._seen.get(str(ref)))
             if wl is None or holds_quota(wl):  # (a copy holding quota is read again to be sure)
-                wl = await self._workload(d)
+                wl = await self._workload(d, fresh=True)
             if holds_quota(wl) or is_finished(wl):
                 # A redo of a pending mark from before the admission the Workload shows, or a mark
                 # recovered for a workload that finished since (the scheduler never marks a workload
@@ -858,3 +901,6 @@ class KubePort:
         return True
 
 
+def _prebuilt_name(obj: Json) -> str:
+    """The Workload a job names as its prebuilt one (by label: what a claimant lookup finds)."""
+    return str(((obj.get("metadata") or {}).get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL) or "")

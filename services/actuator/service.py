@@ -75,6 +75,7 @@ class ActuatorService:
                 group.create_task(run_loop(self.actuator, stop, poll_seconds=self.poll_seconds, status=self.status,
                                            role=self.role), name="actuator")
                 group.create_task(self.reconciler.run(stop), name="job reconciler")
+                group.create_task(self.port.watch(stop), name="actuator's watched copies")
                 if self.trees is not None:
                     group.create_task(self.trees.run(stop), name="elasticquotatree reconciler")
                 if self.pods is not None:
