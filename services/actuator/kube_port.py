@@ -28,9 +28,11 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   calls). A pending mark is status, not an order: it is queued, and before each batch up to
   ``marks_per_step`` queued marks are written, ``marks_when_behind`` while the loop is behind (the
   newest of each workload's: a workload marked again before then costs one write, not two), so
-  orders never wait behind a backlog of marks.
-  Each is a merge patch from the last copy of the Workload the port read or wrote (no read first:
-  one call, two when the closed-set reason changed too); a copy another writer made stale is
+  orders never wait behind a backlog of marks. Marks are written at ``marks_per_second`` on
+  average, ``marks_per_second_throttled`` while the rate limit bites (a call waited for it in the
+  last ``throttled_window`` seconds).
+  Each is a merge patch from the newest copy of the Workload at hand, watched or written (no read
+  first: one call, two when the closed-set reason changed too); a copy another writer made stale is
   refused with 409 Conflict, then the Workload is read and the patch made again. A mark that cannot
   be written yet (no Workload object yet) is retried before later batches until a newer decision
   for the workload replaces it. At recovery each waiting workload's last mark is queued again.
@@ -39,8 +41,15 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   its message, Ready, Retry, Rejected; a back-off set or over), compared before written.
 - After every batch, each ClusterQueue / LocalQueue whose counts (:class:`QueueCounts`, rebuilt
   from the decisions before the committed position at recovery) changed gets its status written,
-  8 queues at a time, each at most every ``queue_status_seconds`` (a queue that must wait is written
+  8 queues at a time, each at most every ``queue_status_seconds`` (``queue_status_seconds_throttled``
+  while the rate limit bites; a queue that must wait is written
   by a later step: the loop keeps stepping while any waits).
+
+Reads come from watched copies (:mod:`services.actuator.informer`, run by :meth:`KubePort.watch`):
+the Workloads, and the objects of each kind that may claim a prebuilt Workload, by the name they
+claim. An admission or eviction reads the Workload (and lists claimants) only when the copies do
+not have it yet, or after a 409 Conflict showed a copy stale: a standalone Workload's admission is
+one call. Kueue's manager reads from its informers' caches the same way.
 
 Exactly once, in effect. The loop (:mod:`services.actuator.loop`) deduplicates decisions by
 its watermark and commits reports with its position; each write here is idempotent: the Job
@@ -182,6 +191,11 @@ class KubePort:
     behind_at = 100
     marks_per_second = 5.0  # and no more than this on average: a fresh mark is up to three calls
     queue_status_seconds = 5.0  # a ClusterQueue's or LocalQueue's status is written at most this often
+    # While the rate limit bites (a call waited for it within ``throttled_window`` seconds), status
+    # yields to orders: marks at this rate, and each queue's status at most this often.
+    throttled_window = 5.0
+    marks_per_second_throttled = 1.0
+    queue_status_seconds_throttled = 30.0
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
@@ -271,8 +285,8 @@ class KubePort:
         marks, oldest workload first. Behind, most marks would be written for workloads admitted a
         moment later (an admission drops its workload's queued mark), at the cost of orders."""
         now = time.monotonic()
-        self._mark_credit = min(float(self.marks_per_step),
-                                self._mark_credit + (now - self._credit_at) * self.marks_per_second)
+        rate = self.marks_per_second_throttled if self.kube.throttled(self.throttled_window) else self.marks_per_second
+        self._mark_credit = min(float(self.marks_per_step), self._mark_credit + (now - self._credit_at) * rate)
         self._credit_at = now
         if self._idle and (self.deferred_marks or self.deferred_queues):
             await asyncio.sleep(0.25)  # nothing but deferred work, paced: do not spin
@@ -824,9 +838,11 @@ class KubePort:
         wait for the next step."""
         gate = asyncio.Semaphore(max(self.marks_at_once, 1))
         now = time.monotonic()
+        every = (self.queue_status_seconds_throttled if self.kube.throttled(self.throttled_window)
+                 else self.queue_status_seconds)
 
         def due(ref: Ref) -> bool:
-            if now - self._queue_written.get(str(ref), -1e9) < self.queue_status_seconds:
+            if now - self._queue_written.get(str(ref), -1e9) < every:
                 return False
             self._queue_written[str(ref)] = now
             return True

@@ -126,13 +126,21 @@ class TokenBucket:
             raise ValueError(f"burst: must be at least 1, got {burst}")
         self.qps, self.burst = float(qps), burst
         self._tokens, self._last = float(burst), now
+        self.waited_at = -1e18  # when a call last had to wait for its token
 
     def reserve(self, now: float) -> float:
         """Take one token; returns the seconds to wait before the call may go out."""
         self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
         self._last = now
         self._tokens -= 1.0
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+        if self._tokens >= 0:
+            return 0.0
+        self.waited_at = now
+        return -self._tokens / self.qps
+
+    def bit_within(self, seconds: float, now: float) -> bool:
+        """Whether a call had to wait for its token in the last ``seconds``: the limit is what bounds the caller."""
+        return now - self.waited_at < seconds
 
 
 @dataclass
@@ -198,6 +206,10 @@ class KubeCalls:
         self._bucket = TokenBucket(qps, burst, time.monotonic())
         self._timeout = request_timeout
         self.stats = stats
+
+    def throttled(self, within: float) -> bool:
+        """Whether a call waited for the rate limit in the last ``within`` seconds."""
+        return self._bucket.bit_within(within, time.monotonic())
 
     async def get(self, ref: Ref, *, not_found_retriable: bool = False) -> dict[str, Any]:
         co = self._co

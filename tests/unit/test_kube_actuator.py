@@ -442,3 +442,35 @@ def test_a_finished_job_is_never_restored() -> None:
     assert not job_finished(job(("Complete", "False")))
     assert not job_finished(job())
     assert not job_finished({"status": {"conditions": "garbled"}})
+
+
+def test_token_bucket_tells_whether_the_limit_bit_lately() -> None:
+    bucket = TokenBucket(qps=10, burst=2, now=0.0)
+    bucket.reserve(0.0), bucket.reserve(0.0)
+    assert not bucket.bit_within(5.0, 0.0), "the burst: nobody waited"
+    assert bucket.reserve(0.0) > 0
+    assert bucket.bit_within(5.0, 4.9) and not bucket.bit_within(5.0, 5.0)
+
+
+async def test_status_yields_to_orders_while_the_rate_limit_bites() -> None:
+    """Pending marks and queue statuses are status, not orders: while calls wait for the rate
+    limit, marks earn credit at the throttled rate and a queue's status waits the longer interval."""
+    import time
+
+    from kubernetes_asyncio import client
+
+    from services.actuator.kube_port import KubePort
+    from services.actuator.kubeplan import cluster_queue_ref
+
+    async with client.ApiClient() as api:
+        for throttled, credit in ((False, KubePort.marks_per_step), (True, 2 * KubePort.marks_per_second_throttled)):
+            port = KubePort(api, cluster="c")
+            port.kube.throttled = lambda within, t=throttled: t  # type: ignore[method-assign]
+            port._mark_credit, port._credit_at = 0.0, time.monotonic() - 2.0
+            await port.before_batch()
+            assert port._mark_credit == pytest.approx(credit, abs=0.05)
+        # Throttled, a queue written 10 s ago is not due (every 30 s): no call, still to be written.
+        port.counts.dirty_cluster_queues.add("cq")
+        port._queue_written[str(cluster_queue_ref("cq"))] = time.monotonic() - 10.0
+        await port.after_batch()
+        assert port.stats.api.total == 0 and port.counts.dirty_cluster_queues == {"cq"}
