@@ -211,8 +211,6 @@ class KubePort:
         self._api = api  # pods (services/actuator/pods.py) are on /api/v1, which KubeCalls does not reach
         self.counts = QueueCounts()
         self._later: dict[str, _Later] = {}  # "pending:ns/name" / "restore:ns/name"
-        self._behind = False  # the loop's batch was behind_at decisions or more (note_backlog)
-        self._idle = False  # ... or empty
         self._mark_credit, self._credit_at = float(self.marks_per_step), time.monotonic()
         self._queue_written: dict[str, float] = {}  # queue ref -> when its status was last written
         # Pending marks not written yet: each workload's newest, in the order the workloads were first marked.
@@ -274,24 +272,27 @@ class KubePort:
         """Queue statuses waiting for their turn (``queue_status_seconds``; the loop keeps stepping)."""
         return len(self.counts.dirty_cluster_queues) + len(self.counts.dirty_local_queues)
 
-    def note_backlog(self, records: int) -> None:
-        """The loop read ``records`` decisions for its next batch: ``behind_at`` or more, and that
-        batch's marks get the smaller budget."""
-        self._behind, self._idle = records >= self.behind_at, records == 0
+    @property
+    def deferred(self) -> int:
+        """Pending marks and queue statuses waiting for their turn (the loop keeps stepping)."""
+        return self.deferred_marks + self.deferred_queues
 
-    async def before_batch(self) -> None:
+    async def before_batch(self, batch: int) -> None:
         """Restores due; then up to ``marks_per_step`` pending marks (``marks_when_behind`` while the
-        loop is behind), ``marks_at_once`` at a time: the retries that are due first, then the queued
-        marks, oldest workload first. Behind, most marks would be written for workloads admitted a
-        moment later (an admission drops its workload's queued mark), at the cost of orders."""
+        loop is behind: a batch of ``behind_at`` decisions or more), ``marks_at_once`` at a time: the
+        retries that are due first, then the queued marks, oldest workload first. Behind, most marks
+        would be written for workloads admitted a moment later (an admission drops its workload's
+        queued mark), at the cost of orders. With no batch and only deferred work, it waits a moment
+        first (the loop's driver keeps stepping while there is any: it must not spin)."""
+        behind, idle = batch >= self.behind_at, batch == 0
         now = time.monotonic()
         rate = self.marks_per_second_throttled if self.kube.throttled(self.throttled_window) else self.marks_per_second
         self._mark_credit = min(float(self.marks_per_step), self._mark_credit + (now - self._credit_at) * rate)
         self._credit_at = now
-        if self._idle and (self.deferred_marks or self.deferred_queues):
-            await asyncio.sleep(0.25)  # nothing but deferred work, paced: do not spin
+        if idle and self.deferred:
+            await asyncio.sleep(0.25)
         due = await self._do_later()
-        budget = min(self.marks_when_behind if self._behind else self.marks_per_step, int(self._mark_credit))
+        budget = min(self.marks_when_behind if behind else self.marks_per_step, int(self._mark_credit))
         fresh = [self._marks.popitem(last=False)[1]
                  for _ in range(min(max(budget - len(due), 0), len(self._marks)))]
         self._mark_credit -= len(fresh)

@@ -139,8 +139,16 @@ class ActuationPort(Protocol):
         position, for a port that rebuilds state from them; a port that needs none ignores it."""
         ...
 
-    async def before_batch(self) -> None:
-        """Work the port deferred that is due now (never raises :class:`ActuationError`)."""
+    async def before_batch(self, batch: int) -> None:
+        """Work the port deferred that is due now, before a batch of ``batch`` decisions (0: the
+        loop found none; a port may pace its deferred work by how far behind the loop is); never
+        raises :class:`ActuationError`."""
+        ...
+
+    @property
+    def deferred(self) -> int:
+        """Work the port queued for later steps (the Kubernetes port's pending marks and queue
+        statuses): while there is any, the loop's driver keeps stepping."""
         ...
 
     async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
@@ -347,10 +355,7 @@ class Actuator(Generic[P]):
             self.recover()  # at start, and after a failed commit left the watermark ahead of the log
         self.retry_after = None
         batch = self.log.read(self.topics.decisions, self.next_offset, self.tuning.batch_size)
-        note_backlog = getattr(self.port, "note_backlog", None)  # (a port that queues pending marks)
-        if note_backlog is not None:
-            note_backlog(len(batch))
-        await self.port.before_batch()
+        await self.port.before_batch(len(batch))
         # Most records are cycle records and pending marks: their tag, cycle and workload are often
         # all that matters, so every record is peeked at once and decoded in full only when needed.
         peeks = [peek_decision(rec.value) for rec in batch]
@@ -380,10 +385,8 @@ class Actuator(Generic[P]):
                 self._stale = True
                 raise
             self.next_offset = position
-        # A port that queued work of its own for the next steps (the Kubernetes port's pending marks
-        # and queue statuses) keeps the driver stepping until it is done.
-        busy = (self.retry_after is not None or bool(getattr(self.port, "deferred_marks", 0))
-                or bool(getattr(self.port, "deferred_queues", 0)))
+        # A port that queued work of its own for the next steps keeps the driver stepping until it is done.
+        busy = self.retry_after is not None or self.port.deferred > 0
         return consumed + (1 if busy else 0)
 
     def step_now(self) -> int:

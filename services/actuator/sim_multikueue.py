@@ -90,7 +90,9 @@ class SimMultiKueuePort:
         elif d.reason == PlacementEnd.WORKLOAD_FINISHED:
             self.placed.discard(key)
 
-    async def before_batch(self) -> None:
+    deferred: int = 0  # nothing is ever deferred
+
+    async def before_batch(self, batch: int) -> None:
         """Nothing is ever deferred."""
 
     async def apply(self, decision: PlaceWorkload | RemovePlacement) -> Sequence[Staged]:

@@ -52,7 +52,9 @@ class SimClusterPort:
     def recover(self, history: Iterator[AnyDecision]) -> None:
         """Nothing to rebuild (``history`` is not read)."""
 
-    async def before_batch(self) -> None:
+    deferred: int = 0  # nothing is ever deferred
+
+    async def before_batch(self, batch: int) -> None:
         """Nothing is ever deferred."""
 
     async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:

@@ -495,11 +495,11 @@ async def test_pending_marks_patch_from_the_last_copy_seen(kueue_crds: None, kub
     await port.mark_pending(mark(1, PendingReason.QUEUED, "zeroth"))
     await port.mark_pending(mark(1, PendingReason.WAITING_FOR_QUOTA, "first"))
     assert calls == {} and port.deferred_marks == 1 and port.stats.pending_superseded == 1
-    await port.before_batch()
+    await port.before_batch(1)
     assert calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 1}
     assert port.deferred_marks == 0
     await port.mark_pending(mark(2, PendingReason.WAITING_FOR_QUOTA, "second"))
-    await port.before_batch()
+    await port.before_batch(1)
     assert calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 2}
     wl = await k.read("workloads", wl_name)
     assert conditions(wl) == {"QuotaReserved": ("False", "Pending", "second")}
@@ -508,7 +508,7 @@ async def test_pending_marks_patch_from_the_last_copy_seen(kueue_crds: None, kub
     await k.co.patch_namespaced_custom_object(KUEUE, V, kube_namespace, "workloads", wl_name,
                                               [{"op": "add", "path": "/metadata/labels/other", "value": "x"}])
     await port.mark_pending(mark(3, PendingReason.BLOCKED_BY_STRICT_FIFO, "third"))
-    await port.before_batch()
+    await port.before_batch(1)
     assert port.stats.conflicts == 1
     assert calls["get Workload"] == 2
     wl = await k.read("workloads", wl_name)
@@ -523,7 +523,7 @@ async def test_pending_marks_patch_from_the_last_copy_seen(kueue_crds: None, kub
     restarted.recover(iter([mark(1, PendingReason.WAITING_FOR_QUOTA, "first"),
                             mark(3, PendingReason.BLOCKED_BY_STRICT_FIFO, "third")]))
     assert restarted.deferred_marks == 1
-    await restarted.before_batch()
+    await restarted.before_batch(1)
     assert restarted.stats.api.calls == {"get Workload": 1} and restarted.stats.pending_unchanged == 1
 
 
@@ -540,12 +540,12 @@ async def test_a_mark_waiting_for_its_workload_is_written_when_the_reconciler_cr
     await port.mark_pending(MarkPending(id="c1-0", cycle=1, time=1_700_000_001_000, namespace=kube_namespace,
                                        name=name, cluster_queue=k.cq, reason=PendingReason.WAITING_FOR_QUOTA,
                                        message="waiting"))
-    await port.before_batch()
+    await port.before_batch(1)
     assert port.stats.api.calls == {"get Workload": 1} and port.stats.api.errors == {"404": 1}
 
     assert await k.workload(job) == name
     port.workload_created(await k.read("workloads", name))  # what the reconciler's create returns
-    await port.before_batch()
+    await port.before_batch(1)
     assert port.stats.api.calls == {"get Workload": 1, "patch Workload": 1, "patch Workload status": 1}
     wl = await k.read("workloads", name)
     assert conditions(wl) == {"QuotaReserved": ("False", "Pending", "waiting")}

@@ -206,7 +206,9 @@ class FlakyPort:
     def recover(self, history: Iterator[AnyDecision]) -> None:
         pass
 
-    async def before_batch(self) -> None:
+    deferred = 0
+
+    async def before_batch(self, batch: int) -> None:
         pass
 
     async def start(self, decision: AdmitWorkload) -> Sequence[Staged]:

@@ -72,8 +72,12 @@ class RefusingSimPort:
     def recover(self, history: Iterator[AnyDecision]) -> None:
         self.inner.recover(history)
 
-    async def before_batch(self) -> None:
-        await self.inner.before_batch()
+    @property
+    def deferred(self) -> int:
+        return self.inner.deferred
+
+    async def before_batch(self, batch: int) -> None:
+        await self.inner.before_batch(batch)
 
     def _check(self, name: str) -> None:
         self.attempts[name] = self.attempts.get(name, 0) + 1
@@ -119,7 +123,9 @@ class CallingPort:
     def recover(self, history: Iterator[AnyDecision]) -> None:
         self.recovered_from = sum(1 for _ in history)
 
-    async def before_batch(self) -> None:
+    deferred = 0
+
+    async def before_batch(self, batch: int) -> None:
         await asyncio.sleep(0)
 
     async def _call(self, name: str) -> None:

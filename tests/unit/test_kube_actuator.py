@@ -467,7 +467,7 @@ async def test_status_yields_to_orders_while_the_rate_limit_bites() -> None:
             port = KubePort(api, cluster="c")
             port.kube.throttled = lambda within, t=throttled: t  # type: ignore[method-assign]
             port._mark_credit, port._credit_at = 0.0, time.monotonic() - 2.0
-            await port.before_batch()
+            await port.before_batch(1)
             assert port._mark_credit == pytest.approx(credit, abs=0.05)
         # Throttled, a queue written 10 s ago is not due (every 30 s): no call, still to be written.
         port.counts.dirty_cluster_queues.add("cq")
