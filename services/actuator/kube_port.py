@@ -237,11 +237,14 @@ class KubePort:
         self.claimants = {kind.kind: Informer(api, Ref(kind.kind, kind.group, kind.version, kind.plural, ""),
                                               label_selector=PREBUILT_WORKLOAD_LABEL, index=_prebuilt_name)
                           for kind in jobkinds.KINDS if kind.key in prebuilt.SUPPORTED}
+        # ClusterQueues and LocalQueues: their quotas and status, read before their status is written.
+        self.queues = {"ClusterQueue": Informer(api, cluster_queue_ref("")),
+                       "LocalQueue": Informer(api, local_queue_ref("", ""))}
 
     async def watch(self, stop: asyncio.Event) -> None:
         """Keep the watched copies until ``stop`` (the actuator's process runs this beside the loop)."""
         async with asyncio.TaskGroup() as group:
-            for informer in (self.workloads, *self.claimants.values()):
+            for informer in (self.workloads, *self.claimants.values(), *self.queues.values()):
                 group.create_task(informer.run(stop), name=f"watch {informer.what}")
 
     # --- the port's calls -----------------------------------------------------------------------
@@ -895,14 +898,29 @@ class KubePort:
         cq = str((obj.get("spec") or {}).get("clusterQueue") or "")
         return self.counts.local_queue_status(key, self._quotas.get(cq, ()))
 
+    def _queue_copy(self, ref: Ref, now: float) -> Json | None:
+        """The newest copy of a queue at hand: watched, or as our last write returned it (only we
+        write its status); without watched copies, ours for ``flavor_ttl_seconds`` (its quotas may
+        change)."""
+        hit = self._queues.get(str(ref))
+        watching = self.queues.get(ref.kind)
+        if watching is None or not watching.synced:
+            return hit[1] if hit is not None and now - hit[0] < self.flavor_ttl_seconds else None
+        watched = watching.get(ref.namespace, ref.name)
+        if hit is None or (watched is not None
+                           and not resource_version_newer(resource_version(hit[1]), resource_version(watched))):
+            return watched
+        return hit[1]
+
     async def _write_queue(self, ref: Ref, desired: Callable[[Json], Json]) -> bool:
         """True when done (written, unchanged, or not there to write); False to try next step. The
-        object is read at most every ``flavor_ttl_seconds``; a write's answer is a fresh copy too."""
+        object is read only when no copy is at hand (:meth:`_queue_copy`)."""
         key, now = str(ref), time.monotonic()
         try:
-            hit = self._queues.get(key)
-            if hit is not None and now - hit[0] < self.flavor_ttl_seconds:
-                obj = hit[1]  # as the API server returned it a moment ago (only we write its status)
+            at_hand = self._queue_copy(ref, now)
+            if at_hand is not None:
+                obj = at_hand
+                self.stats.cached_reads += 1
             else:
                 obj = await self.kube.get(ref)
                 self._queues[key] = (now, obj)

@@ -4,7 +4,8 @@ The informer keeps what it watches (created, changed, deleted; label-selected an
 prebuilt Workload a Job names) and reports a kind that is not served as absent. The Kubernetes port
 admits from the copies without reading: a standalone Workload costs one call (its status), a
 prebuilt Workload's claiming Job is found without a list. A stale copy is refused with 409 Conflict,
-then the port reads the Workload and writes again.
+then the port reads the Workload and writes again. A queue's status is written from its watched
+copy, without a read.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ async def test_the_port_admits_from_watched_copies_and_reads_after_a_conflict(
     watching = asyncio.create_task(port.watch(stop))
     try:
         await eventually(lambda: port.workloads.get(ns, "stale") and port.claimants["Job"].find(ns, "pre-a")
-                         and all(i.synced for i in port.claimants.values()), what="the port's copies")
+                         and all(i.synced for i in (*port.claimants.values(), *port.queues.values())),
+                         what="the port's copies")
         await port.start(admit("solo", 1))
         assert admitted(await read("solo"))
         assert calls == {"patch Workload status": 1}, "a standalone Workload: its status only, from the copy"
@@ -129,6 +131,11 @@ async def test_the_port_admits_from_watched_copies_and_reads_after_a_conflict(
         job = await batch.read_namespaced_job("a", ns)
         assert job.spec.suspend is False, "the Job naming the prebuilt Workload was started"
         assert "list Job" not in calls and "get Workload" not in calls, calls
+
+        # The queues' statuses, written from their watched copies: no read first.
+        await port.after_batch()
+        assert calls["patch ClusterQueue status"] == 1 and calls["patch LocalQueue status"] == 1, calls
+        assert "get ClusterQueue" not in calls and "get LocalQueue" not in calls, calls
     finally:
         stop.set()
         await asyncio.wait_for(watching, timeout=30)

@@ -202,11 +202,12 @@ async def test_actuator_applies_decisions_and_can_do_nothing_else(
                         {"type": "Admitted", "status": "True", "reason": "Admitted",
                          "message": "The workload is admitted", "lastTransitionTime": admitted_at}]}},
                 _content_type=MERGE)
-            # Its watched copies of the Workloads (services/actuator/informer.py): list, then watch.
-            assert (await co.list_cluster_custom_object(KUEUE_GROUP, V, "workloads"))["items"]
-            assert await watch_status(co.list_cluster_custom_object(
-                KUEUE_GROUP, V, "workloads", watch=True, timeout_seconds=1, _preload_content=False)) == 200, \
-                "actuator: watch workloads"
+            # Its watched copies of Workloads and queues (services/actuator/informer.py): list, then watch.
+            for plural in ("workloads", "clusterqueues", "localqueues"):
+                assert (await co.list_cluster_custom_object(KUEUE_GROUP, V, plural))["items"], plural
+                assert await watch_status(co.list_cluster_custom_object(
+                    KUEUE_GROUP, V, plural, watch=True, timeout_seconds=1, _preload_content=False)) == 200, \
+                    f"actuator: watch {plural}"
             # Queue status: read the queue (its quotas), patch its status.
             await co.get_cluster_custom_object(KUEUE_GROUP, V, "clusterqueues", name)
             await co.patch_cluster_custom_object_status(KUEUE_GROUP, V, "clusterqueues", name, {
@@ -224,12 +225,8 @@ async def test_actuator_applies_decisions_and_can_do_nothing_else(
                             "actuator: delete a workload")
             await forbidden(co.get_namespaced_custom_object_status(KUEUE_GROUP, V, ns, "workloads", "job-sample"),
                             "actuator: read workloads/status")
-            await forbidden(co.list_cluster_custom_object(KUEUE_GROUP, V, "clusterqueues"),
-                            "actuator: list ClusterQueues")
             await forbidden(co.list_cluster_custom_object(KUEUE_GROUP, V, "resourceflavors"),
                             "actuator: list ResourceFlavors")
-            await forbidden(co.list_namespaced_custom_object(KUEUE_GROUP, V, ns, "localqueues"),
-                            "actuator: list LocalQueues")
             await forbidden(co.list_cluster_custom_object(KUEUE_GROUP, V, "workloadpriorityclasses"),
                             "actuator: list WorkloadPriorityClasses")
             await forbidden(co.create_cluster_custom_object(KUEUE_GROUP, V, "clusterqueues", cluster_queue("x")),
