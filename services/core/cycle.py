@@ -315,11 +315,15 @@ def _memo_slot(state: State, e: Entry) -> tuple[Memo | None, tuple[object, ...]]
     """Where a nomination is remembered, and under which key.
 
     A nomination reads the workload's podSets, priority (and, for LowerOrNewerEqualPriority,
-    its queue time) and resumed flavor search, the ClusterQueue's configuration, the clock
-    (candidate order) and, in its cohort tree, usage and the admitted workloads. The tree's
-    version moves whenever any of the latter changes, so two heads of one ClusterQueue with
-    the same podSets and priority get the same answer until then: with saturated queues most
-    heads are exactly that, and the flavor search and preemption simulation run once per shape.
+    its queue time) and resumed flavor search, the ClusterQueue's configuration and, in its
+    cohort tree, usage and the admitted workloads. The tree's version moves whenever any of the
+    latter changes, so two heads of one ClusterQueue with the same podSets and priority get the
+    same answer until then, in this cycle or a later one: with saturated queues most heads are
+    exactly that, and the flavor search and preemption simulation run once per shape. The clock
+    is read only where admission fair sharing orders the candidates (their LocalQueues' usage
+    decays with time): there it is part of the key. (Candidate order reads it otherwise only
+    for a candidate without a reservation time, and every workload holding quota has one:
+    ``state.reserve_quota`` sets both.)
     Fair sharing reads shares across the tree and is not remembered; nor is anything while
     ``state.cache.memo_enabled`` is off.
     """
@@ -339,7 +343,7 @@ def _memo_slot(state: State, e: Entry) -> tuple[Memo | None, tuple[object, ...]]
     newer = (rec.queue_time
              if cq.preemption.within_cluster_queue == o.WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY else None)
     key = (cq.name, rec.obj.pod_sets, rec.priority, newer, tuple(sorted(resume.items())) if resume else None,
-           state.now)
+           state.now if admissionfair.uses_afs(state, cq.name) else None)
     return slot[1], key
 
 
