@@ -442,15 +442,18 @@ EXPECTED_RULES = {
         # kube.py reads, unsuspends and suspends Jobs; jobs.py lists and watches the queued ones,
         # reads one again after a conflict and suspends (or rejects) it.
         *(("batch", "jobs", v) for v in ("get", "list", "watch", "patch")),
-        # jobs.py creates a Job's Workload and reads it to write Finished; kube.py reads it and
-        # patches its pending-reason annotation.
-        *(("kueue.x-k8s.io", "workloads", v) for v in ("get", "create", "patch")),
+        # jobs.py creates a Job's Workload and reads it to write Finished; kube.py watches them
+        # (services/actuator/informer.py), reads one after a conflict and patches its pending-reason
+        # annotation.
+        *(("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "watch", "create", "patch")),
         ("kueue.x-k8s.io", "workloads/status", "patch"),
         # MultiKueue (services/actuator/multikueue.py): a worker's MultiKueueCluster; a worker Job's
         # status copied to the manager's Job.
         ("kueue.x-k8s.io", "multikueueclusters", "get"),
         ("batch", "jobs/status", "patch"),
-        *(("kueue.x-k8s.io", r, "get") for r in ("resourceflavors", "clusterqueues", "localqueues")),
+        ("kueue.x-k8s.io", "resourceflavors", "get"),
+        # kube.py watches the queues whose status it writes (read when not watched yet).
+        *(("kueue.x-k8s.io", r, v) for r in ("clusterqueues", "localqueues") for v in ("get", "list", "watch")),
         *(("kueue.x-k8s.io", r, "patch") for r in ("clusterqueues/status", "localqueues/status")),
         # jobs.py resolves a Workload's priority as Kueue's prepareWorkload does.
         ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
