@@ -267,3 +267,25 @@ def test_snapshots_are_spaced_by_the_size_of_the_state(log: SqliteLog) -> None:
     assert 1 <= spaced_log.end_offset(T.snapshots) < by_events
     assert encode_state(spaced.state) == encode_state(plain.state)  # the same decisions either way
     spaced_log.close()
+
+
+def test_a_step_that_only_parked_workloads_again_pauses_the_next_as_long_as_it_took() -> None:
+    """The live runner's pause after a step (services/scheduler/runner.py): events gather while it
+    waits, so a trickle of releases does not pay for one sweep of the cohort each."""
+    from events import objects as o
+    from events.messages import AdmitWorkload, CycleCompleted, HeadOutcome, MarkPending, PendingReason
+    from services.scheduler.runner import IDLE_SWEEP_PAUSE_FACTOR, IDLE_SWEEP_PAUSE_MAX, idle_sweep_pause
+
+    mark = MarkPending(id="c1-0", cycle=1, namespace="ns", name="a", reason=PendingReason.WAITING_FOR_QUOTA,
+                       message="couldn't assign flavors")
+    admit = AdmitWorkload(id="c1-1", cycle=1, namespace="ns", name="b",
+                          admission=o.Admission(cluster_queue="cq", pod_set_assignments=()))
+    parked = HeadOutcome(key="ns/a", cluster_queue="cq", parked=True)
+    swept = [CycleCompleted(cycle=1, input_offset=0, time=0, decisions=1, heads=(parked,))]
+    quiet = [CycleCompleted(cycle=1, input_offset=0, time=0, decisions=0)]
+    assert idle_sweep_pause([mark], swept, 0.01) == pytest.approx(IDLE_SWEEP_PAUSE_FACTOR * 0.01)
+    assert idle_sweep_pause([], swept, 0.002) == pytest.approx(IDLE_SWEEP_PAUSE_FACTOR * 0.002), "cheap: briefly"
+    assert idle_sweep_pause([mark], swept, 5.0) == IDLE_SWEEP_PAUSE_MAX
+    assert idle_sweep_pause([mark, admit], swept, 0.03) == 0.0, "a step that decided something goes on at once"
+    assert idle_sweep_pause([], quiet, 0.03) == 0.0, "no head tried: no sweep to pause after"
+    assert idle_sweep_pause([], [], 0.03) == 0.0, "reports folded, no cycle"
