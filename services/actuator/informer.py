@@ -34,6 +34,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.actuator.kubeapi import Ref
+from services.runtime.kubeclient import watch_lines
 
 _log = structlog.get_logger(__name__)
 
@@ -219,14 +220,8 @@ class Informer:
         try:
             if resp.status != 200:
                 raise _Restart(f"watch {self.what}: HTTP {resp.status}", status=resp.status)
-            buf = bytearray()
-            async for chunk in resp.content.iter_any():
-                buf += chunk
-                while (end := buf.find(b"\n")) >= 0:
-                    line = bytes(buf[:end])
-                    del buf[: end + 1]
-                    if line.strip():
-                        rv = self._event(json.loads(line), rv)
+            async for line in watch_lines(resp):
+                rv = self._event(json.loads(line), rv)
         except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
             raise _Restart(f"watch {self.what}: {type(e).__name__}: {e}") from e
         finally:

@@ -71,6 +71,7 @@ from events.manifests import Document, ManifestError, format_time, normalize
 from services.actuator import checkplan, prebuiltplan
 from services.actuator.kubeapi import KubeApiError, status_retriable
 from services.runtime.clock import wall_clock_ms as _wall_clock_ms
+from services.runtime.kubeclient import watch_lines
 
 KUEUE_VERSION: Final = STORAGE_VERSION
 """The version the reconciler reads WorkloadPriorityClasses and creates and finishes Workloads at."""
@@ -550,14 +551,8 @@ class JobReconciler:
                 raise _Gone
             if not 200 <= resp.status < 300:
                 raise _status_error("watch Jobs", resp.status, await resp.read())
-            buf = bytearray()
-            async for chunk in resp.content.iter_any():
-                buf += chunk
-                while (end := buf.find(b"\n")) >= 0:
-                    line = bytes(buf[:end])
-                    del buf[: end + 1]
-                    if line.strip():
-                        rv = self._on_event(json.loads(line), rv)
+            async for line in watch_lines(resp):
+                rv = self._on_event(json.loads(line), rv)
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             raise KubeApiError(f"watch Jobs cut: {type(e).__name__}: {e}", retriable=True) from e
         except ValueError as e:

@@ -5,6 +5,9 @@ Anything wrong with either is a :class:`KubeConfigError` that says what to give 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
+import aiohttp
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.config import ConfigException
 
@@ -41,3 +44,17 @@ def api_client(cfg: client.Configuration, *, impersonate: str | None = None) -> 
     return client.ApiClient(configuration=cfg)
 
 
+async def watch_lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """A watch stream's newline-separated JSON documents (a last one without its newline too),
+    whatever their size: aiohttp's readline refuses lines over 128 KiB, and a Workload with a
+    large pod template can be longer."""
+    buf = bytearray()
+    async for chunk in resp.content.iter_any():
+        buf += chunk
+        while (end := buf.find(b"\n")) >= 0:
+            line = bytes(buf[:end])
+            del buf[: end + 1]
+            if line.strip():
+                yield line
+    if buf.strip():
+        yield bytes(buf)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -44,6 +44,7 @@ from events.codec import MalformedRecord, UnknownEventType, decode_envelope, enc
 from events.envelope import Topics, event_key
 from events.jobkinds import trainjob
 from services.runtime.clock import wall_clock_ms
+from services.runtime.kubeclient import watch_lines
 from services.runtime.log import Log, LogError
 from services.watcher.translate import (
     ID_PREFIX,
@@ -235,7 +236,7 @@ class _KindWatcher:
         resp = await self._get(query, timeout)
         what = f"WATCH {self.kind.path}"
         try:
-            async for line in _lines(resp):
+            async for line in watch_lines(resp):
                 rv = self._notification(what, line, rv)
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
             raise WatchError(f"{what}: {type(e).__name__}: {e}", retriable=True) from e
@@ -285,20 +286,6 @@ class _KindWatcher:
                     retriable=e.retriable, retry_in_s=wait)
                 await shell.sleep(wait)
                 delay = min(delay * 2, shell.backoff_max_s)
-
-
-async def _lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """The stream's newline-separated JSON documents, whatever their size (aiohttp's readline
-    refuses lines over 128 KiB; a Workload with a large pod template can be longer)."""
-    buf = b""
-    async for chunk in resp.content.iter_any():
-        buf += chunk
-        while (nl := buf.find(b"\n")) >= 0:
-            line, buf = buf[:nl], buf[nl + 1:]
-            if line.strip():
-                yield line
-    if buf.strip():
-        yield buf
 
 
 def _status_message(text: str) -> str:
