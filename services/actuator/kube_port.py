@@ -82,7 +82,7 @@ from kubernetes_asyncio import client
 
 from events import jobkinds
 from events.cluster import ORIGINAL_POD_SCHEDULING_ANNOTATION as ANN_ORIGINAL
-from events.cluster import PENDING_REASON_ANNOTATION, PREBUILT_WORKLOAD_LABEL
+from events.cluster import PENDING_REASON_ANNOTATION, PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
 from events.jobkinds import prebuilt
 from events.messages import (
     AdmitChecked,
@@ -237,6 +237,8 @@ class KubePort:
         self.claimants = {kind.kind: Informer(api, Ref(kind.kind, kind.group, kind.version, kind.plural, ""),
                                               label_selector=PREBUILT_WORKLOAD_LABEL, index=_prebuilt_name)
                           for kind in jobkinds.KINDS if kind.key in prebuilt.SUPPORTED}
+        # The queued Jobs (the job reconciler's selector), whose Workloads the decisions are about.
+        self.jobs = Informer(api, job_ref("", ""), label_selector="" if t9k else QUEUE_NAME_LABEL)
         # ClusterQueues and LocalQueues: their quotas and status, read before their status is written.
         self.queues = {"ClusterQueue": Informer(api, cluster_queue_ref("")),
                        "LocalQueue": Informer(api, local_queue_ref("", ""))}
@@ -244,7 +246,7 @@ class KubePort:
     async def watch(self, stop: asyncio.Event) -> None:
         """Keep the watched copies until ``stop`` (the actuator's process runs this beside the loop)."""
         async with asyncio.TaskGroup() as group:
-            for informer in (self.workloads, *self.claimants.values(), *self.queues.values()):
+            for informer in (self.workloads, self.jobs, *self.claimants.values(), *self.queues.values()):
                 group.create_task(informer.run(stop), name=f"watch {informer.what}")
 
     # --- the port's calls -----------------------------------------------------------------------
@@ -435,7 +437,11 @@ class KubePort:
             claimant = await self._claimant(wl, d, fresh=fresh)
             return (claimant[1], claimant[2]) if claimant is not None and claimant[0] is jobkinds.JOB else None
         ref = job_ref(d.namespace, str(owners[0].get("name")))
-        job = await self.kube.get(ref, not_found_retriable=not isinstance(d, EvictWorkload))
+        job = None if fresh or not self.jobs.synced else self.jobs.get(ref.namespace, ref.name)
+        if job is not None:
+            self.stats.cached_reads += 1
+        else:
+            job = await self.kube.get(ref, not_found_retriable=not isinstance(d, EvictWorkload))
         uid = (job.get("metadata") or {}).get("uid")
         if owners[0].get("uid") and uid != owners[0]["uid"]:
             raise InvalidObject(f"Workload {d.namespace}/{d.name}", "metadata.ownerReferences",

@@ -42,14 +42,14 @@ def idle_sweep_pause(decisions: Sequence[AnyDecision], cycles: Sequence[CycleCom
     Every release of quota sends its cohort's parked workloads back (Kueue's
     ``QueueInadmissibleWorkloads``), and a step then retries them one head per ClusterQueue per
     cycle. A step whose cycles tried heads and admitted, evicted or placed nothing (pending marks
-    at most) only parked them again; stepping again at once, each release that trickles in pays for its own
-    sweep of the cohort. After such a step the scheduler waits :data:`IDLE_SWEEP_PAUSE_FACTOR`
-    times as long as the step took (sweeping is then at most a fifth of its time), up to
-    :data:`IDLE_SWEEP_PAUSE_MAX`; a step that decided anything else goes on at once, and a cheap
-    one pauses briefly (a 2 ms step, 8 ms). A step that tried no head (it folded reports, or its
-    cycle found every queue empty or parked) does not pause: there was no sweep. Through the
-    kube-apiserver at Kueue's baseline, where events trickle, this halved the scheduler's CPU and
-    cut the broker's by a quarter, and the time to admission with them (docs/benchmarks.md)."""
+    at most) only parked them again; stepping again at once, each release that trickles in would
+    pay for its own sweep of the cohort. After such a step the scheduler waits
+    :data:`IDLE_SWEEP_PAUSE_FACTOR` times as long as the step took (sweeping is then at most a
+    fifth of its time), up to :data:`IDLE_SWEEP_PAUSE_MAX`. A step that decided anything else
+    goes on at once; a cheap one pauses briefly (a 2 ms step, 8 ms); a step that tried no head (it
+    folded reports, or its cycle found every queue empty or parked) does not pause. Through the
+    kube-apiserver at Kueue's baseline, where events trickle, this halved the scheduler's CPU,
+    cut the broker's by a quarter and the time to admission with them (docs/benchmarks.md)."""
     if not any(c.heads for c in cycles) or any(not isinstance(d, MarkPending) for d in decisions):
         return 0.0
     return min(IDLE_SWEEP_PAUSE_FACTOR * step_seconds, IDLE_SWEEP_PAUSE_MAX)

@@ -5,7 +5,7 @@ prebuilt Workload a Job names) and reports a kind that is not served as absent. 
 admits from the copies without reading: a standalone Workload costs one call (its status), a
 prebuilt Workload's claiming Job is found without a list. A stale copy is refused with 409 Conflict,
 then the port reads the Workload and writes again. A queue's status is written from its watched
-copy, without a read.
+copy, without a read, and so is a queued Job started for its Workload.
 """
 
 from __future__ import annotations
@@ -101,6 +101,12 @@ async def test_the_port_admits_from_watched_copies_and_reads_after_a_conflict(
         await retrying(lambda name=name: co.create_namespaced_custom_object(  # type: ignore[misc]
             *KUEUE[:2], ns, KUEUE[2], prebuilt_workload(name, s.lq)), what=f"Workload {name}")
     await batch.create_namespaced_job(ns, job_naming("a", s.lq, "pre-a"))
+    # A queued Job and the Workload it owns (as the job reconciler creates it).
+    owner = await batch.create_namespaced_job(ns, queued_job("owner", s.lq))
+    owned = prebuilt_workload("owned", s.lq)
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "owner",
+                                             "uid": owner.metadata.uid, "controller": True}]
+    await co.create_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], owned)
     admission = o.Admission(cluster_queue=s.cq, pod_set_assignments=(o.PodSetAssignment(
         name="main", flavors=(("cpu", s.rf),), resource_usage=(("cpu", 1000),), count=1),))
 
@@ -120,7 +126,8 @@ async def test_the_port_admits_from_watched_copies_and_reads_after_a_conflict(
     stop = asyncio.Event()
     watching = asyncio.create_task(port.watch(stop))
     try:
-        await eventually(lambda: port.workloads.get(ns, "stale") and port.claimants["Job"].find(ns, "pre-a")
+        await eventually(lambda: port.workloads.get(ns, "owned") and port.claimants["Job"].find(ns, "pre-a")
+                         and port.jobs.get(ns, "owner")
                          and all(i.synced for i in (*port.claimants.values(), *port.queues.values())),
                          what="the port's copies")
         await port.start(admit("solo", 1))
@@ -131,6 +138,11 @@ async def test_the_port_admits_from_watched_copies_and_reads_after_a_conflict(
         job = await batch.read_namespaced_job("a", ns)
         assert job.spec.suspend is False, "the Job naming the prebuilt Workload was started"
         assert "list Job" not in calls and "get Workload" not in calls, calls
+
+        # A queued Job's Workload: the Job is started from its watched copy, no read.
+        await port.start(admit("owned", 3))
+        assert (await batch.read_namespaced_job("owner", ns)).spec.suspend is False
+        assert "get Job" not in calls and calls["patch Job"] == 2, calls
 
         # The queues' statuses, written from their watched copies: no read first.
         await port.after_batch()
@@ -147,7 +159,7 @@ async def test_the_port_admits_from_watched_copies_and_reads_after_a_conflict(
     port.workloads.synced = True  # (stopped: the copy stays as it is)
     port.workloads._put(copy.deepcopy(old))
     before = dict(calls)
-    await port.start(admit("stale", 3))
+    await port.start(admit("stale", 4))
     wl = await read("stale")
     assert admitted(wl) and labels(wl)["moved"] == "on"
     assert port.stats.conflicts == 1
