@@ -243,10 +243,19 @@ class KubePort:
         self.queues = {"ClusterQueue": Informer(api, cluster_queue_ref("")),
                        "LocalQueue": Informer(api, local_queue_ref("", ""))}
 
+    @property
+    def informers(self) -> dict[str, Informer]:
+        """Every watched copy by a name for its counters: ``workloads``, ``jobs``, ``clusterqueues``,
+        ``localqueues``, and ``claimant_<plural>`` per kind that may claim a prebuilt Workload."""
+        out = {"workloads": self.workloads, "jobs": self.jobs}
+        out.update((i.ref.plural, i) for i in self.queues.values())
+        out.update((f"claimant_{i.ref.plural}", i) for i in self.claimants.values())
+        return out
+
     async def watch(self, stop: asyncio.Event) -> None:
         """Keep the watched copies until ``stop`` (the actuator's process runs this beside the loop)."""
         async with asyncio.TaskGroup() as group:
-            for informer in (self.workloads, self.jobs, *self.claimants.values(), *self.queues.values()):
+            for informer in self.informers.values():
                 group.create_task(informer.run(stop), name=f"watch {informer.what}")
 
     # --- the port's calls -----------------------------------------------------------------------

@@ -93,6 +93,8 @@ class ActuatorService:
 
     def collector(self) -> StatsCollector:
         sources = {"": lambda: (self.actuator.stats, self.port.stats), "job_reconciler_": lambda: self.reconciler.stats}
+        for name, informer in self.port.informers.items():  # kueuelog_actuator_watched_<name>_lists_total, ...
+            sources[f"watched_{name}_"] = lambda i=informer: i.stats  # type: ignore[misc]
         if self.trees is not None:
             trees = self.trees
             sources["elasticquotatree_"] = lambda: trees.stats

@@ -342,3 +342,25 @@ def test_a_port_asked_for_that_is_taken_exits_3(clean_env: pytest.MonkeyPatch, c
                      "--http-port", str(port)])
     assert code == 3
     assert f"--http-port: cannot serve /healthz, /readyz and /metrics on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+async def test_the_actuators_watched_copies_count_their_lists_events_and_absences(tmp_path: Path) -> None:
+    from kubernetes_asyncio import client
+
+    from services.actuator.service import ActuatorService
+
+    log = SqliteLog(tmp_path / "log")
+    try:
+        async with client.ApiClient() as api:
+            service = ActuatorService(log, api, cluster="c")
+            registry = CollectorRegistry()
+            registry.register(service.collector())
+            service.port.workloads.stats.lists, service.port.workloads.stats.events = 1, 40
+            service.port.claimants["JobSet"].stats.absent = 3
+            assert metric(registry, "kueuelog_actuator_watched_workloads_lists_total") == 1
+            assert metric(registry, "kueuelog_actuator_watched_workloads_events_total") == 40
+            assert metric(registry, "kueuelog_actuator_watched_claimant_jobsets_absent_total") == 3
+            assert metric(registry, "kueuelog_actuator_watched_jobs_restarts_total") == 0
+            assert metric(registry, "kueuelog_actuator_watched_clusterqueues_lists_total") == 0
+    finally:
+        log.close()
