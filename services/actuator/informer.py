@@ -89,8 +89,9 @@ class Informer:
         return len(self._objects)
 
     def get(self, namespace: str, name: str) -> Json | None:
-        """The newest copy seen of ``namespace/name``; None when not seen (or not synced yet)."""
-        return self._objects.get((namespace, name))
+        """The newest copy seen of ``namespace/name``; None when not seen, or not synced (not
+        listed yet, or stopped: then the copy may be old)."""
+        return self._objects.get((namespace, name)) if self.synced else None
 
     def find(self, namespace: str, value: str) -> Json | None:
         """An object of ``namespace`` whose ``index`` is ``value`` (the smallest name of several)."""

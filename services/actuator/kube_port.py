@@ -406,8 +406,6 @@ class KubePort:
     def _watched(self, ref: Ref) -> Json | None:
         """The watched copy of a Workload; None when there is none, or when this port wrote a newer
         one since (the watch is behind: read it, rather than write from the old copy and be refused)."""
-        if not self.workloads.synced:
-            return None
         wl = self.workloads.get(ref.namespace, ref.name)
         seen = self._seen.get(str(ref))
         if wl is None or (seen is not None and resource_version_newer(resource_version(seen), resource_version(wl))):
@@ -446,7 +444,7 @@ class KubePort:
             claimant = await self._claimant(wl, d, fresh=fresh)
             return (claimant[1], claimant[2]) if claimant is not None and claimant[0] is jobkinds.JOB else None
         ref = job_ref(d.namespace, str(owners[0].get("name")))
-        job = None if fresh or not self.jobs.synced else self.jobs.get(ref.namespace, ref.name)
+        job = None if fresh else self.jobs.get(ref.namespace, ref.name)
         if job is not None:
             self.stats.cached_reads += 1
         else:
@@ -502,7 +500,7 @@ class KubePort:
             watched = self.claimants[kind.kind]
             if watched.synced and not fresh:
                 hit = watched.find(d.namespace, d.name)
-                self.stats.cached_reads += 1
+                self.stats.cached_reads += not watched.absent  # (an absent kind would not be listed either)
                 items = [hit] if hit is not None else []
             elif kind.kind in self._served:
                 items = await self._list_claimants(kind, ref, d)
