@@ -92,6 +92,11 @@ SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 MAX_RECORD_BYTES: Final = 100 * 1024 * 1024  # a snapshot of a large state is tens of MB
 LEASES_SUFFIX: Final = "leases"
+# The producer's batch per partition: one request carries one batch of a partition, and an
+# idempotent producer has one request per partition in flight, so a transaction of N bytes costs
+# N / BATCH_BYTES round trips in a row. The client's 16 KiB default made a 1.5 MB step of the
+# simulated cluster ~90 of them; records are appended at once, so the batch never waits to fill.
+BATCH_BYTES: Final = 1024 * 1024
 FETCH_WAIT_MS: Final = 20  # how long the broker holds a fetch that finds nothing new
 # How often a read that knows records lie ahead checks whether its consumer got past them: a
 # fetch that brings only transaction markers yields no record, and waiting for a record would
@@ -740,7 +745,7 @@ class KafkaLog:
                                  f"expired); not starting transactional producer {self.transactional_id}")
         producer = _prompt_transactions(AIOKafkaProducer(
             **self.settings.client_kwargs(), transactional_id=self.transactional_id, enable_idempotence=True,
-            acks="all", max_request_size=MAX_RECORD_BYTES, linger_ms=0, retry_backoff_ms=RETRY_BACKOFF_MS))
+            acks="all", max_request_size=MAX_RECORD_BYTES, max_batch_size=BATCH_BYTES, linger_ms=0, retry_backoff_ms=RETRY_BACKOFF_MS))
         await producer.start()  # with a transactional id: InitProducerId, which fences older epochs
         if self.transactional_id and self._lease is not None and not self._lease_fresh():
             # Stalled past the session between the check above and InitProducerId: a successor may
