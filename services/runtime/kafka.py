@@ -745,7 +745,8 @@ class KafkaLog:
                                  f"expired); not starting transactional producer {self.transactional_id}")
         producer = _prompt_transactions(AIOKafkaProducer(
             **self.settings.client_kwargs(), transactional_id=self.transactional_id, enable_idempotence=True,
-            acks="all", max_request_size=MAX_RECORD_BYTES, max_batch_size=BATCH_BYTES, linger_ms=0, retry_backoff_ms=RETRY_BACKOFF_MS))
+            acks="all", max_request_size=MAX_RECORD_BYTES, max_batch_size=BATCH_BYTES, linger_ms=0,
+            retry_backoff_ms=RETRY_BACKOFF_MS))
         await producer.start()  # with a transactional id: InitProducerId, which fences older epochs
         if self.transactional_id and self._lease is not None and not self._lease_fresh():
             # Stalled past the session between the check above and InitProducerId: a successor may
