@@ -453,6 +453,10 @@ class JobReconciler:
         # Told of each Workload created, as the API server returned it (the actuator in the same
         # process keeps it: its first write to the Workload then needs no read).
         self.on_workload_created: Callable[[dict[str, Any]], None] | None = None
+        # Told of each prebuilt Workload a job claims (adopted now or before), by namespace and name:
+        # one admitted before its job existed is applied to the job then, as Kueue starts a suspended
+        # job whose Workload is admitted (services.actuator.kube_port.KubePort.workload_adopted).
+        self.on_workload_adopted: Callable[[str, str], None] | None = None
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
         self.cluster, self.policy, self.clock, self.watch_timeout_s = cluster, policy, clock, watch_timeout_s
@@ -801,6 +805,8 @@ class JobReconciler:
                     self._log.warning("prebuilt workload out of sync", job=str(ref), reason=plan.out_of_sync)
                     await self._event(ref, "Warning", "OutOfSync", f"{prebuiltplan.OUT_OF_SYNC_MESSAGE}: "
                                                                    f"{plan.out_of_sync}")
+                elif not plan.out_of_sync and self.on_workload_adopted is not None:
+                    self.on_workload_adopted(draft.namespace, draft.name)
             except KubeApiError as e:
                 if e.status == 409:
                     self.stats.conflicts += 1

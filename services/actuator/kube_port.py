@@ -163,6 +163,7 @@ class KubeStats:
     provisioning_requests: int = 0  # ProvisioningRequests created (not found there already)
     status_writes: int = 0  # status-only decisions written (or found written)
     cached_reads: int = 0  # Workloads and prebuilt claimants answered by the watched copies, not a call
+    adopted_reapplied: int = 0  # admissions applied again once a job claimed the Workload (found applied, too)
     api: ApiStats = field(default_factory=ApiStats)
 
     def as_dict(self) -> dict[str, Any]:
@@ -196,6 +197,7 @@ class KubePort:
     throttled_window = 5.0
     marks_per_second_throttled = 1.0
     queue_status_seconds_throttled = 30.0
+    admissions_kept = 100_000  # workloads whose last admission is kept for a job that claims one late
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
@@ -231,6 +233,11 @@ class KubePort:
         # A scaled-up elastic Job's workload slices ("ns/slice") -> the name of the Job's Workload
         # object, which stands for every slice of the Job on the cluster (services/core/scaleup.py).
         self._slices: dict[str, str] = {}
+        # Each workload's last admission not evicted since ("ns/name"), and the workloads a job
+        # claimed since (a prebuilt Workload adopted), to apply it to that job: a Workload admitted
+        # before the job that names it existed was admitted alone (see workload_adopted).
+        self._admissions: OrderedDict[str, AdmitWorkload | AdmitChecked] = OrderedDict()
+        self._adopted: dict[str, int] = {}  # "ns/name" -> attempts so far
         # Watched copies (run by watch()): the Workloads, and per kind that may claim a prebuilt
         # Workload the objects naming one, by that name. Until one has listed, the port reads.
         self.workloads = Informer(api, workload_ref("", ""))
@@ -267,6 +274,7 @@ class KubePort:
         self.counts = QueueCounts()
         self._slices = {}
         self._marks = OrderedDict()
+        self._admissions = OrderedDict()
         for d in history:
             if isinstance(d, AdmitWorkload | AdmitChecked | EvictWorkload | MarkPending):
                 self._learn_slice(d)
@@ -275,6 +283,7 @@ class KubePort:
                 self._marks.pop(key, None)
                 if isinstance(d, MarkPending):
                     self._marks[key] = d
+                self._remember_admission(d)
 
     @property
     def deferred_marks(self) -> int:
@@ -288,8 +297,9 @@ class KubePort:
 
     @property
     def deferred(self) -> int:
-        """Pending marks and queue statuses waiting for their turn (the loop keeps stepping)."""
-        return self.deferred_marks + self.deferred_queues
+        """Pending marks, queue statuses and adopted Workloads' admissions waiting for their turn
+        (the loop keeps stepping)."""
+        return self.deferred_marks + self.deferred_queues + len(self._adopted)
 
     async def before_batch(self, batch: int) -> None:
         """Restores due; then up to ``marks_per_step`` pending marks (``marks_when_behind`` while the
@@ -305,6 +315,7 @@ class KubePort:
         self._credit_at = now
         if idle and self.deferred:
             await asyncio.sleep(0.25)
+        await self._apply_adopted()
         due = await self._do_later()
         budget = min(self.marks_when_behind if behind else self.marks_per_step, int(self._mark_credit))
         fresh = [self._marks.popitem(last=False)[1]
@@ -315,6 +326,7 @@ class KubePort:
 
     async def start(self, decision: AdmitWorkload | AdmitChecked) -> Sequence[Staged]:
         self._learn_slice(decision)
+        self._remember_admission(decision)  # (before the calls: a job may claim it meanwhile)
         await self._admit(decision)
         if isinstance(decision, AdmitWorkload) and decision.provisioning_requests:
             await self._create_requests(decision)
@@ -322,11 +334,54 @@ class KubePort:
         return ()
 
     async def stop(self, decision: EvictWorkload) -> Sequence[Staged]:
+        self._remember_admission(decision)
         await self._evict(decision)
         if decision.provisioning_requests:
             await self._delete_requests(decision)
         self._applied(decision)
         return ()
+
+    def workload_adopted(self, namespace: str, name: str) -> None:
+        """A job claims the prebuilt Workload ``namespace/name`` (its reconciler, in this process,
+        adopted it). If the Workload was admitted before the job existed, its admission was written
+        to the Workload alone: it is applied again, to the job this time, before the next batch, as
+        Kueue's reconciler starts a suspended job whose Workload is admitted. (A job that already
+        shows the admission costs one read of the Workload.)"""
+        key = f"{namespace}/{name}"
+        if key in self._admissions:
+            self._adopted.setdefault(key, 0)
+
+    def _remember_admission(self, d: AdmitWorkload | AdmitChecked | EvictWorkload | MarkPending) -> None:
+        key = f"{d.namespace}/{d.name}"
+        if isinstance(d, EvictWorkload):
+            self._admissions.pop(key, None)
+            self._adopted.pop(key, None)
+        elif isinstance(d, AdmitWorkload | AdmitChecked):
+            self._admissions[key] = d
+            self._admissions.move_to_end(key)
+            while len(self._admissions) > self.admissions_kept:
+                self._admissions.popitem(last=False)
+
+    async def _apply_adopted(self) -> None:
+        """Each adopted Workload's admission, applied to the job that claimed it (see
+        :meth:`workload_adopted`) while the Workload still holds that admission and runs."""
+        for key in sorted(self._adopted):
+            d = self._admissions.get(key)
+            attempts = self._adopted.pop(key)
+            if d is None:
+                continue
+            try:
+                wl = await self._workload(d, fresh=True)
+                admitted_to = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+                if holds_quota(wl) and not is_finished(wl) and admitted_to == d.admission.cluster_queue:
+                    await self._admit(d)
+                    self.stats.adopted_reapplied += 1
+            except ActuationError as e:
+                if e.retriable and attempts + 1 < self.tuning.max_attempts:
+                    self._adopted[key] = attempts + 1
+                else:
+                    _log.warning("admission not applied to the job that claimed its Workload", decision=d.id,
+                                 workload=key, error=str(e), attempts=attempts + 1)
 
     async def mark_pending(self, decision: MarkPending) -> None:
         """Queued, not written: a pending mark is status, not an order, so orders go first and a

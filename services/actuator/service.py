@@ -58,12 +58,15 @@ class ActuatorService:
         self.actuator = Actuator(log, self.port, topics=topics, placer=self.placer)
         self.reconciler = JobReconciler(reconciler_api or api, cluster=cluster, policy=policy, t9k=t9k)
         self.reconciler.on_workload_created = self.port.workload_created
+        self.reconciler.on_workload_adopted = self.port.workload_adopted
         # ACK's ElasticQuotaTree kept as Kueue objects (deploy/frontends/ack), when asked for.
         self.trees = TreeReconciler(reconciler_api or api) if elastic_quota_tree else None
         self.pods = PodReconciler(reconciler_api or api) if elastic_quota_tree else None
         self.kinds = [TrainJobReconciler(reconciler_api or api, cluster=cluster) if k is TRAINJOB
                       else KindReconciler(reconciler_api or api, k, cluster=cluster) for k in jobkinds.OTHER_KINDS
                       if k.kind in job_kinds]
+        for r in self.kinds:  # their jobs claim prebuilt Workloads too
+            r.on_workload_adopted = self.port.workload_adopted
         # Kueue's pod integration in any namespace: pods, pod groups, StatefulSets (--job-kinds Pod).
         self.pod_groups = (PodGroupReconciler(reconciler_api or api, elastic_quota_tree=elastic_quota_tree)
                            if "Pod" in job_kinds else None)

@@ -2,7 +2,8 @@
 Workload a Job names (controller owner, ``job-uid`` label) instead of creating one; a Job naming a
 Workload that does not match it marks that Workload Finished (OutOfSync); a Job naming one that does
 not exist yet waits for it and adopts it once it is there. The actuator admits a prebuilt Workload
-not adopted yet by starting the Job that names it (found by its label)."""
+not adopted yet by starting the Job that names it (found by its label); a Job created after its
+prebuilt Workload was admitted is started once its reconciler adopts the Workload, as Kueue does."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from events import objects as o
-from events.cluster import JOB_UID_LABEL, PREBUILT_WORKLOAD_LABEL
-from events.messages import AdmitWorkload
+from events.cluster import JOB_UID_LABEL, PREBUILT_WORKLOAD_LABEL, EvictionReason
+from events.messages import AdmitWorkload, EvictWorkload
 from services.actuator.job_reconciler import JobReconciler
 from services.actuator.kube_port import KubePort
 from tests.integration.test_kube_watcher import Setup, eventually, queued_job, retrying
@@ -41,9 +42,13 @@ def job_naming(name: str, queue: str, workload: str, pods: int = 1) -> dict[str,
 
 
 @contextlib.asynccontextmanager
-async def reconciler(api: client.ApiClient) -> AsyncIterator[None]:
+async def reconciler(api: client.ApiClient, port: KubePort | None = None) -> AsyncIterator[None]:
+    """The job reconciler, telling ``port`` of the Workloads it adopts (as the actuator's process wires them)."""
     stop = asyncio.Event()
-    task = asyncio.create_task(JobReconciler(api, cluster="test").run(stop))
+    r = JobReconciler(api, cluster="test")
+    if port is not None:
+        r.on_workload_adopted = port.workload_adopted
+    task = asyncio.create_task(r.run(stop))
     try:
         yield
     finally:
@@ -106,3 +111,52 @@ async def test_prebuilt_workloads_adopted_out_of_sync_and_waited_for(
         await eventually(lambda: adopted("pre-c", c.metadata.uid), what="pre-c adopted once it exists")
     listed = await co.list_namespaced_custom_object(KUEUE[0], KUEUE[1], ns, KUEUE[2])
     assert sorted(w["metadata"]["name"] for w in listed["items"]) == ["pre-a", "pre-b", "pre-c"]
+
+
+async def test_job_created_after_its_prebuilt_workload_was_admitted_is_started(
+    kube_api_client: client.ApiClient, kube_namespace: str,
+) -> None:
+    api, ns = kube_api_client, kube_namespace
+    s = Setup(api, ns)
+    await s.queues()
+    co, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+    for name in ("late", "gone"):
+        body = prebuilt_workload(name, s.lq)
+        await retrying(lambda b=body: co.create_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], b),
+                       what=f"Workload {name}")
+    port = KubePort(api, cluster="test")
+    admission = o.Admission(cluster_queue=s.cq, pod_set_assignments=(o.PodSetAssignment(
+        name="main", flavors=(("cpu", s.rf),), resource_usage=(("cpu", 1000),), count=1),))
+    # Both admitted while no job names them: written to the Workloads alone.
+    await port.start(AdmitWorkload(id="c1-0", cycle=1, namespace=ns, name="late", cluster_queue=s.cq,
+                                   admission=admission))
+    await port.start(AdmitWorkload(id="c1-1", cycle=1, namespace=ns, name="gone", cluster_queue=s.cq,
+                                   admission=admission))
+    wl = await co.get_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], "late")
+    assert wl["status"]["admission"]["clusterQueue"] == s.cq and not wl["metadata"].get("ownerReferences")
+    # "gone" is evicted before its job comes: the job must stay suspended.
+    await port.stop(EvictWorkload(id="c2-0", cycle=2, namespace=ns, name="gone", cluster_queue=s.cq,
+                                  reason=EvictionReason.PREEMPTED, message="preempted"))
+    late = await batch.create_namespaced_job(ns, job_naming("late-job", s.lq, "late"))
+    await batch.create_namespaced_job(ns, job_naming("gone-job", s.lq, "gone"))
+    assert late.spec.suspend is True
+    async with reconciler(api, port):
+        async def started() -> Any:
+            await port.before_batch(0)
+            job = await batch.read_namespaced_job("late-job", ns)
+            return job if job.spec.suspend is False else None
+
+        job = await eventually(started, what="late-job started once it claimed its admitted Workload")
+        assert job.spec.template.spec.node_selector == {"zone": "a"}  # the admission's flavor
+        assert port.stats.adopted_reapplied == 1
+
+        async def gone_adopted() -> dict[str, Any] | None:
+            wl = await co.get_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], "gone")
+            return wl if wl["metadata"].get("ownerReferences") else None
+
+        await eventually(gone_adopted, what="gone adopted by gone-job")
+        await port.before_batch(0)
+        assert (await batch.read_namespaced_job("gone-job", ns)).spec.suspend is True
+        # Nothing left to apply for an adopted Workload (queue statuses may still wait for their turn).
+        assert port.deferred == port.deferred_marks + port.deferred_queues
+        assert port.stats.adopted_reapplied == 1

@@ -474,3 +474,22 @@ async def test_status_yields_to_orders_while_the_rate_limit_bites() -> None:
         port._queue_written[str(cluster_queue_ref("cq"))] = time.monotonic() - 10.0
         await port.after_batch()
         assert port.stats.api.total == 0 and port.counts.dirty_cluster_queues == {"cq"}
+
+
+async def test_an_admission_is_applied_again_only_for_a_workload_adopted_while_it_holds_it() -> None:
+    """A job claiming a prebuilt Workload after its admission: the port applies the admission (the
+    last one, not evicted since, recovered from the history after a restart) before its next batch;
+    a Workload evicted since, or never admitted, is left alone."""
+    from kubernetes_asyncio import client
+
+    from services.actuator.kube_port import KubePort
+
+    api = client.ApiClient()  # (never called)
+    port = KubePort(api, cluster="test")
+    port.recover(iter([admit(2, name="a"), admit(2, name="b"), pending(3, name="c"), evict(4, name="b")]))
+    for name in ("a", "b", "c", "unknown"):
+        port.workload_adopted("ns", name)
+    assert port.deferred - port.deferred_marks - port.deferred_queues == 1  # a only
+    port.workload_adopted("ns", "a")  # told twice: applied once
+    assert port.deferred - port.deferred_marks - port.deferred_queues == 1
+    await api.close()
