@@ -26,7 +26,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import structlog
@@ -63,6 +63,14 @@ def resource_version_newer(a: str, b: str) -> bool:
     server in use numbers them from etcd's revision, so they are compared as numbers when both are
     (a wrong guess costs one 409 Conflict and a read, never a wrong write), else taken as not newer."""
     return a.isdigit() and b.isdigit() and int(a) > int(b)
+
+
+class Copies(Protocol):
+    """Where watched copies are read from: an :class:`Informer`, or another watch kept in the same
+    process (the job reconciler's)."""
+
+    def get(self, namespace: str, name: str) -> Json | None:
+        """The newest copy of ``namespace/name``; None when not seen, or not synced."""
 
 
 class Informer:

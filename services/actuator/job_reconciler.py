@@ -468,6 +468,7 @@ class JobReconciler:
         self._custom: Any = client.CustomObjectsApi(api)
         self._scheduling: Any = client.SchedulingV1Api(api)
         self._jobs: dict[Key, dict[str, Any]] = {}
+        self._listed = False  # the copies are complete (listed once): get() answers
         self._queue: asyncio.Queue[Key] = asyncio.Queue()
         self._queued: set[Key] = set()
         self._active: set[Key] = set()  # being reconciled by a worker
@@ -531,7 +532,7 @@ class JobReconciler:
             token = (page.get("metadata") or {}).get("continue") or None
             if token is None:
                 break
-        self._jobs = seen
+        self._jobs, self._listed = seen, True
         uids = {str((j.get("metadata") or {}).get("uid")) for j in seen.values()}
         self._workload_done &= uids
         self._finished_done &= uids
@@ -564,6 +565,11 @@ class JobReconciler:
         finally:
             resp.close()
         return rv
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The newest copy of the watched object ``namespace/name`` (for the actuator in this process,
+        which then needs no watch of its own); None when not seen, or before the first list."""
+        return self._jobs.get((namespace, name)) if self._listed else None
 
     def _on_event(self, event: Any, rv: str) -> str:
         kind, obj = event.get("type"), event.get("object") or {}

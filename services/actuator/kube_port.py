@@ -46,10 +46,13 @@ What each decision does (mirroring Kueue's job reconciler and Workload API):
   by a later step: the loop keeps stepping while any waits).
 
 Reads come from watched copies (:mod:`services.actuator.informer`, run by :meth:`KubePort.watch`):
-the Workloads, and the objects of each kind that may claim a prebuilt Workload, by the name they
-claim. An admission or eviction reads the Workload (and lists claimants) only when the copies do
-not have it yet, or after a 409 Conflict showed a copy stale: a standalone Workload's admission is
-one call. Kueue's manager reads from its informers' caches the same way.
+the Workloads, the queues, the queued Jobs (the job reconciler's copies where it runs in the same
+process: :meth:`KubePort.use_job_copies`), and the objects of each kind that may claim a prebuilt
+Workload, by the name they claim. A Job created after its prebuilt Workload was admitted gets the
+admission once its reconciler adopts the Workload (:meth:`KubePort.workload_adopted`). An
+admission or eviction reads the Workload (and lists claimants) only when the copies do not have it
+yet, or after a 409 Conflict showed a copy stale: a standalone Workload's admission is one call.
+Kueue's manager reads from its informers' caches the same way.
 
 Exactly once, in effect. The loop (:mod:`services.actuator.loop`) deduplicates decisions by
 its watermark and commits reports with its position; each write here is idempotent: the Job
@@ -95,7 +98,7 @@ from events.messages import (
     UpdateWorkloadStatus,
 )
 from services.actuator import checkplan
-from services.actuator.informer import Informer, resource_version_newer
+from services.actuator.informer import Copies, Informer, resource_version_newer
 from services.actuator.kindplan import kind_admit_ops, kind_evict_ops
 from services.actuator.kubeapi import ApiStats, InvalidObject, KubeApiError, KubeCalls, Ref
 from services.actuator.kubeplan import (
@@ -244,17 +247,26 @@ class KubePort:
         self.claimants = {kind.kind: Informer(api, Ref(kind.kind, kind.group, kind.version, kind.plural, ""),
                                               label_selector=PREBUILT_WORKLOAD_LABEL, index=_prebuilt_name)
                           for kind in jobkinds.KINDS if kind.key in prebuilt.SUPPORTED}
-        # The queued Jobs (the job reconciler's selector), whose Workloads the decisions are about.
-        self.jobs = Informer(api, job_ref("", ""), label_selector="" if t9k else QUEUE_NAME_LABEL)
+        # The queued Jobs (the job reconciler's selector), whose Workloads the decisions are about;
+        # the job reconciler's own copies instead where it runs in this process (use_job_copies).
+        self.jobs: Copies = Informer(api, job_ref("", ""), label_selector="" if t9k else QUEUE_NAME_LABEL)
         # ClusterQueues and LocalQueues: their quotas and status, read before their status is written.
         self.queues = {"ClusterQueue": Informer(api, cluster_queue_ref("")),
                        "LocalQueue": Informer(api, local_queue_ref("", ""))}
 
+    def use_job_copies(self, copies: Copies) -> None:
+        """Read the queued Jobs from ``copies`` (the job reconciler in this process keeps every
+        queued Job, newest version) rather than watch them a second time."""
+        self.jobs = copies
+
     @property
     def informers(self) -> dict[str, Informer]:
-        """Every watched copy by a name for its counters: ``workloads``, ``jobs``, ``clusterqueues``,
-        ``localqueues``, and ``claimant_<plural>`` per kind that may claim a prebuilt Workload."""
-        out = {"workloads": self.workloads, "jobs": self.jobs}
+        """Every watch of the port's own by a name for its counters: ``workloads``, ``jobs`` (unless
+        it reads another's copies), ``clusterqueues``, ``localqueues``, and ``claimant_<plural>``
+        per kind that may claim a prebuilt Workload."""
+        out = {"workloads": self.workloads}
+        if isinstance(self.jobs, Informer):
+            out["jobs"] = self.jobs
         out.update((i.ref.plural, i) for i in self.queues.values())
         out.update((f"claimant_{i.ref.plural}", i) for i in self.claimants.values())
         return out

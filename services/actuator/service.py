@@ -59,6 +59,7 @@ class ActuatorService:
         self.reconciler = JobReconciler(reconciler_api or api, cluster=cluster, policy=policy, t9k=t9k)
         self.reconciler.on_workload_created = self.port.workload_created
         self.reconciler.on_workload_adopted = self.port.workload_adopted
+        self.port.use_job_copies(self.reconciler)  # the queued Jobs, watched once in this process
         # ACK's ElasticQuotaTree kept as Kueue objects (deploy/frontends/ack), when asked for.
         self.trees = TreeReconciler(reconciler_api or api) if elastic_quota_tree else None
         self.pods = PodReconciler(reconciler_api or api) if elastic_quota_tree else None

@@ -23,6 +23,7 @@ from events import objects as o
 from events.cluster import PREBUILT_WORKLOAD_LABEL
 from events.messages import AdmitWorkload
 from services.actuator.informer import Informer
+from services.actuator.job_reconciler import JobReconciler
 from services.actuator.kube_port import KubePort
 from services.actuator.kubeapi import Ref
 from services.actuator.kubeplan import workload_ref
@@ -164,3 +165,40 @@ async def test_the_port_admits_from_watched_copies_and_reads_after_a_conflict(
     assert admitted(wl) and labels(wl)["moved"] == "on"
     assert port.stats.conflicts == 1
     assert calls["get Workload"] == before.get("get Workload", 0) + 1, "read once, after the conflict"
+
+
+async def test_the_port_reads_the_job_reconcilers_copies_of_queued_jobs(
+    kube_api_client: client.ApiClient, kube_namespace: str,
+) -> None:
+    """In the actuator's process the queued Jobs are watched once, by the job reconciler: the port
+    starts a Job from the reconciler's copy, with no watch of its own and no read."""
+    api, ns = kube_api_client, kube_namespace
+    s = Setup(api, ns)
+    await s.queues()
+    co, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+    reconciler = JobReconciler(api, cluster="test")
+    port = KubePort(api, cluster="test")
+    port.use_job_copies(reconciler)
+    assert "jobs" not in port.informers
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(reconciler.run(stop)), asyncio.create_task(port.watch(stop))]
+    try:
+        job = await batch.create_namespaced_job(ns, queued_job("queued", s.lq))
+
+        async def its_workload() -> str | None:
+            listed = await co.list_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2])
+            names = [w["metadata"]["name"] for w in listed["items"]
+                     if any(r.get("uid") == job.metadata.uid for r in w["metadata"].get("ownerReferences") or [])]
+            return names[0] if names and port.workloads.get(ns, names[0]) and reconciler.get(ns, "queued") else None
+
+        name = await eventually(its_workload, what="the reconciler's Workload for Job queued, in both copies")
+        admission = o.Admission(cluster_queue=s.cq, pod_set_assignments=(o.PodSetAssignment(
+            name="main", flavors=(("cpu", s.rf),), resource_usage=(("cpu", 1000),), count=1),))
+        calls = port.stats.api.calls
+        await port.start(AdmitWorkload(id="c1-0", cycle=1, namespace=ns, name=name, cluster_queue=s.cq,
+                                       admission=admission))
+        assert (await batch.read_namespaced_job("queued", ns)).spec.suspend is False
+        assert "get Job" not in calls and calls["patch Job"] == 1, calls
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), timeout=30)
