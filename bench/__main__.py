@@ -12,14 +12,23 @@ takes many minutes).
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 from bench import engine, kafka, kube, multicluster, replay, services, shards
 from services.runtime.gctune import tune_gc
 
 
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM ends the bench as Ctrl-C does: through every ``finally``, so the broker, the control
+    plane and the service processes it started are stopped, not left running."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     tune_gc()  # as every kueuelog command runs (services/runtime/gctune.py)
     if argv and argv[0] == "kafka":
         return kafka.cli(argv[1:])

@@ -93,6 +93,7 @@ from services.simcluster.cluster import SimConfig
 from services.simcluster.runner import run_arrivals, run_simcluster
 from services.watcher.ticker import run_ticker
 from tests.infra.kafka import LocalKafka
+from tests.infra.procs import die_with_parent
 
 REPO = Path(__file__).resolve().parents[1]
 KUEUE_BASELINE = {"wall": 351.0, "usage": 55.9, "large": 16.5, "medium": 76.8, "small": 215.0}
@@ -420,7 +421,7 @@ def start_service_process(service: str, bootstrap: str, prefix: str, log_path: P
         return subprocess.Popen(
             [sys.executable, *prof, "-m", "services.app.cli", "run", service, "--bootstrap-servers", bootstrap,
              "--topic-prefix", prefix, "--http-port", "0", *extra], cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-            env=env)
+            env=env, preexec_fn=die_with_parent(signal.SIGTERM))  # noqa: PLW1509 -- a killed bench leaves none behind
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:

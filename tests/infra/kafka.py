@@ -23,7 +23,6 @@ import argparse
 import atexit
 import base64
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import os
@@ -39,6 +38,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
+
+from tests.infra.procs import die_with_parent
 
 DEFAULT_VERSION = "4.1.1"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -155,19 +156,6 @@ def _summarize_log(text: str, tail_lines: int = 40, error_lines: int = 15) -> st
         parts.append("--- tail ---")
     parts.extend(lines[-tail_lines:])
     return "\n".join(parts)
-
-
-def _set_parent_death_signal() -> None:
-    """Runs in the child before exec: have the kernel SIGTERM the JVM if we die.
-
-    atexit covers normal exits and exceptions, but not SIGKILL or an unhandled SIGTERM of
-    the Python process; without this an aborted pytest run would leave a JVM behind.
-    PR_SET_PDEATHSIG fires when the *thread* that forked exits, so start() must be called
-    from a thread that lives as long as the broker should (pytest's main thread does).
-    """
-    pr_set_pdeathsig = 1
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
 
 
 # --- a minimal Kafka wire-protocol client, just enough to ask for metadata ---------------
@@ -553,7 +541,9 @@ class LocalKafka:
                 start_new_session=True,
                 # preexec_fn is unsafe only if another thread holds a lock at fork time; it
                 # calls nothing but prctl, and the test session starts the broker up front.
-                preexec_fn=_set_parent_death_signal if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+                # The kernel SIGTERMs the JVM if we die (tests.infra.procs); the broker must then
+                # be started from the main thread (pytest's), which lives as long as it should.
+                preexec_fn=die_with_parent(signal.SIGTERM),  # noqa: PLW1509
             )
         atexit.register(self.stop)
         self._wait_ready()

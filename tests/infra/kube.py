@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import json
@@ -55,6 +54,8 @@ from base64 import b64encode
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
+
+from tests.infra.procs import die_with_parent
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SRC_DIR = REPO_ROOT / "deploy" / "controlplane"
@@ -126,30 +127,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _pdeathsig_setter() -> Callable[[], None] | None:
-    """A pre-exec hook that has the kernel SIGKILL the child when this thread dies.
-
-    atexit covers normal exits and exceptions, not SIGKILL of the Python process (e.g. a
-    CI time-out); without this an aborted run would leave servers behind. PDEATHSIG fires
-    when the *thread* that forked exits, so it is only used from the main thread, which
-    lives as long as the servers should. libc is resolved here, in the parent, so the
-    forked child only makes one foreign call and takes no loader locks. SIGKILL, not
-    SIGTERM: the orphaned apiserver's graceful shutdown hangs once etcd is gone too.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux/glibc: atexit alone has to do
-        return None
-    pr_set_pdeathsig = 1
-
-    def hook() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-
-    return hook
 
 
 def _tail(path: Path | None, lines: int) -> str:
@@ -587,7 +564,8 @@ class LocalControlPlane:
                 # Own process group, so stop() can signal the server and anything it forks,
                 # and a Ctrl-C in the terminal reaches us first (we then stop it cleanly).
                 start_new_session=True,
-                preexec_fn=_pdeathsig_setter(),  # noqa: PLW1509 -- see _pdeathsig_setter
+                # SIGKILL, not SIGTERM: the orphaned apiserver's graceful shutdown hangs once etcd is gone too.
+                preexec_fn=die_with_parent(signal.SIGKILL),  # noqa: PLW1509 -- see tests.infra.procs
             )
 
     def _start_etcd(self) -> None:
