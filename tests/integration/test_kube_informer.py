@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from events import objects as o
 from events.cluster import PREBUILT_WORKLOAD_LABEL
 from events.messages import AdmitWorkload
 from services.actuator.informer import Informer
@@ -27,8 +26,14 @@ from services.actuator.job_reconciler import JobReconciler
 from services.actuator.kube_port import KubePort
 from services.actuator.kubeapi import Ref
 from services.actuator.kubeplan import workload_ref
-from tests.integration.test_kube_prebuilt_workload import KUEUE, job_naming, prebuilt_workload
-from tests.integration.test_kube_watcher import Setup, eventually, queued_job, retrying
+from tests.integration.test_kube_prebuilt_workload import (
+    KUEUE,
+    job_naming,
+    one_cpu_admission,
+    prebuilt_workload,
+    queues_and_clients,
+)
+from tests.integration.test_kube_watcher import eventually, queued_job, retrying
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -54,9 +59,7 @@ async def test_the_informer_keeps_what_it_watches_and_reports_a_kind_not_served(
     kube_api_client: client.ApiClient, kube_namespace: str,
 ) -> None:
     api, ns = kube_api_client, kube_namespace
-    s = Setup(api, ns)
-    await s.queues()
-    co, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+    s, co, batch = await queues_and_clients(api, ns)
     workloads = Informer(api, workload_ref("", ""))
     jobs = Informer(api, Ref("Job", "batch", "v1", "jobs", ""), label_selector=PREBUILT_WORKLOAD_LABEL,
                     index=lambda j: labels(j).get(PREBUILT_WORKLOAD_LABEL, ""))
@@ -95,9 +98,7 @@ async def test_the_port_admits_from_watched_copies_and_reads_after_a_conflict(
     kube_api_client: client.ApiClient, kube_namespace: str,
 ) -> None:
     api, ns = kube_api_client, kube_namespace
-    s = Setup(api, ns)
-    await s.queues()
-    co, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+    s, co, batch = await queues_and_clients(api, ns)
     for name in ("solo", "pre-a", "stale"):
         await retrying(lambda name=name: co.create_namespaced_custom_object(  # type: ignore[misc]
             *KUEUE[:2], ns, KUEUE[2], prebuilt_workload(name, s.lq)), what=f"Workload {name}")
@@ -108,8 +109,7 @@ async def test_the_port_admits_from_watched_copies_and_reads_after_a_conflict(
     owned["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "owner",
                                              "uid": owner.metadata.uid, "controller": True}]
     await co.create_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], owned)
-    admission = o.Admission(cluster_queue=s.cq, pod_set_assignments=(o.PodSetAssignment(
-        name="main", flavors=(("cpu", s.rf),), resource_usage=(("cpu", 1000),), count=1),))
+    admission = one_cpu_admission(s)
 
     def admit(name: str, cycle: int) -> AdmitWorkload:
         return AdmitWorkload(id=f"c{cycle}-0", cycle=cycle, namespace=ns, name=name, cluster_queue=s.cq,
@@ -173,9 +173,7 @@ async def test_the_port_reads_the_job_reconcilers_copies_of_queued_jobs(
     """In the actuator's process the queued Jobs are watched once, by the job reconciler: the port
     starts a Job from the reconciler's copy, with no watch of its own and no read."""
     api, ns = kube_api_client, kube_namespace
-    s = Setup(api, ns)
-    await s.queues()
-    co, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+    s, co, batch = await queues_and_clients(api, ns)
     reconciler = JobReconciler(api, cluster="test")
     port = KubePort(api, cluster="test")
     port.use_job_copies(reconciler)
@@ -192,8 +190,7 @@ async def test_the_port_reads_the_job_reconcilers_copies_of_queued_jobs(
             return names[0] if names and port.workloads.get(ns, names[0]) and reconciler.get(ns, "queued") else None
 
         name = await eventually(its_workload, what="the reconciler's Workload for Job queued, in both copies")
-        admission = o.Admission(cluster_queue=s.cq, pod_set_assignments=(o.PodSetAssignment(
-            name="main", flavors=(("cpu", s.rf),), resource_usage=(("cpu", 1000),), count=1),))
+        admission = one_cpu_admission(s)
         calls = port.stats.api.calls
         await port.start(AdmitWorkload(id="c1-0", cycle=1, namespace=ns, name=name, cluster_queue=s.cq,
                                        admission=admission))

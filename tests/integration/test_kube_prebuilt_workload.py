@@ -34,6 +34,20 @@ def prebuilt_workload(name: str, queue: str, pods: int = 1) -> dict[str, Any]:
             "spec": {"queueName": queue, "podSets": [{"name": "main", "count": pods, "template": template}]}}
 
 
+async def queues_and_clients(api: client.ApiClient, ns: str) -> tuple[Setup, Any, Any]:
+    """The test's flavor, ClusterQueue and LocalQueue (``Setup.queues``), and the custom-objects and
+    batch clients."""
+    s = Setup(api, ns)
+    await s.queues()
+    return s, client.CustomObjectsApi(api), client.BatchV1Api(api)
+
+
+def one_cpu_admission(s: Setup) -> o.Admission:
+    """One pod of 1 cpu admitted to the test's ClusterQueue, on its flavor."""
+    return o.Admission(cluster_queue=s.cq, pod_set_assignments=(o.PodSetAssignment(
+        name="main", flavors=(("cpu", s.rf),), resource_usage=(("cpu", 1000),), count=1),))
+
+
 def job_naming(name: str, queue: str, workload: str, pods: int = 1) -> dict[str, Any]:
     body = queued_job(name, queue)
     body["metadata"]["labels"][PREBUILT_WORKLOAD_LABEL] = workload
@@ -60,9 +74,7 @@ async def test_prebuilt_workloads_adopted_out_of_sync_and_waited_for(
     kube_api_client: client.ApiClient, kube_namespace: str,
 ) -> None:
     api, ns = kube_api_client, kube_namespace
-    s = Setup(api, ns)
-    await s.queues()
-    co, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+    s, co, batch = await queues_and_clients(api, ns)
 
     async def workload(name: str) -> dict[str, Any]:
         out: dict[str, Any] = await co.get_namespaced_custom_object(KUEUE[0], KUEUE[1], ns, KUEUE[2], name)
@@ -77,8 +89,7 @@ async def test_prebuilt_workloads_adopted_out_of_sync_and_waited_for(
     # Admitted before any reconciler adopts it: the actuator starts the Job that names it.
     a = await batch.create_namespaced_job(ns, job_naming("a", s.lq, "pre-a"))
     port = KubePort(api, cluster="test")
-    admission = o.Admission(cluster_queue=s.cq, pod_set_assignments=(o.PodSetAssignment(
-        name="main", flavors=(("cpu", s.rf),), resource_usage=(("cpu", 1000),), count=1),))
+    admission = one_cpu_admission(s)
     await port.start(AdmitWorkload(id="c1-0", cycle=1, namespace=ns, name="pre-a", cluster_queue=s.cq,
                                    admission=admission))
     started = await batch.read_namespaced_job("a", ns)
@@ -117,16 +128,13 @@ async def test_job_created_after_its_prebuilt_workload_was_admitted_is_started(
     kube_api_client: client.ApiClient, kube_namespace: str,
 ) -> None:
     api, ns = kube_api_client, kube_namespace
-    s = Setup(api, ns)
-    await s.queues()
-    co, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+    s, co, batch = await queues_and_clients(api, ns)
     for name in ("late", "gone"):
         body = prebuilt_workload(name, s.lq)
         await retrying(lambda b=body: co.create_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], b),
                        what=f"Workload {name}")
     port = KubePort(api, cluster="test")
-    admission = o.Admission(cluster_queue=s.cq, pod_set_assignments=(o.PodSetAssignment(
-        name="main", flavors=(("cpu", s.rf),), resource_usage=(("cpu", 1000),), count=1),))
+    admission = one_cpu_admission(s)
     # Both admitted while no job names them: written to the Workloads alone.
     await port.start(AdmitWorkload(id="c1-0", cycle=1, namespace=ns, name="late", cluster_queue=s.cq,
                                    admission=admission))
