@@ -22,6 +22,8 @@ def dra_error(config: o.Configuration, wl: o.Workload) -> str:
 
     Kueue checks for claims by name first, then walks podSets and claims in order and stops at
     the first error; only the first is reported."""
+    if not any(ps.device_claims for ps in wl.pod_sets):
+        return ""  # (asked at every nomination: most workloads claim no devices)
     if any(c.claim for ps in wl.pod_sets for c in ps.device_claims):
         return CLAIMS_NOT_SUPPORTED
     mapped = dict(config.device_class_mappings)

@@ -93,7 +93,9 @@ def requeue(state: State, rec: WorkloadRecord, h: HeadOutcome) -> None:
         rec.last_generation = generation(state, h.cluster_queue)
         rec.last_cycle = state.cycles
     rec.sticky = h.sticky
-    queue = state.index.queues.setdefault(h.cluster_queue, ClusterQueueQueue())
+    queue = state.index.queues.get(h.cluster_queue)
+    if queue is None:  # (not setdefault: that builds a queue for every head put back)
+        queue = state.index.queues[h.cluster_queue] = ClusterQueueQueue()
     if h.parked:
         rec.inadmissible = True
         queue.inadmissible[rec.key] = None
