@@ -200,7 +200,9 @@ class KubePort:
     throttled_window = 5.0
     marks_per_second_throttled = 1.0
     queue_status_seconds_throttled = 30.0
-    admissions_kept = 100_000  # workloads whose last admission is kept for a job that claims one late
+    # Admissions written to a Workload alone (nothing claimed it yet), kept for a job that claims it
+    # later, the newest this many (~0.7 kB each).
+    admissions_kept = 20_000
 
     def __init__(self, api: client.ApiClient, *, cluster: str, qps: float = 20, burst: int = 40,
                  request_timeout: float = 10.0, max_conflicts: int = 5, flavor_ttl_seconds: float = 10.0,
@@ -236,9 +238,9 @@ class KubePort:
         # A scaled-up elastic Job's workload slices ("ns/slice") -> the name of the Job's Workload
         # object, which stands for every slice of the Job on the cluster (services/core/scaleup.py).
         self._slices: dict[str, str] = {}
-        # Each workload's last admission not evicted since ("ns/name"), and the workloads a job
-        # claimed since (a prebuilt Workload adopted), to apply it to that job: a Workload admitted
-        # before the job that names it existed was admitted alone (see workload_adopted).
+        # Each workload's last admission written to the Workload alone and not evicted since
+        # ("ns/name"; after a restart every admission recovered), and the workloads a job claimed
+        # since (a prebuilt Workload adopted), to apply it to that job (see workload_adopted).
         self._admissions: OrderedDict[str, AdmitWorkload | AdmitChecked] = OrderedDict()
         self._adopted: dict[str, int] = {}  # "ns/name" -> attempts so far
         # Watched copies (run by watch()): the Workloads, and per kind that may claim a prebuilt
@@ -700,6 +702,7 @@ class KubePort:
             fresh = attempt > 0  # after a conflict: read, the watched copies were stale
             wl = await self._workload(d, fresh=fresh)
             owned = await self._job_of(wl, d, fresh=fresh) if starts else None
+            kind_owner = None
             if owned is not None:
                 ref, job = owned
                 verdict = idempotency(job, d)
@@ -718,6 +721,9 @@ class KubePort:
                     continue
             elif starts and is_pod_workload(wl):  # pods held by the scheduling gate (a pod, a group): release them
                 await release_pods(self._api, d.namespace, wl, await self._pod_scheduling(d))
+            if starts and (owned is not None or kind_owner is not None or is_pod_workload(wl)):
+                # It went to what runs it: nothing for a job that claims the Workload later to take.
+                self._admissions.pop(f"{d.namespace}/{d.name}", None)
             status = wl.get("status") or {}
             desired = admitted_status(status, d) if isinstance(d, AdmitWorkload) else checked_status(status, d)
             if await self._write_status(self._ref(d.namespace, d.name), wl, desired):

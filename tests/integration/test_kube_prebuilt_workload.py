@@ -129,7 +129,7 @@ async def test_job_created_after_its_prebuilt_workload_was_admitted_is_started(
 ) -> None:
     api, ns = kube_api_client, kube_namespace
     s, co, batch = await queues_and_clients(api, ns)
-    for name in ("late", "gone"):
+    for name in ("late", "gone", "early"):
         body = prebuilt_workload(name, s.lq)
         await retrying(lambda b=body: co.create_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], b),
                        what=f"Workload {name}")
@@ -142,6 +142,11 @@ async def test_job_created_after_its_prebuilt_workload_was_admitted_is_started(
                                    admission=admission))
     wl = await co.get_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], "late")
     assert wl["status"]["admission"]["clusterQueue"] == s.cq and not wl["metadata"].get("ownerReferences")
+    # "early"'s job exists when it is admitted: started then (found by its label), nothing kept for later.
+    await batch.create_namespaced_job(ns, job_naming("early-job", s.lq, "early"))
+    await port.start(AdmitWorkload(id="c1-2", cycle=1, namespace=ns, name="early", cluster_queue=s.cq,
+                                   admission=admission))
+    assert (await batch.read_namespaced_job("early-job", ns)).spec.suspend is False
     # "gone" is evicted before its job comes: the job must stay suspended.
     await port.stop(EvictWorkload(id="c2-0", cycle=2, namespace=ns, name="gone", cluster_queue=s.cq,
                                   reason=EvictionReason.PREEMPTED, message="preempted"))
@@ -158,11 +163,12 @@ async def test_job_created_after_its_prebuilt_workload_was_admitted_is_started(
         assert job.spec.template.spec.node_selector == {"zone": "a"}  # the admission's flavor
         assert port.stats.adopted_reapplied == 1
 
-        async def gone_adopted() -> dict[str, Any] | None:
-            wl = await co.get_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], "gone")
+        async def adopted(name: str) -> dict[str, Any] | None:
+            wl = await co.get_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], name)
             return wl if wl["metadata"].get("ownerReferences") else None
 
-        await eventually(gone_adopted, what="gone adopted by gone-job")
+        await eventually(lambda: adopted("gone"), what="gone adopted by gone-job")
+        await eventually(lambda: adopted("early"), what="early adopted by early-job")
         await port.before_batch(0)
         assert (await batch.read_namespaced_job("gone-job", ns)).spec.suspend is True
         # Nothing left to apply for an adopted Workload (queue statuses may still wait for their turn).
