@@ -28,6 +28,7 @@ from services.actuator.kubeapi import Ref
 from services.actuator.kubeplan import workload_ref
 from tests.integration.test_kube_prebuilt_workload import (
     KUEUE,
+    create_prebuilt,
     job_naming,
     one_cpu_admission,
     prebuilt_workload,
@@ -99,9 +100,7 @@ async def test_the_port_admits_from_watched_copies_and_reads_after_a_conflict(
 ) -> None:
     api, ns = kube_api_client, kube_namespace
     s, co, batch = await queues_and_clients(api, ns)
-    for name in ("solo", "pre-a", "stale"):
-        await retrying(lambda name=name: co.create_namespaced_custom_object(  # type: ignore[misc]
-            *KUEUE[:2], ns, KUEUE[2], prebuilt_workload(name, s.lq)), what=f"Workload {name}")
+    await create_prebuilt(co, ns, s.lq, "solo", "pre-a", "stale")
     await batch.create_namespaced_job(ns, job_naming("a", s.lq, "pre-a"))
     # A queued Job and the Workload it owns (as the job reconciler creates it).
     owner = await batch.create_namespaced_job(ns, queued_job("owner", s.lq))

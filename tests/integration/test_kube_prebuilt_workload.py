@@ -42,6 +42,14 @@ async def queues_and_clients(api: client.ApiClient, ns: str) -> tuple[Setup, Any
     return s, client.CustomObjectsApi(api), client.BatchV1Api(api)
 
 
+async def create_prebuilt(co: Any, ns: str, queue: str, *names: str) -> None:
+    """A prebuilt Workload (``prebuilt_workload``) of each name, in ``ns`` on LocalQueue ``queue``."""
+    for name in names:
+        body = prebuilt_workload(name, queue)
+        await retrying(lambda b=body: co.create_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], b),
+                       what=f"Workload {name}")
+
+
 def one_cpu_admission(s: Setup) -> o.Admission:
     """One pod of 1 cpu admitted to the test's ClusterQueue, on its flavor."""
     return o.Admission(cluster_queue=s.cq, pod_set_assignments=(o.PodSetAssignment(
@@ -80,12 +88,7 @@ async def test_prebuilt_workloads_adopted_out_of_sync_and_waited_for(
         out: dict[str, Any] = await co.get_namespaced_custom_object(KUEUE[0], KUEUE[1], ns, KUEUE[2], name)
         return out
 
-    async def create_workload(body: dict[str, Any]) -> None:
-        await retrying(lambda: co.create_namespaced_custom_object(KUEUE[0], KUEUE[1], ns, KUEUE[2], body),
-                       what=f"Workload {body['metadata']['name']}")
-
-    await create_workload(prebuilt_workload("pre-a", s.lq))
-    await create_workload(prebuilt_workload("pre-b", s.lq, pods=1))
+    await create_prebuilt(co, ns, s.lq, "pre-a", "pre-b")  # pre-b: 1 pod (its Job below asks for 2)
     # Admitted before any reconciler adopts it: the actuator starts the Job that names it.
     a = await batch.create_namespaced_job(ns, job_naming("a", s.lq, "pre-a"))
     port = KubePort(api, cluster="test")
@@ -117,7 +120,7 @@ async def test_prebuilt_workloads_adopted_out_of_sync_and_waited_for(
         await asyncio.sleep(1)
         with pytest.raises(client.exceptions.ApiException):
             await workload("pre-c")  # none created for Job c: it waits for its prebuilt one
-        await create_workload(prebuilt_workload("pre-c", s.lq))
+        await create_prebuilt(co, ns, s.lq, "pre-c")
         c = await batch.read_namespaced_job("c", ns)
         await eventually(lambda: adopted("pre-c", c.metadata.uid), what="pre-c adopted once it exists")
     listed = await co.list_namespaced_custom_object(KUEUE[0], KUEUE[1], ns, KUEUE[2])
@@ -129,10 +132,7 @@ async def test_job_created_after_its_prebuilt_workload_was_admitted_is_started(
 ) -> None:
     api, ns = kube_api_client, kube_namespace
     s, co, batch = await queues_and_clients(api, ns)
-    for name in ("late", "gone", "early"):
-        body = prebuilt_workload(name, s.lq)
-        await retrying(lambda b=body: co.create_namespaced_custom_object(*KUEUE[:2], ns, KUEUE[2], b),
-                       what=f"Workload {name}")
+    await create_prebuilt(co, ns, s.lq, "late", "gone", "early")
     port = KubePort(api, cluster="test")
     admission = one_cpu_admission(s)
     # Both admitted while no job names them: written to the Workloads alone.
